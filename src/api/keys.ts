@@ -1,0 +1,118 @@
+/**
+ * The wire contract with vk-cocoon, cocoon-webhook and the Go operator: every annotation key, label key,
+ * finalizer, tag, condition and event reason. This module is the only place that spells them
+ * (spec/cocoonset-core.md §1, spec/hibernation.md §1, spec/vk-contract.md §2–3; cocoon-common v0.3.0 meta/).
+ */
+
+export const GROUP = 'cocoonset.cocoonstack.io';
+export const VERSION = 'v1';
+export const API_VERSION = `${GROUP}/${VERSION}`;
+export const KIND_COCOONSET = 'CocoonSet';
+export const KIND_COCOONHIBERNATION = 'CocoonHibernation';
+export const PLURAL_COCOONSETS = 'cocoonsets';
+export const PLURAL_COCOONHIBERNATIONS = 'cocoonhibernations';
+
+/** Pod and CocoonSet annotation keys (cocoon-common meta/keys.go). */
+export const Annotations = {
+  mode: 'cocoonset.cocoonstack.io/mode',
+  image: 'cocoonset.cocoonstack.io/image',
+  storage: 'cocoonset.cocoonstack.io/storage',
+  managed: 'cocoonset.cocoonstack.io/managed',
+  os: 'cocoonset.cocoonstack.io/os',
+  snapshotPolicy: 'cocoonset.cocoonstack.io/snapshot-policy',
+  network: 'cocoonset.cocoonstack.io/network',
+  forcePull: 'cocoonset.cocoonstack.io/force-pull',
+  cocoonSetGeneration: 'cocoonset.cocoonstack.io/generation',
+  hibernatedOnNode: 'cocoonset.cocoonstack.io/hibernated-on-node',
+  deleteVMNames: 'cocoonset.cocoonstack.io/delete-vm-names',
+  rebuildHistory: 'cocoonset.cocoonstack.io/rebuild-history',
+  deadLetter: 'cocoonset.cocoonstack.io/dead-letter',
+  vmID: 'vm.cocoonstack.io/id',
+  vmName: 'vm.cocoonstack.io/name',
+  ip: 'vm.cocoonstack.io/ip',
+  vncPort: 'vm.cocoonstack.io/vnc-port',
+  hibernate: 'vm.cocoonstack.io/hibernate',
+  restoreFromHibernate: 'vm.cocoonstack.io/restore-from-hibernate',
+  keepSnapshotOnDelete: 'vm.cocoonstack.io/keep-snapshot-on-delete',
+  forkFrom: 'vm.cocoonstack.io/fork-from',
+  cloneFromDir: 'vm.cocoonstack.io/clone-from-dir',
+  connType: 'vm.cocoonstack.io/conn-type',
+  backend: 'vm.cocoonstack.io/backend',
+  noDirectIO: 'vm.cocoonstack.io/no-direct-io',
+  probePort: 'vm.cocoonstack.io/probe-port',
+  lifecycleState: 'vm.cocoonstack.io/lifecycle-state',
+  lifecycleObservedGeneration: 'vm.cocoonstack.io/lifecycle-observed-generation',
+  lifecycleStateMessage: 'vm.cocoonstack.io/lifecycle-state-message',
+  postCloneState: 'vm.cocoonstack.io/post-clone-state',
+  postCloneHint: 'vm.cocoonstack.io/post-clone-hint',
+  postCloneErrors: 'vm.cocoonstack.io/post-clone-errors',
+} as const;
+
+/** Label keys written on managed pods and read from nodes (spec/cocoonset-core.md §1.1). */
+export const Labels = {
+  cocoonSet: 'cocoonset.cocoonstack.io/name',
+  role: 'cocoonset.cocoonstack.io/role',
+  slot: 'cocoonset.cocoonstack.io/slot',
+  appName: 'app.kubernetes.io/name',
+  nodePool: 'cocoonstack.io/pool',
+  snapshotCPUClass: 'cocoonstack.io/snapshot-cpu-class',
+  hostname: 'kubernetes.io/hostname',
+  nodeRoleCocoonVM: 'node-role.kubernetes.io/cocoon-vm',
+} as const;
+
+export const Roles = { main: 'main', subAgent: 'sub-agent', toolbox: 'toolbox' } as const;
+export type Role = (typeof Roles)[keyof typeof Roles];
+
+export const TOLERATION_KEY = 'virtual-kubelet.io/provider';
+export const DEFAULT_NODE_POOL = 'default';
+
+/** Lifecycle-state values written by vk-cocoon (lowercase, spec/vk-contract.md §3.1). */
+export const LifecycleStates = {
+  creating: 'creating',
+  ready: 'ready',
+  hibernating: 'hibernating',
+  hibernated: 'hibernated',
+  failed: 'failed',
+} as const;
+export type LifecycleState = (typeof LifecycleStates)[keyof typeof LifecycleStates];
+
+export const Finalizers = {
+  cocoonSet: 'cocoonset.cocoonstack.io/finalizer',
+  cocoonHibernation: 'cocoonhibernation.cocoonset.cocoonstack.io/finalizer',
+} as const;
+
+/** Registry tags: repository `<OCI_REGISTRY>/<vmName>`. */
+export const Tags = { hibernate: 'hibernate', latest: 'latest' } as const;
+
+export const CONDITION_READY = 'Ready';
+export const CONDITION_PROGRESSING = 'Progressing';
+/** Condition type this port adds when several live CocoonHibernations on one VM want opposite things. */
+export const CONDITION_CONFLICT = 'DesireConflict';
+
+export const EVENT_SOURCE = 'cocoon-operator';
+
+/** Event reasons (spec/operator-shell.md §6). */
+export const EventReasons = {
+  hibernated: 'Hibernated',
+  hibernateTimedOut: 'HibernateTimedOut',
+  wokenActive: 'WokenActive',
+  wakeTimedOut: 'WakeTimedOut',
+  retryRequested: 'RetryRequested',
+  podLifecycleFailed: 'PodLifecycleFailed',
+  mainAgentFailed: 'MainAgentFailed',
+  recoveredFromFailure: 'RecoveredFromFailure',
+  subAgentRebuilding: 'SubAgentRebuilding',
+  subAgentDeadLetter: 'SubAgentDeadLetter',
+  wakeNoCapacity: 'WakeNoCapacity',
+} as const;
+
+/** The Lease the watcher's leader election holds (spec/operator-shell.md §3). */
+export const LEADER_ELECTION_ID = 'cocoon-operator.cocoonset.cocoonstack.io';
+
+/** Temporal custom search attributes the workflows upsert (registered by the stack and compose). */
+export const SearchAttributes = {
+  namespace: 'CocoonNamespace',
+  vmName: 'CocoonVMName',
+  phase: 'CocoonPhase',
+  kind: 'CocoonKind',
+} as const;
