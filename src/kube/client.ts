@@ -1,0 +1,60 @@
+/**
+ * Kubernetes client construction shared by the watcher, the activities and the simulator.
+ * Kubeconfig precedence follows controller-runtime's GetConfig (spec/operator-shell.md §3): an explicit
+ * path, then KUBECONFIG, then in-cluster, then ~/.kube/config.
+ */
+import {
+  CoordinationV1Api,
+  CoreV1Api,
+  CustomObjectsApi,
+  KubeConfig,
+  PatchStrategy,
+  setHeaderOptions,
+} from '@kubernetes/client-node';
+
+export interface KubeClients {
+  kc: KubeConfig;
+  core: CoreV1Api;
+  custom: CustomObjectsApi;
+  coordination: CoordinationV1Api;
+}
+
+/**
+ * Loads a KubeConfig. `path` wins over KUBECONFIG; with neither, in-cluster config is tried, then the
+ * default file. Throws when nothing usable is found (the caller reports it as a startup error).
+ */
+export function loadKubeConfig(path?: string): KubeConfig {
+  const kc = new KubeConfig();
+  const fromEnv = process.env.KUBECONFIG;
+  if (path) kc.loadFromFile(path);
+  else if (fromEnv) kc.loadFromFile(fromEnv.split(':')[0]!);
+  else if (process.env.KUBERNETES_SERVICE_HOST) kc.loadFromCluster();
+  else kc.loadFromDefault();
+  if (!kc.getCurrentCluster()) throw new Error('no Kubernetes cluster in the kubeconfig');
+  return kc;
+}
+
+/** Builds the typed API clients from one KubeConfig. */
+export function makeKubeClients(kc: KubeConfig): KubeClients {
+  return {
+    kc,
+    core: kc.makeApiClient(CoreV1Api),
+    custom: kc.makeApiClient(CustomObjectsApi),
+    coordination: kc.makeApiClient(CoordinationV1Api),
+  };
+}
+
+/**
+ * Request options that send a body as an RFC 7386 JSON merge patch. client-node defaults patches to
+ * JSON Patch, which the apiserver rejects for a merge-shaped body, so every merge patch passes this.
+ */
+export const mergePatch = setHeaderOptions('Content-Type', PatchStrategy.MergePatch);
+
+/** Same for strategic-merge patches (pods only; vk-cocoon writes its lifecycle triple this way). */
+export const strategicMergePatch = setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch);
+
+/** HTTP status code of a client-node ApiException (or undefined for transport errors). */
+export function statusCodeOf(err: unknown): number | undefined {
+  const code = (err as { code?: unknown })?.code;
+  return typeof code === 'number' ? code : undefined;
+}
