@@ -1,0 +1,28 @@
+/**
+ * The protocol of the entity workflows: names of workflow types, signals and queries. Importable from
+ * workflow code and from clients (the watcher, tests, the CLI docs) alike.
+ */
+import { defineQuery, defineSignal } from '@temporalio/workflow';
+import type { HibernationObservation, PodObservation } from '../api/observe.js';
+
+/** Workflow type name of the per-VM entity workflow (id: vmWorkflowId(ns, pod)). */
+export const VM_WORKFLOW_TYPE = 'vmWorkflow';
+/** Workflow type name of the per-CocoonSet entity workflow (id: cocoonSetWorkflowId(ns, name)). */
+export const COCOONSET_WORKFLOW_TYPE = 'cocoonSetWorkflow';
+
+/** Start argument of the VM workflow. `carried` is the state handed over by continue-as-new. */
+export interface VMWorkflowInput {
+  namespace: string;
+  pod: string;
+  carried?: unknown;
+}
+
+/** The watcher saw the VM's pod change in a field a gate reads, or disappear (`exists: false`). */
+export const podObservedSignal = defineSignal<[PodObservation]>('podObserved');
+/** The watcher saw a CocoonHibernation targeting this pod change, or disappear (`exists: false`). */
+export const hibernationObservedSignal = defineSignal<[HibernationObservation]>('hibernationObserved');
+/** Re-read the world now (sent by the watcher after a relist, or by an operator by hand). */
+export const resyncSignal = defineSignal('resync');
+
+/** Current state of a VM workflow, for `temporal workflow query --type state`. */
+export const vmStateQuery = defineQuery<unknown>('state');
