@@ -116,3 +116,56 @@ export const SearchAttributes = {
   phase: 'CocoonPhase',
   kind: 'CocoonKind',
 } as const;
+
+/**
+ * vk-cocoon's own side of the contract, reproduced by the simulator (test/vksim/) and readable by tests:
+ * node taint and labels (spec/vk-contract.md §1.1), event source and reasons (§1.2, §3.3), pod status
+ * reasons (§3.2).
+ */
+export const VK_EVENT_SOURCE = 'vk-cocoon';
+export const VK_DEFAULT_NODE_NAME = 'cocoon-pool';
+export const VK_PROVIDER_TAINT = { key: TOLERATION_KEY, value: 'cocoon', effect: 'NoSchedule' } as const;
+
+/** Event reasons vk-cocoon (and its virtual-kubelet framework) emit on pods (spec/vk-contract.md §1.2, §3.3). */
+export const VkEventReasons = {
+  hibernated: 'Hibernated',
+  woken: 'Woken',
+  createBringUpFailed: 'CreateBringUpFailed',
+  hibernateEvidenceFailed: 'HibernateEvidenceFailed',
+  hibernateEvidenceUnavailable: 'HibernateEvidenceUnavailable',
+  hibernateSnapshotExists: 'HibernateSnapshotExists',
+  hibernateSnapshotFailed: 'HibernateSnapshotFailed',
+  hibernatePushFailed: 'HibernatePushFailed',
+  hibernateRemoveFailed: 'HibernateRemoveFailed',
+  wakePullFailed: 'WakePullFailed',
+  wakeCloneFailed: 'WakeCloneFailed',
+  providerCreateFailed: 'ProviderCreateFailed',
+  providerUpdateFailed: 'ProviderUpdateFailed',
+  providerCreateSuccess: 'ProviderCreateSuccess',
+  providerUpdateSuccess: 'ProviderUpdateSuccess',
+  providerDeleteSuccess: 'ProviderDeleteSuccess',
+  providerDeleteFailed: 'ProviderDeleteFailed',
+} as const;
+
+/** Pod/container status reasons vk-cocoon writes (spec/vk-contract.md §3.2). */
+export const VkStatusReasons = {
+  providerFailed: 'ProviderFailed',
+  vmGone: 'VMGone',
+  terminated: 'Terminated',
+} as const;
+
+/**
+ * The snapshot artifact wire format (cocoon-common snapshot.Push v1; spec/vk-contract.md §7.4): media
+ * types and the manifest annotation keys.
+ */
+export const SnapshotArtifact = {
+  manifestMediaType: 'application/vnd.oci.image.manifest.v1+json',
+  artifactType: 'application/vnd.cocoonstack.snapshot.v1+json',
+  configMediaType: 'application/vnd.cocoonstack.snapshot.config.v1+json',
+  vmConfigMediaType: 'application/vnd.cocoonstack.vm.config+json',
+  vmStateMediaType: 'application/vnd.cocoonstack.vm.state+json',
+  annotationCreated: 'org.opencontainers.image.created',
+  annotationTitle: 'org.opencontainers.image.title',
+  annotationBaseImage: 'cocoonstack.snapshot.baseimage',
+  annotationFromNode: 'cocoonstack.snapshot.from-node',
+} as const;
