@@ -140,8 +140,9 @@ describe('CRD manifests are schema-compatible with the reference CRDs', () => {
 
     it(`${file} carries its own descriptions, not the reference's`, () => {
       const collect = (v: Json, acc: string[], parentKey?: string): string[] => {
-        if (Array.isArray(v)) v.forEach((x) => collect(x, acc));
-        else if (isObj(v)) {
+        if (Array.isArray(v)) {
+          for (const x of v) collect(x, acc);
+        } else if (isObj(v)) {
           for (const [k, x] of Object.entries(v)) {
             if (k === 'description' && parentKey !== 'properties' && typeof x === 'string')
               acc.push(x.trim());
