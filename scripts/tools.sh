@@ -55,10 +55,19 @@ build_etcd() {
   local out; out=$(dir_of etcd)
   [ -x "$out/bin/etcd" ] && return 0
   log "building etcd $ETCD_VERSION"
-  mkdir -p "$out/bin.tmp"
-  GOBIN="$out/bin.tmp" CGO_ENABLED=0 go install -trimpath -ldflags="-s -w" "go.etcd.io/etcd/server/v3@$ETCD_VERSION"
-  mv "$out/bin.tmp/server" "$out/bin.tmp/etcd" 2>/dev/null || true
-  rm -rf "$out/bin"; mv "$out/bin.tmp" "$out/bin"
+  # server/v3's go.mod replaces its sibling modules with ../ paths, which `go install pkg@version` refuses;
+  # built as a dependency of a scratch module it uses the published versions it requires instead.
+  local work; work=$(mktemp -d)
+  (
+    cd "$work"
+    go mod init cocoon-tools/etcd >/dev/null 2>&1
+    printf '//go:build tools\npackage tools\nimport _ "go.etcd.io/etcd/server/v3"\n' >tools.go
+    go get "go.etcd.io/etcd/server/v3@$ETCD_VERSION" >go-get.log 2>&1 || { cat go-get.log >&2; exit 1; }
+    go mod tidy >/dev/null 2>&1 || true
+    mkdir -p "$out/bin.tmp"
+    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$out/bin.tmp/etcd" go.etcd.io/etcd/server/v3
+  )
+  rm -rf "$work" "$out/bin"; mv "$out/bin.tmp" "$out/bin"
 }
 
 build_registry() {
@@ -85,13 +94,22 @@ install_temporal() {
   chmod +x "$t" "$ts"
 }
 
+# One builder per tool at a time (two `npm test` runs, or CI next to a session): flock on a per-tool file.
+locked() {
+  mkdir -p "$TOOLS_DIR"
+  (
+    flock 9
+    "$@"
+  ) 9>"$TOOLS_DIR/.$1.lock"
+}
+
 cmd=${1:-all}
 case "$cmd" in
   path) dir_of "$2" ;;
-  kube) build_kube ;;
-  etcd) build_etcd ;;
-  registry) build_registry ;;
-  temporal) install_temporal ;;
-  all) install_temporal; build_etcd; build_registry; build_kube ;;
+  kube) locked build_kube ;;
+  etcd) locked build_etcd ;;
+  registry) locked build_registry ;;
+  temporal) locked install_temporal ;;
+  all) locked install_temporal; locked build_etcd; locked build_registry; locked build_kube ;;
   *) echo "usage: $0 [all|kube|etcd|registry|temporal|path NAME]" >&2; exit 2 ;;
 esac
