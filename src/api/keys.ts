@@ -139,6 +139,7 @@ export const VkEventReasons = {
   hibernateRemoveFailed: 'HibernateRemoveFailed',
   wakePullFailed: 'WakePullFailed',
   wakeCloneFailed: 'WakeCloneFailed',
+  postCloneExecExhausted: 'PostCloneExecExhausted',
   providerCreateFailed: 'ProviderCreateFailed',
   providerUpdateFailed: 'ProviderUpdateFailed',
   providerCreateSuccess: 'ProviderCreateSuccess',
