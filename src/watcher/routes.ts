@@ -1,0 +1,365 @@
+/**
+ * The event → signal mapping (DESIGN.md §2 "Watcher"), pure and synchronous: a {@link Router} runs a list
+ * of {@link Route}s over each informer event and passes their candidate signals through one relevance
+ * filter. No I/O; the dispatcher delivers what comes out.
+ *
+ * Relevance: per (workflow, signal, object) the router remembers the last trimmed payload it let through
+ * and drops a candidate whose payload is JSON-equal to it, ignoring `resourceVersion`. The payloads are
+ * the trimmed observations (src/api/observe.ts), which carry only fields a gate, a builder or a status
+ * reads, so churn in anything else is dropped here. This fixes the reference's pod predicate, which lets
+ * every pod update through (spec/hibernation.md §2.2). The memory is per process: after a restart
+ * everything is sent once, which is the resync a fresh workflow needs.
+ */
+import type { KubernetesObject, V1Pod } from '@kubernetes/client-node';
+import { cocoonSetWorkflowId, vmWorkflowId } from '../api/ids.js';
+import { API_VERSION, GROUP, KIND_COCOONSET } from '../api/keys.js';
+import { observeHibernation, observePod } from '../api/observe.js';
+import type { CocoonHibernation, CocoonSet } from '../api/types.js';
+import {
+  COCOONSET_WORKFLOW_TYPE,
+  hibernationObservedSignal,
+  podObservedSignal,
+  VM_WORKFLOW_TYPE,
+} from '../workflows/messages.js';
+import {
+  type CocoonSetWorkflowStart,
+  cocoonSetObservedSignal,
+  observeCocoonSet,
+  observeOwnedPod,
+  ownedPodObservedSignal,
+} from './cocoonset-signals.js';
+
+/** The resource kinds the watcher informs on. */
+export type ResourceKind = 'pod' | 'cocoonhibernation' | 'cocoonset';
+export type EventType = 'add' | 'update' | 'delete';
+
+/** One informer event. On `delete`, `obj` is the last known object. */
+export interface ObjectEvent {
+  kind: ResourceKind;
+  type: EventType;
+  obj: KubernetesObject;
+  old?: KubernetesObject;
+}
+
+/** How to start the target workflow if it is not running (signal-with-start). */
+export interface WorkflowStart {
+  workflowType: string;
+  args: unknown[];
+}
+
+/** A signal a route wants to send, before the relevance filter. */
+export interface Candidate {
+  workflowId: string;
+  signalName: string;
+  payload: unknown;
+  start: WorkflowStart;
+  /** `namespace/name` of the object the payload describes (part of the relevance key). */
+  objectKey: string;
+  /** The object is gone: send, then forget its memory (keeps the memory bounded to live objects). */
+  gone?: boolean;
+  /** Send even if equal to the last one sent (a workflow that may be fresh must learn of the object). */
+  force?: boolean;
+}
+
+/** A signal that passed the filter. `key` identifies its relevance memory (see {@link Router.forget}). */
+export interface RoutedSignal {
+  workflowId: string;
+  signalName: string;
+  payload: unknown;
+  start: WorkflowStart;
+  key: string;
+}
+
+/** What routes may read and do besides returning candidates. */
+export interface RouteContext {
+  /** A cached pod, if the pod informer runs. */
+  pod(namespace: string, name: string): V1Pod | undefined;
+  /** Drops the memory of what was last sent for one object to one workflow. */
+  forget(workflowId: string, signalName: string, objectKey: string): void;
+  /** Logs something a route chose not to route. */
+  note(msg: string, fields: Record<string, unknown>): void;
+}
+
+/** One mapping from events of some kinds to candidate signals. Routes may keep their own indexes. */
+export interface Route {
+  readonly name: string;
+  readonly kinds: readonly ResourceKind[];
+  map(ev: ObjectEvent, ctx: RouteContext): Candidate[];
+}
+
+/** Relevance memory key of one (workflow, signal, object). */
+export function relevanceKey(workflowId: string, signalName: string, objectKey: string): string {
+  return `${workflowId}\u0000${signalName}\u0000${objectKey}`;
+}
+
+/**
+ * Canonical JSON of a payload for the relevance compare: object keys sorted, undefined dropped, Dates as
+ * ISO strings, and the top-level `resourceVersion` left out (it changes on every write, relevant or not).
+ */
+export function relevanceFingerprint(payload: unknown): string {
+  const canon = (v: unknown): unknown => {
+    if (v instanceof Date) return v.toISOString();
+    if (Array.isArray(v)) return v.map(canon);
+    if (v && typeof v === 'object') {
+      const out: Record<string, unknown> = {};
+      for (const k of Object.keys(v).sort()) {
+        const x = (v as Record<string, unknown>)[k];
+        if (x !== undefined) out[k] = canon(x);
+      }
+      return out;
+    }
+    return v;
+  };
+  const top = canon(payload);
+  if (top && typeof top === 'object' && !Array.isArray(top))
+    delete (top as Record<string, unknown>).resourceVersion;
+  return JSON.stringify(top);
+}
+
+/** Router counters. */
+export interface RouterStats {
+  events: number;
+  /** Candidates that passed the filter. */
+  routed: number;
+  /** Candidates dropped as irrelevant (payload equal to the last one sent). */
+  dropped: number;
+  /** Objects the router currently remembers a payload for. */
+  remembered: number;
+}
+
+/**
+ * Runs routes over events and filters their candidates by relevance. `lookups.pod` should read the pod
+ * informer's cache; `note` receives what routes decided not to route (for logging).
+ */
+export class Router {
+  private readonly sent = new Map<string, string>();
+  private readonly counters = { events: 0, routed: 0, dropped: 0 };
+  private readonly ctx: RouteContext;
+
+  constructor(
+    private readonly routes: readonly Route[],
+    lookups: { pod?: RouteContext['pod']; note?: RouteContext['note'] } = {},
+  ) {
+    this.ctx = {
+      pod: lookups.pod ?? (() => undefined),
+      forget: (w, s, o) => this.sent.delete(relevanceKey(w, s, o)),
+      note: lookups.note ?? (() => {}),
+    };
+  }
+
+  /** Maps one event to the signals to send, in order. */
+  route(ev: ObjectEvent): RoutedSignal[] {
+    this.counters.events++;
+    const out: RoutedSignal[] = [];
+    for (const r of this.routes) {
+      if (!r.kinds.includes(ev.kind)) continue;
+      for (const c of r.map(ev, this.ctx)) {
+        const key = relevanceKey(c.workflowId, c.signalName, c.objectKey);
+        const fp = relevanceFingerprint(c.payload);
+        if (!c.force && !c.gone && this.sent.get(key) === fp) {
+          this.counters.dropped++;
+          continue;
+        }
+        if (c.gone) this.sent.delete(key);
+        else this.sent.set(key, fp);
+        this.counters.routed++;
+        out.push({
+          workflowId: c.workflowId,
+          signalName: c.signalName,
+          payload: c.payload,
+          start: c.start,
+          key,
+        });
+      }
+    }
+    return out;
+  }
+
+  /**
+   * Forgets the payload last sent under `key` (the dispatcher calls this when a delivery finally failed),
+   * so the next event or relist for that object sends its state again.
+   */
+  forget(key: string): void {
+    this.sent.delete(key);
+  }
+
+  stats(): RouterStats {
+    return { ...this.counters, remembered: this.sent.size };
+  }
+}
+
+function nsName(obj: KubernetesObject): { namespace: string; name: string } {
+  return { namespace: obj.metadata?.namespace ?? '', name: obj.metadata?.name ?? '' };
+}
+
+/** Signal-with-start arguments of the VM workflow for pod `<namespace>/<pod>` (VMWorkflowInput). */
+export function vmStart(namespace: string, pod: string): WorkflowStart {
+  return { workflowType: VM_WORKFLOW_TYPE, args: [{ namespace, pod }] };
+}
+
+/** Signal-with-start arguments of the CocoonSet workflow. */
+export function cocoonSetStart(namespace: string, name: string): WorkflowStart {
+  const input: CocoonSetWorkflowStart = { namespace, name };
+  return { workflowType: COCOONSET_WORKFLOW_TYPE, args: [input] };
+}
+
+/**
+ * CocoonHibernations and the pods they target → the VM workflow `vm/<ns>/<spec.podRef.name>`.
+ *
+ * - CR add/update → `hibernationObserved` with observeHibernation(cr); deletion → `{exists:false,
+ *   namespace, name, uid}`. A CR with an empty podRef goes nowhere.
+ * - Pod event → `podObserved` with observePod(pod) only while some CR in the pod's namespace targets
+ *   that pod name (index ns/pod → CR names, kept from CR events); deletion → `{exists:false, namespace,
+ *   name}`.
+ * - A CR that newly targets a cached pod also sends that pod's observation (forced), so a freshly
+ *   started VM workflow learns of its pod without a read. When the last CR leaves a pod, the memory
+ *   of that pod's observation is dropped.
+ * - A podRef that changes (possible only without the CRD's immutability rule) is handled as the CR
+ *   leaving the old pod (`exists:false` to the old workflow) and arriving at the new one.
+ */
+export class HibernationRoute implements Route {
+  readonly name = 'hibernation';
+  readonly kinds = ['cocoonhibernation', 'pod'] as const;
+  /** `ns/pod` → names of CRs targeting it. */
+  private readonly byPod = new Map<string, Set<string>>();
+  /** `ns/cr` → the pod name it was indexed under. */
+  private readonly targetOf = new Map<string, string>();
+
+  /** Names of the CRs currently targeting pod `<namespace>/<pod>` (for tests and diagnostics). */
+  targeting(namespace: string, pod: string): string[] {
+    return [...(this.byPod.get(`${namespace}/${pod}`) ?? [])];
+  }
+
+  map(ev: ObjectEvent, ctx: RouteContext): Candidate[] {
+    return ev.kind === 'pod' ? this.mapPod(ev) : this.mapHibernation(ev, ctx);
+  }
+
+  private mapPod(ev: ObjectEvent): Candidate[] {
+    const { namespace, name } = nsName(ev.obj);
+    if (!this.byPod.get(`${namespace}/${name}`)?.size) return [];
+    const base = {
+      workflowId: vmWorkflowId(namespace, name),
+      signalName: podObservedSignal.name,
+      start: vmStart(namespace, name),
+      objectKey: `${namespace}/${name}`,
+    };
+    if (ev.type === 'delete') return [{ ...base, payload: { exists: false, namespace, name }, gone: true }];
+    return [{ ...base, payload: observePod(ev.obj as V1Pod) }];
+  }
+
+  private mapHibernation(ev: ObjectEvent, ctx: RouteContext): Candidate[] {
+    const cr = ev.obj as CocoonHibernation;
+    const { namespace, name } = nsName(cr);
+    const crKey = `${namespace}/${name}`;
+    const podRef = cr.spec?.podRef?.name ?? '';
+    const out: Candidate[] = [];
+    const prev = this.targetOf.get(crKey);
+    const hib = (pod: string, payload: unknown, gone?: boolean): Candidate => ({
+      workflowId: vmWorkflowId(namespace, pod),
+      signalName: hibernationObservedSignal.name,
+      start: vmStart(namespace, pod),
+      objectKey: crKey,
+      payload,
+      gone,
+    });
+    const goneCR = { exists: false, namespace, name, uid: cr.metadata?.uid };
+
+    if (prev !== undefined && (ev.type === 'delete' || prev !== podRef)) {
+      this.unindex(namespace, name, prev, ctx);
+      out.push(hib(prev, goneCR, true));
+    }
+    if (ev.type === 'delete') return out;
+    if (!podRef) {
+      ctx.note('CocoonHibernation has no spec.podRef.name; not routed', { namespace, name });
+      return out;
+    }
+    out.push(hib(podRef, observeHibernation(cr)));
+    if (prev !== podRef) {
+      this.index(namespace, name, podRef);
+      const pod = ctx.pod(namespace, podRef);
+      if (pod) {
+        out.push({
+          workflowId: vmWorkflowId(namespace, podRef),
+          signalName: podObservedSignal.name,
+          start: vmStart(namespace, podRef),
+          objectKey: `${namespace}/${podRef}`,
+          payload: observePod(pod),
+          force: true,
+        });
+      }
+    }
+    return out;
+  }
+
+  private index(namespace: string, cr: string, pod: string): void {
+    const k = `${namespace}/${pod}`;
+    const set = this.byPod.get(k) ?? new Set<string>();
+    set.add(cr);
+    this.byPod.set(k, set);
+    this.targetOf.set(`${namespace}/${cr}`, pod);
+  }
+
+  private unindex(namespace: string, cr: string, pod: string, ctx: RouteContext): void {
+    const k = `${namespace}/${pod}`;
+    const set = this.byPod.get(k);
+    set?.delete(cr);
+    this.targetOf.delete(`${namespace}/${cr}`);
+    if (set && set.size === 0) {
+      this.byPod.delete(k);
+      ctx.forget(vmWorkflowId(namespace, pod), podObservedSignal.name, k);
+    }
+  }
+}
+
+/** The controlling owner reference of a pod if it is a CocoonSet, else undefined. */
+export function cocoonSetOwnerOf(pod: KubernetesObject): string | undefined {
+  const ref = pod.metadata?.ownerReferences?.find((o) => o.controller);
+  if (!ref || ref.kind !== KIND_COCOONSET) return undefined;
+  if (ref.apiVersion !== API_VERSION && !ref.apiVersion?.startsWith(`${GROUP}/`)) return undefined;
+  return ref.name;
+}
+
+/**
+ * CocoonSets and the pods they own → the CocoonSet workflow `cocoonset/<ns>/<name>`.
+ *
+ * - CocoonSet add/update → `cocoonSetObserved` with observeCocoonSet (so only generation changes and a
+ *   deletion timestamp appearing pass the filter); deletion → `{exists:false, namespace, name, uid}`.
+ * - Pod whose controller owner is a CocoonSet → `ownedPodObserved` with observeOwnedPod (create, phase,
+ *   Ready, labels, annotations, deletion timestamp); deletion → `{exists:false, namespace, name, uid}`.
+ */
+export class CocoonSetRoute implements Route {
+  readonly name = 'cocoonset';
+  readonly kinds = ['cocoonset', 'pod'] as const;
+
+  map(ev: ObjectEvent): Candidate[] {
+    const { namespace, name } = nsName(ev.obj);
+    if (ev.kind === 'cocoonset') {
+      const base = {
+        workflowId: cocoonSetWorkflowId(namespace, name),
+        signalName: cocoonSetObservedSignal.name,
+        start: cocoonSetStart(namespace, name),
+        objectKey: `${namespace}/${name}`,
+      };
+      if (ev.type === 'delete') {
+        return [
+          { ...base, payload: { exists: false, namespace, name, uid: ev.obj.metadata?.uid }, gone: true },
+        ];
+      }
+      return [{ ...base, payload: observeCocoonSet(ev.obj as CocoonSet) }];
+    }
+    const owner = cocoonSetOwnerOf(ev.obj);
+    if (!owner) return [];
+    const base = {
+      workflowId: cocoonSetWorkflowId(namespace, owner),
+      signalName: ownedPodObservedSignal.name,
+      start: cocoonSetStart(namespace, owner),
+      objectKey: `${namespace}/${name}`,
+    };
+    if (ev.type === 'delete') {
+      return [
+        { ...base, payload: { exists: false, namespace, name, uid: ev.obj.metadata?.uid }, gone: true },
+      ];
+    }
+    return [{ ...base, payload: observeOwnedPod(ev.obj as V1Pod) }];
+  }
+}
