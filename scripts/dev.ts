@@ -1,0 +1,94 @@
+/**
+ * `npm run dev`: the whole thing on this machine. Brings up the local stack (`npm run stack -- up`), reads
+ * its environment (`npm run -s stack -- env`), starts the operator (`npm start`) with it, applies the CRDs
+ * and config/samples/ with the stack's kubectl, prints where to look, and runs until Ctrl-C (which stops
+ * the operator gracefully; the stack keeps running, `npm run stack -- down` stops it).
+ */
+import { execFileSync, spawn, spawnSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+
+/** Parses `KEY=value` / `export KEY=value` lines (optionally single- or double-quoted values). */
+export function parseEnvLines(text: string): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const raw of text.split('\n')) {
+    const line = raw.trim();
+    const m = /^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$/.exec(line);
+    if (!m) continue;
+    let v = m[2]!;
+    if ((v.startsWith('"') && v.endsWith('"')) || (v.startsWith("'") && v.endsWith("'"))) v = v.slice(1, -1);
+    env[m[1]!] = v;
+  }
+  return env;
+}
+
+function step(msg: string): void {
+  console.log(`\n==> ${msg}`);
+}
+
+function kubectl(env: NodeJS.ProcessEnv, args: string[]): void {
+  const dir = execFileSync('bash', [join(ROOT, 'scripts', 'tools.sh'), 'path', 'kube'], {
+    encoding: 'utf8',
+  }).trim();
+  const bin = join(dir, 'bin', 'kubectl');
+  const r = spawnSync(existsSync(bin) ? bin : 'kubectl', args, { env, stdio: 'inherit' });
+  if (r.status !== 0) throw new Error(`kubectl ${args.join(' ')} failed (exit ${r.status})`);
+}
+
+async function main(): Promise<void> {
+  step('starting the local stack (npm run stack -- up)');
+  const up = spawnSync('npm', ['run', 'stack', '--', 'up'], { cwd: ROOT, stdio: 'inherit' });
+  if (up.status !== 0) throw new Error(`npm run stack -- up failed (exit ${up.status})`);
+  const stackEnv = parseEnvLines(
+    execFileSync('npm', ['run', '-s', 'stack', '--', 'env'], { cwd: ROOT, encoding: 'utf8' }),
+  );
+  const env: NodeJS.ProcessEnv = { ...process.env, ...stackEnv };
+
+  step('starting the operator (npm start)');
+  const operator = spawn('npm', ['start'], { cwd: ROOT, env, stdio: 'inherit', detached: true });
+  let stopping = false;
+  const stop = () => {
+    if (stopping) return;
+    stopping = true;
+    console.log('\n==> stopping the operator (SIGTERM)');
+    // npm and tsx sit between us and node: signal the whole process group.
+    if (operator.pid) process.kill(-operator.pid, 'SIGTERM');
+  };
+  process.on('SIGINT', stop);
+  process.on('SIGTERM', stop);
+
+  const probe = `http://127.0.0.1:${(env.PROBE_ADDR ?? ':8081').split(':').pop()}`;
+  const metrics = `http://127.0.0.1:${(env.METRICS_ADDR ?? ':8080').split(':').pop()}/metrics`;
+  for (let i = 0; i < 120 && !stopping && operator.exitCode === null; i++) {
+    const ok = await fetch(`${probe}/readyz`)
+      .then((r) => r.ok)
+      .catch(() => false);
+    if (ok) break;
+    await new Promise((r) => setTimeout(r, 1000));
+  }
+
+  if (!stopping && operator.exitCode === null) {
+    step('applying the CRDs and config/samples/');
+    kubectl(env, ['apply', '-k', join(ROOT, 'config', 'crd')]);
+    if (existsSync(join(ROOT, 'config', 'samples')))
+      kubectl(env, ['apply', '-k', join(ROOT, 'config', 'samples')]);
+    console.log(`
+cocoon-operator is running against the local stack.
+  Temporal UI   http://127.0.0.1:8233
+  metrics       ${metrics}
+  readiness     ${probe}/readyz
+  kubectl       KUBECONFIG=${env.KUBECONFIG ?? '(see npm run -s stack -- env)'} kubectl get cocoonsets,cocoonhibernations -A
+Ctrl-C stops the operator; npm run stack -- down stops the stack.`);
+  }
+
+  const code = await new Promise<number>((resolve) => operator.on('exit', (c) => resolve(c ?? 0)));
+  process.exit(stopping ? 0 : code);
+}
+
+main().catch((err) => {
+  console.error(`dev: ${(err as Error).message}`);
+  process.exit(1);
+});

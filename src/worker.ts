@@ -1,0 +1,471 @@
+/**
+ * The operator process (DESIGN.md §2 "Worker", spec/operator-shell.md §1): validated settings, one pino
+ * logger (the Temporal runtime routed into it), the Temporal workers, the leader-elected watcher and the
+ * HTTP endpoints. `npm start` runs it; `--mode=worker|watcher` runs one half only.
+ *
+ * Exit codes: 0 after a graceful SIGTERM/SIGINT; 2 for a bad or missing setting (one line on stderr, no
+ * stack); 1 for any other startup or runtime failure (a fatal JSON log line).
+ */
+import { readdirSync, statSync } from 'node:fs';
+import { createServer } from 'node:net';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Client } from '@temporalio/client';
+import { NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
+import { Gauge } from 'prom-client';
+import { createKubeActivities, createRegistryActivities } from './activities/index.js';
+import { taskQueues } from './api/ids.js';
+import { LEADER_ELECTION_ID } from './api/keys.js';
+import {
+  type Config,
+  ConfigError,
+  formatListen,
+  HelpRequested,
+  type ListenAddress,
+  loadConfig,
+} from './config.js';
+import { type HttpServers, type ReadyCheck, scrapeText, startHttp } from './http.js';
+import { type KubeClients, loadKubeConfig, makeKubeClients } from './kube/client.js';
+import { defaultIdentity, kubeLeaseStore, LeaderElector } from './leader.js';
+import { createLogger, type Logger, temporalLevelFor, temporalLogger } from './log.js';
+import { createMetricsRegistry } from './metrics.js';
+import { OCIRegistryClient } from './registry/client.js';
+import { startWatcher } from './watcher/index.js';
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+/** The process version line (spec/operator-shell.md §1 step 5); set by the image build. */
+export const VERSION = process.env.COCOON_OPERATOR_VERSION ?? 'dev';
+/** How long a graceful shutdown may take beyond the activity grace period before the process gives up. */
+const SHUTDOWN_SLACK_MS = 5_000;
+/** Bound of one Temporal health check done for /readyz. */
+const TEMPORAL_HEALTH_TIMEOUT_MS = 2_000;
+/** Wait between attempts to reach Temporal at startup. */
+const TEMPORAL_CONNECT_RETRY_MS = 2_000;
+
+type Watcher = Awaited<ReturnType<typeof startWatcher>>;
+
+/** Newest modification time (ms) of the .ts files under `dir`, 0 when it does not exist. */
+function newestSource(dir: string): number {
+  let newest = 0;
+  let entries: import('node:fs').Dirent[];
+  try {
+    entries = readdirSync(dir, { withFileTypes: true });
+  } catch {
+    return 0;
+  }
+  for (const e of entries) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) newest = Math.max(newest, newestSource(p));
+    else if (e.name.endsWith('.ts')) newest = Math.max(newest, statSync(p).mtimeMs);
+  }
+  return newest;
+}
+
+/**
+ * Picks how the worker gets its workflow code: the prebuilt bundle (`dist/workflow-bundle.js`, written by
+ * scripts/bundle-workflows.ts) when it exists and is not older than the sources next to it, else the
+ * workflows module, bundled at start.
+ */
+export function workflowSource(
+  root = join(HERE, '..'),
+): Pick<WorkerOptions, 'workflowBundle' | 'workflowsPath'> {
+  const bundle = join(root, 'dist', 'workflow-bundle.js');
+  const srcDir = join(root, 'src');
+  let bundleMtime = 0;
+  try {
+    bundleMtime = statSync(bundle).mtimeMs;
+  } catch {
+    // no prebuilt bundle
+  }
+  if (bundleMtime > 0 && bundleMtime >= newestSource(srcDir)) return { workflowBundle: { codePath: bundle } };
+  const ts = join(srcDir, 'workflows', 'index.ts');
+  try {
+    statSync(ts);
+    return { workflowsPath: ts };
+  } catch {
+    return { workflowsPath: join(HERE, 'workflows', 'index.js') };
+  }
+}
+
+/** A free TCP port on 127.0.0.1 (for the SDK's Prometheus exporter when none is configured). */
+function freeLoopbackPort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+async function temporalMetricsAddress(cfg: Config['temporal']['metricsAddr']): Promise<ListenAddress | null> {
+  if (cfg === null) return null;
+  if (cfg === 'auto') return { host: '127.0.0.1', port: await freeLoopbackPort() };
+  return cfg;
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve) => {
+    const t = setTimeout(resolve, ms);
+    signal.addEventListener('abort', () => {
+      clearTimeout(t);
+      resolve();
+    });
+  });
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    p,
+    new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new Error(`${what} timed out after ${ms} ms`)), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
+/** Connects to Temporal, retrying until it answers or `signal` aborts (then undefined). */
+async function connectTemporal(
+  config: Config,
+  log: Logger,
+  signal: AbortSignal,
+): Promise<NativeConnection | undefined> {
+  const { address, tls, apiKey } = config.temporal;
+  for (let attempt = 1; !signal.aborted; attempt++) {
+    try {
+      const conn = await NativeConnection.connect({ address, tls, apiKey });
+      log.info(
+        { address, namespace: config.temporal.namespace, tls: tls !== undefined },
+        'connected to Temporal',
+      );
+      return conn;
+    } catch (err) {
+      log.warn({ address, attempt, err: (err as Error).message }, 'cannot reach Temporal yet; retrying');
+      await sleep(TEMPORAL_CONNECT_RETRY_MS, signal);
+    }
+  }
+  return undefined;
+}
+
+/** Everything that runs; filled in as startup proceeds so shutdown can stop what exists. */
+interface Running {
+  http?: HttpServers;
+  connection?: NativeConnection;
+  workers: Worker[];
+  workerRuns: Promise<void>[];
+  elector?: LeaderElector;
+  watcher?: Watcher;
+  /** Serializes watcher start/stop across leadership changes. */
+  watcherOp: Promise<void>;
+  workersReady: boolean;
+}
+
+/**
+ * Runs the operator until SIGTERM/SIGINT. Resolves with the exit code: 0 after a graceful stop, 1 when a
+ * worker failed or startup failed for a reason other than a setting.
+ */
+export async function run(config: Config, log: Logger): Promise<number> {
+  log.info(
+    { version: VERSION, revision: process.env.COCOON_OPERATOR_REVISION ?? 'unknown' },
+    `cocoon-operator ${VERSION} starting`,
+  );
+  if (config.leaderElect && config.mode !== 'worker' && config.leaderElectionNamespaceSource === 'fallback') {
+    log.warn(
+      { namespace: config.leaderElectionNamespace },
+      'no LEADER_ELECTION_NAMESPACE, POD_NAMESPACE or service-account namespace; using "default" for the leader Lease',
+    );
+  }
+  const stopping = new AbortController();
+  const running: Running = { workers: [], workerRuns: [], watcherOp: Promise.resolve(), workersReady: false };
+  let fatal: unknown;
+  let resolveDone!: () => void;
+  const done = new Promise<void>((r) => {
+    resolveDone = r;
+  });
+  const onSignal = (sig: NodeJS.Signals) => {
+    if (stopping.signal.aborted) return;
+    log.info({ signal: sig }, 'shutdown requested');
+    stopping.abort();
+    resolveDone();
+  };
+  process.on('SIGTERM', onSignal);
+  process.on('SIGINT', onSignal);
+
+  const runsWorker = config.mode !== 'watcher';
+  const runsWatcher = config.mode !== 'worker';
+  const queues = taskQueues(config.temporal.taskQueue);
+
+  const { registry: metricsRegistry, metrics } = createMetricsRegistry();
+  let kube: KubeClients;
+  try {
+    kube = makeKubeClients(loadKubeConfig(config.kubeconfig));
+  } catch (err) {
+    const why = (err as Error).message.split('\n')[0];
+    throw new ConfigError(
+      'KUBECONFIG',
+      config.kubeconfig
+        ? `cannot load kubeconfig "${config.kubeconfig}": ${why}`
+        : `not set, and neither in-cluster config nor ~/.kube/config is usable: ${why}`,
+    );
+  }
+
+  const temporalMetrics = runsWorker ? await temporalMetricsAddress(config.temporal.metricsAddr) : null;
+  Runtime.install({
+    logger: temporalLogger(log.child({ component: 'temporal' })),
+    shutdownSignals: [], // this process orders its own shutdown (watcher, lease, then workers)
+    telemetryOptions: {
+      logging: { filter: { core: temporalLevelFor(config.logLevel), other: 'WARN' }, forward: {} },
+      ...(temporalMetrics ? { metrics: { prometheus: { bindAddress: formatListen(temporalMetrics) } } } : {}),
+    },
+  });
+
+  const readyChecks: ReadyCheck[] = [
+    {
+      name: 'temporal',
+      check: async () => {
+        const conn = running.connection;
+        if (!conn) return 'not connected';
+        await withTimeout(conn.healthService.check({}), TEMPORAL_HEALTH_TIMEOUT_MS, 'Temporal health check');
+        return undefined;
+      },
+    },
+  ];
+  if (runsWorker) {
+    readyChecks.push({
+      name: 'worker',
+      check: () => (running.workersReady ? undefined : 'workers not running'),
+    });
+  }
+  if (runsWatcher) {
+    readyChecks.push({
+      name: 'watcher',
+      check: () => {
+        if (running.elector && !running.elector.isLeader()) return undefined; // standby replicas are ready
+        if (!running.watcher) return 'not started';
+        return running.watcher.synced() ? undefined : 'informers not synced';
+      },
+    });
+  }
+  if (config.leaderElect && runsWatcher) {
+    new Gauge({
+      name: 'leader_election_master_status',
+      help: '1 while this process holds the leader Lease, else 0.',
+      labelNames: ['name'] as const,
+      registers: [metricsRegistry],
+      collect() {
+        this.set({ name: LEADER_ELECTION_ID }, running.elector?.isLeader() ? 1 : 0);
+      },
+    });
+  }
+  const extraMetrics = temporalMetrics
+    ? [
+        scrapeText(
+          `http://${formatListen({ host: temporalMetrics.host && temporalMetrics.host !== '0.0.0.0' ? temporalMetrics.host : '127.0.0.1', port: temporalMetrics.port })}/metrics`,
+        ),
+      ]
+    : [];
+
+  try {
+    running.http = await startHttp({
+      probeAddr: config.probeAddr,
+      metricsAddr: config.metricsAddr,
+      registry: metricsRegistry,
+      readyChecks,
+      extraMetrics,
+      log,
+    });
+    log.info(
+      {
+        probe: running.http.probe ?? 'off',
+        metrics: running.http.metrics ?? 'off',
+        temporalMetrics: temporalMetrics ? formatListen(temporalMetrics) : 'off',
+      },
+      'http endpoints listening',
+    );
+
+    running.connection = await connectTemporal(config, log, stopping.signal);
+    if (running.connection) {
+      const connection = running.connection;
+      const namespace = config.temporal.namespace;
+      if (runsWorker) {
+        const registry = new OCIRegistryClient(config.ociRegistry);
+        const kubeActivities = createKubeActivities({
+          kube,
+          log: log.child({ component: 'activity' }),
+          metrics,
+        });
+        const registryActivities = createRegistryActivities({ registry });
+        const common = {
+          connection,
+          namespace,
+          shutdownGraceTime: config.shutdownGraceMs,
+          shutdownForceTime: config.shutdownGraceMs + SHUTDOWN_SLACK_MS,
+        };
+        running.workers = [
+          await Worker.create({
+            ...common,
+            taskQueue: queues.workflows,
+            ...workflowSource(),
+            activities: kubeActivities,
+          }),
+          await Worker.create({
+            ...common,
+            taskQueue: queues.hibernationRegistry,
+            activities: registryActivities,
+            maxConcurrentActivityTaskExecutions: config.hibernationConcurrency,
+          }),
+          await Worker.create({
+            ...common,
+            taskQueue: queues.cocoonSetRegistry,
+            activities: registryActivities,
+            maxConcurrentActivityTaskExecutions: config.cocoonSetConcurrency,
+          }),
+        ];
+        running.workerRuns = running.workers.map((w) =>
+          w.run().catch((err) => {
+            fatal ??= err;
+            log.fatal({ err, taskQueue: w.options.taskQueue }, 'Temporal worker failed');
+            stopping.abort();
+            resolveDone();
+          }),
+        );
+        running.workersReady = true;
+        log.info(
+          {
+            queues,
+            cocoonsetConcurrency: config.cocoonSetConcurrency,
+            hibernationConcurrency: config.hibernationConcurrency,
+          },
+          'Temporal workers running',
+        );
+      }
+      if (runsWatcher && !stopping.signal.aborted) {
+        const client = new Client({ connection, namespace });
+        const startW = () => {
+          running.watcherOp = running.watcherOp.then(async () => {
+            if (running.watcher || stopping.signal.aborted) return;
+            running.watcher = await startWatcher({
+              kube,
+              client,
+              taskQueue: queues.workflows,
+              namespace: config.watchNamespace,
+              log,
+            });
+            log.info({ namespace: config.watchNamespace || '(all)' }, 'watcher started');
+          });
+          return running.watcherOp;
+        };
+        const stopW = () => {
+          running.watcherOp = running.watcherOp.then(async () => {
+            const w = running.watcher;
+            running.watcher = undefined;
+            if (w) {
+              await w.stop();
+              log.info('watcher stopped');
+            }
+          });
+          return running.watcherOp;
+        };
+        if (config.leaderElect) {
+          running.elector = new LeaderElector({
+            store: kubeLeaseStore(kube.coordination, config.leaderElectionNamespace, LEADER_ELECTION_ID),
+            identity: defaultIdentity(),
+            log: log.child({ component: 'leader' }),
+            onStartedLeading: startW,
+            onStoppedLeading: stopW,
+          });
+          running.elector.start();
+        } else {
+          await startW();
+        }
+      }
+      log.info(
+        {
+          mode: config.mode,
+          metrics: running.http.metrics ?? 'off',
+          probe: running.http.probe ?? 'off',
+          leader: config.leaderElect,
+          cocoonsetConcurrency: config.cocoonSetConcurrency,
+          hibernationConcurrency: config.hibernationConcurrency,
+        },
+        'operator started',
+      );
+    }
+  } catch (err) {
+    fatal ??= err;
+    if (!(err instanceof ConfigError)) log.fatal({ err }, 'startup failed');
+    stopping.abort();
+    resolveDone();
+  }
+
+  await done;
+  await shutdown(running, config, log);
+  process.off('SIGTERM', onSignal);
+  process.off('SIGINT', onSignal);
+  if (fatal instanceof ConfigError) throw fatal;
+  return fatal === undefined ? 0 : 1;
+}
+
+/** Stop order: watcher (via the elector, which then releases the Lease), workers (grace period), HTTP. */
+async function shutdown(running: Running, config: Config, log: Logger): Promise<void> {
+  const started = Date.now();
+  try {
+    if (running.elector) await running.elector.stop();
+    await running.watcherOp.catch((err) => log.error({ err }, 'watcher start failed'));
+    if (running.watcher) {
+      await running.watcher.stop();
+      running.watcher = undefined;
+      log.info('watcher stopped');
+    }
+  } catch (err) {
+    log.error({ err }, 'stopping the watcher failed');
+  }
+  running.workersReady = false;
+  for (const w of running.workers) {
+    if (w.getState() === 'RUNNING') w.shutdown();
+  }
+  await withTimeout(
+    Promise.all(running.workerRuns),
+    config.shutdownGraceMs + 2 * SHUTDOWN_SLACK_MS,
+    'worker shutdown',
+  ).catch((err) => log.error({ err }, 'workers did not stop in time'));
+  await running.connection?.close().catch(() => undefined);
+  await running.http?.close();
+  log.info({ ms: Date.now() - started }, 'shutdown complete');
+}
+
+/** Process entry: settings → run → exit code. */
+export async function main(argv = process.argv.slice(2), env = process.env): Promise<never> {
+  let config: Config;
+  try {
+    config = loadConfig(argv, env);
+  } catch (err) {
+    if (err instanceof HelpRequested) {
+      process.stdout.write(`${err.message}\n`);
+      process.exit(0);
+    }
+    if (err instanceof ConfigError) {
+      process.stderr.write(`${err.message}\n`);
+      process.exit(2);
+    }
+    throw err;
+  }
+  const log = createLogger(config.logLevel);
+  let code: number;
+  try {
+    code = await run(config, log);
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      process.stderr.write(`${err.message.split('\n')[0]}\n`);
+      process.exit(2);
+    }
+    log.fatal({ err }, 'operator failed');
+    code = 1;
+  }
+  process.exit(code);
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+  void main();
+}
