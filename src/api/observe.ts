@@ -35,6 +35,8 @@ export interface HibernationObservation {
   generation?: number;
   creationTimestamp?: string;
   deleting?: boolean;
+  /** RFC 3339, when deleting. */
+  deletionTimestamp?: string;
   finalizers?: string[];
   podRef?: string;
   desire?: string;
@@ -63,7 +65,6 @@ export function observePod(pod: V1Pod): PodObservation {
 
 /** Trims a CocoonHibernation to a HibernationObservation (pure). */
 export function observeHibernation(cr: CocoonHibernation): HibernationObservation {
-  const ts = cr.metadata.creationTimestamp as unknown;
   return {
     exists: true,
     namespace: cr.metadata.namespace ?? '',
@@ -71,11 +72,18 @@ export function observeHibernation(cr: CocoonHibernation): HibernationObservatio
     uid: cr.metadata.uid,
     resourceVersion: cr.metadata.resourceVersion,
     generation: cr.metadata.generation,
-    creationTimestamp: ts instanceof Date ? ts.toISOString() : (ts as string | undefined),
+    creationTimestamp: isoOf(cr.metadata.creationTimestamp),
     deleting: cr.metadata.deletionTimestamp != null,
+    deletionTimestamp: isoOf(cr.metadata.deletionTimestamp),
     finalizers: [...(cr.metadata.finalizers ?? [])],
     podRef: cr.spec?.podRef?.name,
     desire: cr.spec?.desire,
     status: cr.status ? structuredClone(cr.status) : undefined,
   };
+}
+
+/** client-node deserializes timestamps to Date; observations carry RFC 3339 strings. */
+function isoOf(t: unknown): string | undefined {
+  if (t == null) return undefined;
+  return t instanceof Date ? t.toISOString() : String(t);
 }

@@ -1,0 +1,55 @@
+/**
+ * Registry activities: HEAD and DELETE of a snapshot tag. They run on the controller's own registry task
+ * queue, whose worker's maxConcurrentActivityTaskExecutions is the concurrency knob (DESIGN.md §2).
+ * Cancellation of the activity aborts the HTTP request.
+ */
+import { Context } from '@temporalio/activity';
+import { ApplicationFailure } from '@temporalio/common';
+
+/** The two registry operations the operator needs (src/registry implements them over the OCI API). */
+export interface ManifestRegistry {
+  hasManifest(name: string, reference: string, opts?: { signal?: AbortSignal }): Promise<boolean>;
+  deleteManifest(name: string, reference: string, opts?: { signal?: AbortSignal }): Promise<void>;
+}
+
+function cancellationSignal(): AbortSignal | undefined {
+  try {
+    return Context.current().cancellationSignal;
+  } catch {
+    return undefined; // called outside an activity (unit tests)
+  }
+}
+
+function asFailure(op: string, vmName: string, tag: string, err: unknown): ApplicationFailure {
+  const e = err as { message?: string; retryable?: boolean; status?: number };
+  return ApplicationFailure.create({
+    type: 'RegistryError',
+    message: `${op} ${vmName}:${tag}: ${e?.message ?? String(err)}`,
+    nonRetryable: e?.retryable === false,
+    details: [{ status: e?.status }],
+  });
+}
+
+/** Builds the registry activities around one registry client. */
+export function createRegistryActivities(deps: { registry: ManifestRegistry }) {
+  return {
+    /** HEAD `<vmName>:<tag>`: true on 200, false on 404; any other outcome fails the activity. */
+    async hasManifest(input: { vmName: string; tag: string }): Promise<boolean> {
+      try {
+        return await deps.registry.hasManifest(input.vmName, input.tag, { signal: cancellationSignal() });
+      } catch (err) {
+        throw asFailure('probe', input.vmName, input.tag, err);
+      }
+    },
+    /** DELETE `<vmName>:<tag>`; a 404 counts as success. */
+    async deleteManifest(input: { vmName: string; tag: string }): Promise<void> {
+      try {
+        await deps.registry.deleteManifest(input.vmName, input.tag, { signal: cancellationSignal() });
+      } catch (err) {
+        throw asFailure('delete', input.vmName, input.tag, err);
+      }
+    },
+  };
+}
+
+export type RegistryActivities = ReturnType<typeof createRegistryActivities>;

@@ -1,0 +1,250 @@
+/**
+ * The CocoonHibernation rules as pure functions: routing, completion gates, deadlines, and the status
+ * writers' merge-patch bodies (spec/hibernation.md §3–§6). No I/O and no clock reads: callers pass `nowMs`,
+ * so the VM workflow (deterministic time) and unit tests share them.
+ */
+import { CONDITION_CONFLICT, CONDITION_READY, LifecycleStates } from '../api/keys.js';
+import type { PodObservation } from '../api/observe.js';
+import { parseGeneration } from '../api/pod.js';
+import { Annotations } from '../api/keys.js';
+import type { CocoonHibernation, Condition, HibernationPhase } from '../api/types.js';
+
+/** Hibernate deadline, 3 min (spec §5). */
+export const HIBERNATE_TIMEOUT_MS = 3 * 60_000;
+/** Wake deadline, 5 min (spec §5). */
+export const WAKE_TIMEOUT_MS = 5 * 60_000;
+
+export type Path = 'hibernate' | 'wake';
+export type Status = NonNullable<CocoonHibernation['status']>;
+
+/** A CR as the rules see it: generation, uid, names, spec and status. */
+export interface CRView {
+  name: string;
+  namespace: string;
+  uid?: string;
+  generation?: number;
+  podRef?: string;
+  desire?: string;
+  status?: Status;
+}
+
+/**
+ * Reverse-desire routing (spec §3 step 8): an in-flight transition finishes before the reverse one
+ * starts. Returns the path, or `{ unknown }` for a desire that is neither Hibernate nor Wake.
+ */
+export function route(desire: string | undefined, phase: string | undefined): Path | { unknown: string } {
+  if (desire === 'Hibernate') return phase === 'Waking' ? 'wake' : 'hibernate';
+  if (desire === 'Wake') return phase === 'Hibernating' ? 'hibernate' : 'wake';
+  return { unknown: desire ?? '' };
+}
+
+function ann(pod: PodObservation, key: string): string {
+  return pod.annotations?.[key] ?? '';
+}
+
+/** `vm.cocoonstack.io/hibernate` is exactly "true". */
+export function hibernateAnnotated(pod: PodObservation): boolean {
+  return ann(pod, Annotations.hibernate) === 'true';
+}
+
+/**
+ * Hibernate completion gate before the registry probe (spec §3.1 step 3): lifecycle-state is
+ * `hibernated` and its observed generation is at least the pod's CocoonSet generation stamp.
+ */
+export function hibernateGateOpen(pod: PodObservation): boolean {
+  return (
+    ann(pod, Annotations.lifecycleState) === LifecycleStates.hibernated &&
+    parseGeneration(ann(pod, Annotations.lifecycleObservedGeneration)) >=
+      parseGeneration(ann(pod, Annotations.cocoonSetGeneration))
+  );
+}
+
+/** Wake completion gate (spec §3.2 step 3): a running container and a non-empty VM id. */
+export function wakeGateOpen(pod: PodObservation): boolean {
+  return pod.containerRunning === true && ann(pod, Annotations.vmID) !== '';
+}
+
+/** Ready.lastTransitionTime in epoch ms, or undefined when absent or unparsable. */
+export function readyTransitionMs(status: Status | undefined): number | undefined {
+  const ltt = status?.conditions?.find((c) => c.type === CONDITION_READY)?.lastTransitionTime;
+  if (!ltt) return undefined;
+  const t = Date.parse(ltt);
+  return Number.isNaN(t) || t <= 0 ? undefined : t;
+}
+
+/**
+ * The deadline of the in-flight phase in epoch ms: Ready.lastTransitionTime + timeout while the cached
+ * phase is `phase`; undefined when the phase differs or the timestamp is missing (spec §5).
+ */
+export function deadlineOf(status: Status | undefined, phase: HibernationPhase, timeoutMs: number): number | undefined {
+  if (status?.phase !== phase) return undefined;
+  const t = readyTransitionMs(status);
+  return t === undefined ? undefined : t + timeoutMs;
+}
+
+/** Deadline strictly exceeded (spec §5: `now − LTT > timeout`). */
+export function deadlineExceeded(
+  status: Status | undefined,
+  phase: HibernationPhase,
+  timeoutMs: number,
+  nowMs: number,
+): boolean {
+  const d = deadlineOf(status, phase, timeoutMs);
+  return d !== undefined && nowMs > d;
+}
+
+/** RFC 3339 at second precision, as metav1.Time serializes. */
+export function rfc3339(ms: number): string {
+  return new Date(Math.floor(ms / 1000) * 1000).toISOString().replace(/\.\d{3}Z$/, 'Z');
+}
+
+/** Go's Duration.String() for whole seconds/minutes/hours as used in messages: 180000 → "3m0s". */
+export function goDuration(ms: number): string {
+  const total = Math.floor(ms / 1000);
+  const h = Math.floor(total / 3600);
+  const m = Math.floor((total % 3600) / 60);
+  const s = total % 60;
+  if (h > 0) return `${h}h${m}m${s}s`;
+  if (m > 0) return `${m}m${s}s`;
+  return `${s}s`;
+}
+
+/** Go's `%q` for the ASCII strings that reach messages (JSON quoting agrees with strconv.Quote there). */
+export function goQuote(s: string): string {
+  return JSON.stringify(s);
+}
+
+/** The Ready condition each phase maps to (spec §4.1 table). */
+export function readyConditionFor(phase: HibernationPhase, generation: number): Omit<Condition, 'lastTransitionTime'> {
+  const done = phase === 'Hibernated' || phase === 'Active';
+  return {
+    type: CONDITION_READY,
+    status: done ? 'True' : 'False',
+    reason: done ? 'Done' : phase === 'Failed' ? 'Failed' : 'Pending',
+    message: phase,
+    observedGeneration: generation,
+  };
+}
+
+/**
+ * apimachinery SetStatusCondition: append with LTT=now; on a status flip update LTT; otherwise keep LTT;
+ * reason, message and observedGeneration always overwritten. Returns a new list.
+ */
+export function setCondition(conditions: Condition[] | undefined, next: Omit<Condition, 'lastTransitionTime'>, nowMs: number, forceTransition = false): Condition[] {
+  const list = (conditions ?? []).map((c) => ({ ...c }));
+  const i = list.findIndex((c) => c.type === next.type);
+  if (i < 0) {
+    list.push({ ...next, lastTransitionTime: rfc3339(nowMs) });
+    return list;
+  }
+  const old = list[i]!;
+  const flipped = old.status !== next.status;
+  list[i] = {
+    ...old,
+    ...next,
+    lastTransitionTime: flipped || forceTransition || !old.lastTransitionTime ? rfc3339(nowMs) : old.lastTransitionTime,
+  };
+  return list;
+}
+
+/** A merge-patch body for the status subresource. */
+export interface StatusPatch {
+  status: Partial<Status>;
+}
+
+function sameConditions(a: Condition[] | undefined, b: Condition[] | undefined): boolean {
+  return JSON.stringify(a ?? []) === JSON.stringify(b ?? []);
+}
+
+/**
+ * setPhase (spec §4.1): null when phase, vmName and observedGeneration already match; otherwise the patch,
+ * with the Ready.lastTransitionTime forced to now when entering Hibernating/Waking from another phase.
+ */
+export function setPhasePatch(cr: CRView, phase: HibernationPhase, vmName: string, nowMs: number): StatusPatch | null {
+  const gen = cr.generation ?? 0;
+  const st = cr.status;
+  if (st?.phase === phase && (st.vmName ?? '') === vmName && (st.observedGeneration ?? 0) === gen) return null;
+  const force = (phase === 'Hibernating' || phase === 'Waking') && st?.phase !== phase;
+  const conditions = setCondition(st?.conditions, readyConditionFor(phase, gen), nowMs, force);
+  return { status: { observedGeneration: gen, phase, vmName, conditions } };
+}
+
+/**
+ * markPending (spec §4.2): never demotes Hibernated/Waking; no-op when already Pending at this generation
+ * with the same message; vmName untouched.
+ */
+export function markPendingPatch(cr: CRView, message: string, nowMs: number): StatusPatch | null {
+  const gen = cr.generation ?? 0;
+  const st = cr.status;
+  if (st?.phase === 'Hibernated' || st?.phase === 'Waking') return null;
+  const ready = st?.conditions?.find((c) => c.type === CONDITION_READY);
+  if (st?.phase === 'Pending' && (st.observedGeneration ?? 0) === gen && ready?.message === message) return null;
+  const conditions = setCondition(
+    st?.conditions,
+    { type: CONDITION_READY, status: 'False', reason: 'Pending', message, observedGeneration: gen },
+    nowMs,
+  );
+  return { status: { observedGeneration: gen, phase: 'Pending', conditions } };
+}
+
+/**
+ * markFailed (spec §4.3): phase Failed with the message; vmName untouched. Returns null when the status
+ * already says exactly this (the reference sends an empty diff, which the apiserver ignores).
+ */
+export function markFailedPatch(cr: CRView, message: string, nowMs: number): StatusPatch | null {
+  const gen = cr.generation ?? 0;
+  const st = cr.status;
+  const conditions = setCondition(
+    st?.conditions,
+    { type: CONDITION_READY, status: 'False', reason: 'Failed', message, observedGeneration: gen },
+    nowMs,
+  );
+  if (st?.phase === 'Failed' && (st.observedGeneration ?? 0) === gen && sameConditions(st.conditions, conditions)) return null;
+  return { status: { observedGeneration: gen, phase: 'Failed', conditions } };
+}
+
+/**
+ * The DesireConflict condition this port adds (not in the reference): True on a CR whose desire loses to
+ * another live CR's in-flight or older desire on the same VM, removed when it no longer conflicts. Null when
+ * nothing changes.
+ */
+export function conflictPatch(cr: CRView, conflictMessage: string | undefined, nowMs: number): StatusPatch | null {
+  const st = cr.status;
+  const existing = st?.conditions?.find((c) => c.type === CONDITION_CONFLICT);
+  if (conflictMessage === undefined) {
+    if (!existing) return null;
+    return { status: { conditions: (st?.conditions ?? []).filter((c) => c.type !== CONDITION_CONFLICT) } };
+  }
+  const conditions = setCondition(
+    st?.conditions,
+    {
+      type: CONDITION_CONFLICT,
+      status: 'True',
+      reason: 'AnotherCRHoldsVM',
+      message: conflictMessage,
+      observedGeneration: cr.generation ?? 0,
+    },
+    nowMs,
+  );
+  if (sameConditions(st?.conditions, conditions)) return null;
+  return { status: { conditions } };
+}
+
+/** Applies a status patch to a CR view locally (what the apiserver's merge would produce). */
+export function applyStatusPatch<T extends CRView>(cr: T, patch: StatusPatch): T {
+  return { ...cr, status: { ...(cr.status ?? {}), ...patch.status } };
+}
+
+/**
+ * Holder rule of the deletion flow (spec §8, fixes 472581f/36df05a): another live CR (different uid, not
+ * deleting) that recorded the same VM or targets the same pod keeps the `:hibernate` tag alive.
+ */
+export function heldByAnother(
+  self: { uid?: string; podRef?: string; vmName: string },
+  others: Array<{ uid?: string; deleting?: boolean; podRef?: string; status?: Status }>,
+): boolean {
+  return others.some(
+    (o) =>
+      o.uid !== self.uid && !o.deleting && ((o.status?.vmName ?? '') === self.vmName || (o.podRef ?? '') === self.podRef),
+  );
+}

@@ -1,0 +1,576 @@
+/**
+ * The VM entity workflow: one per pod (`vm/<namespace>/<pod>`). Every effect on that VM's hibernate
+ * annotation and `:hibernate` tag happens here, one step at a time, so two CocoonHibernations (or a
+ * deleting one and a live one) can never interleave their annotation writes or registry calls: the
+ * serialization the Go operator gets from its striped per-VM mutex holds by construction (DESIGN.md §2).
+ *
+ * Protocol: signals podObserved / hibernationObserved / resync, query `state`. The body is a loop:
+ * reconcile every CocoonHibernation targeting the pod (spec/hibernation.md §3, rules in
+ * src/hibernation/rules.ts), then sleep until a signal, a deadline or the slow fallback re-read; continue
+ * as new before the history grows large; complete when no CocoonHibernation targets the pod any more.
+ */
+import {
+  ActivityFailure,
+  ApplicationFailure,
+  allHandlersFinished,
+  condition,
+  continueAsNew,
+  log,
+  proxyActivities,
+  setHandler,
+  upsertSearchAttributes,
+  workflowInfo,
+} from '@temporalio/workflow';
+import { taskQueues } from '../api/ids.js';
+import { Annotations, EventReasons, Finalizers, SearchAttributes, Tags } from '../api/keys.js';
+import type { HibernationObservation, PodObservation } from '../api/observe.js';
+import type { HibernationPhase } from '../api/types.js';
+import type { EventInput, KubeActivities } from '../activities/kube.js';
+import type { RegistryActivities } from '../activities/registry.js';
+import {
+  HIBERNATE_TIMEOUT_MS,
+  WAKE_TIMEOUT_MS,
+  applyStatusPatch,
+  conflictPatch,
+  deadlineExceeded,
+  deadlineOf,
+  goDuration,
+  goQuote,
+  heldByAnother,
+  hibernateAnnotated,
+  hibernateGateOpen,
+  markFailedPatch,
+  markPendingPatch,
+  type Path,
+  readyTransitionMs,
+  route,
+  setPhasePatch,
+  type StatusPatch,
+  wakeGateOpen,
+} from '../hibernation/rules.js';
+import {
+  type VMWorkflowInput,
+  hibernationObservedSignal,
+  podObservedSignal,
+  resyncSignal,
+  vmStateQuery,
+} from './messages.js';
+
+/** Re-read the world this often while a transition is in flight, in case a watch event was missed. */
+const FALLBACK_RESYNC_MS = 60_000;
+/** After a deadline turned a transition Failed, retry it after this long (or sooner on any change). */
+const FAILED_RETRY_MS = 30_000;
+/** Error backoff for a CR's pass: 1 s doubling to 60 s. */
+const BACKOFF_BASE_MS = 1_000;
+const BACKOFF_MAX_MS = 60_000;
+/** Deleting CRs wait for an in-flight vk hibernate round at most this long before dropping the tag. */
+const DELETE_ROUND_WAIT_MS = HIBERNATE_TIMEOUT_MS;
+/** Continue as new past this many history events (well under Temporal's 51,200 limit). */
+const MAX_HISTORY_EVENTS = 5_000;
+
+/** One CocoonHibernation as this workflow tracks it, plus its private scheduling state. */
+interface TrackedCR extends HibernationObservation {
+  /** Consecutive failed passes (error backoff). */
+  failures?: number;
+  /** Epoch ms until which a failed pass backs off (no pass at all before it). */
+  backoffUntil?: number;
+  /** Epoch ms of the next retry of a Failed transition, or of a deleting CR's next look. */
+  retryAt?: number;
+}
+
+/** Workflow state; carried across continue-as-new. Plain JSON. */
+export interface VMState {
+  namespace: string;
+  pod: string;
+  podObs?: PodObservation;
+  crs: Record<string, TrackedCR>;
+  needResync: boolean;
+  /** The VM this workflow last touched (for search attributes and the query). */
+  vmName?: string;
+  /** Epoch ms of the last full re-read. */
+  lastResyncAt?: number;
+  /** Search attributes last upserted, to upsert only on change. */
+  published?: string;
+  /** Consecutive failed re-reads, and when to try the next one. */
+  resyncFailures?: number;
+  resyncAt?: number;
+}
+
+const kube = proxyActivities<KubeActivities>({
+  startToCloseTimeout: '30s',
+  retry: { initialInterval: '500ms', maximumInterval: '10s', maximumAttempts: 5, nonRetryableErrorTypes: ['NotFound'] },
+});
+
+function registryActivities(): RegistryActivities {
+  return proxyActivities<RegistryActivities>({
+    taskQueue: taskQueues(workflowInfo().taskQueue).hibernationRegistry,
+    // The client's own request timeout is 30 s; this bounds a wedged call that ignores it.
+    startToCloseTimeout: '45s',
+    retry: { initialInterval: '1s', maximumInterval: '5s', maximumAttempts: 3 },
+  });
+}
+
+/** Resource versions are etcd revisions in practice; compare numerically when both are numeric. */
+function olderThan(incoming: string | undefined, current: string | undefined): boolean {
+  if (!incoming || !current || !/^\d+$/.test(incoming) || !/^\d+$/.test(current)) return false;
+  return BigInt(incoming) < BigInt(current);
+}
+
+function sameIgnoringVersion<T extends { resourceVersion?: string }>(a: T | undefined, b: T): boolean {
+  if (!a) return false;
+  return JSON.stringify({ ...a, resourceVersion: undefined }) === JSON.stringify({ ...b, resourceVersion: undefined });
+}
+
+function errorMessage(err: unknown): string {
+  if (err instanceof ActivityFailure && err.cause) return err.cause.message;
+  return err instanceof Error ? err.message : String(err);
+}
+
+function isNotFound(err: unknown): boolean {
+  return err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'NotFound';
+}
+
+/** Entity workflow for one VM. See the module comment. */
+export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
+  const state: VMState = (input.carried as VMState | undefined) ?? {
+    namespace: input.namespace,
+    pod: input.pod,
+    crs: {},
+    needResync: true,
+  };
+  const registry = registryActivities();
+  let dirty = true;
+
+  setHandler(podObservedSignal, (obs) => {
+    if (olderThan(obs.resourceVersion, state.podObs?.resourceVersion)) return;
+    if (sameIgnoringVersion(state.podObs, obs)) return;
+    state.podObs = obs;
+    dirty = true;
+  });
+  setHandler(hibernationObservedSignal, (obs) => {
+    const cur = state.crs[obs.name];
+    if (!obs.exists) {
+      // Gone from the API (finalizer removed by us or by hand): nothing left to do for it.
+      if (cur && (!obs.uid || cur.uid === obs.uid)) delete state.crs[obs.name];
+      dirty = true;
+      return;
+    }
+    if (cur && cur.uid === obs.uid && olderThan(obs.resourceVersion, cur.resourceVersion)) return;
+    if (cur && sameIgnoringVersion(stripScheduling(cur), obs)) return;
+    const prev = cur?.uid === obs.uid ? cur : undefined;
+    // A spec edit (new generation) retries a Failed transition at once instead of waiting FAILED_RETRY_MS.
+    const retryAt = prev?.generation === obs.generation ? prev?.retryAt : undefined;
+    state.crs[obs.name] = { ...obs, failures: prev?.failures ?? 0, backoffUntil: prev?.backoffUntil, retryAt };
+    dirty = true;
+  });
+  setHandler(resyncSignal, () => {
+    state.needResync = true;
+    dirty = true;
+  });
+  setHandler(vmStateQuery, () => describe(state));
+
+  for (;;) {
+    if (dirty) {
+      dirty = false;
+      await reconcileAll(state, registry);
+    }
+    publishSearchAttributes(state);
+    if (Object.keys(state.crs).length === 0 && !state.needResync) {
+      await condition(allHandlersFinished);
+      if (!dirty) return; // no CocoonHibernation targets this pod any more
+      continue;
+    }
+    const info = workflowInfo();
+    if (info.continueAsNewSuggested || info.historyLength > MAX_HISTORY_EVENTS) {
+      await condition(allHandlersFinished);
+      if (!dirty) await continueAsNew<typeof vmWorkflow>({ namespace: state.namespace, pod: state.pod, carried: state });
+    }
+    const wakeAt = nextWake(state);
+    const signalled = await condition(() => dirty, wakeAt === undefined ? undefined : Math.max(1, wakeAt - Date.now()));
+    if (!signalled) {
+      dirty = true;
+      if (state.lastResyncAt === undefined || Date.now() - state.lastResyncAt >= FALLBACK_RESYNC_MS) {
+        state.needResync = inFlight(state);
+      }
+    }
+  }
+}
+
+function stripScheduling(cr: TrackedCR): HibernationObservation {
+  const { failures: _f, backoffUntil: _b, retryAt: _r, ...obs } = cr;
+  return obs;
+}
+
+function inFlight(state: VMState): boolean {
+  return Object.values(state.crs).some(
+    (cr) => cr.deleting || cr.status?.phase === 'Hibernating' || cr.status?.phase === 'Waking',
+  );
+}
+
+/** Earliest time any CR wants a pass without a signal: deadlines, retries, fallback re-reads. */
+function nextWake(state: VMState): number | undefined {
+  let at: number | undefined;
+  const consider = (t: number | undefined) => {
+    if (t !== undefined && (at === undefined || t < at)) at = t;
+  };
+  // Deadlines are strict (now − LTT > timeout) at second precision: look one second after.
+  const after = (t: number | undefined) => (t === undefined ? undefined : t + 1_000);
+  for (const cr of Object.values(state.crs)) {
+    consider(cr.backoffUntil);
+    consider(cr.retryAt);
+    consider(after(deadlineOf(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS)));
+    consider(after(deadlineOf(cr.status, 'Waking', WAKE_TIMEOUT_MS)));
+  }
+  if (state.needResync) consider(state.resyncAt);
+  if (inFlight(state)) consider((state.lastResyncAt ?? Date.now()) + FALLBACK_RESYNC_MS);
+  return at;
+}
+
+/** CRs in a stable order: oldest first, then by name. */
+function ordered(state: VMState): TrackedCR[] {
+  return Object.values(state.crs).sort(
+    (a, b) => (a.creationTimestamp ?? '').localeCompare(b.creationTimestamp ?? '') || a.name.localeCompare(b.name),
+  );
+}
+
+async function resync(state: VMState): Promise<void> {
+  const world = await kube.readVMWorld({ namespace: state.namespace, pod: state.pod });
+  state.podObs = world.pod;
+  const next: Record<string, TrackedCR> = {};
+  for (const obs of world.hibernations) {
+    const cur = state.crs[obs.name];
+    const prev = cur?.uid === obs.uid ? cur : undefined;
+    next[obs.name] = { ...obs, failures: prev?.failures, backoffUntil: prev?.backoffUntil, retryAt: prev?.retryAt };
+  }
+  state.crs = next;
+  state.needResync = false;
+  state.resyncFailures = 0;
+  state.resyncAt = undefined;
+  state.lastResyncAt = Date.now();
+}
+
+async function reconcileAll(state: VMState, registry: RegistryActivities): Promise<void> {
+  if (state.needResync) {
+    try {
+      await resync(state);
+    } catch (err) {
+      log.warn('resync failed', { error: errorMessage(err) });
+      state.resyncFailures = (state.resyncFailures ?? 0) + 1;
+      state.resyncAt = Date.now() + backoffDelay(state.resyncFailures);
+      return;
+    }
+  }
+  const now = Date.now();
+  for (const cr of ordered(state)) {
+    if (!state.crs[cr.name]) continue; // removed by an earlier pass this round
+    if ((cr.backoffUntil ?? 0) > now) continue;
+    cr.backoffUntil = undefined;
+    try {
+      await passUntilSettled(state, cr.name, registry);
+      const tracked = state.crs[cr.name];
+      if (tracked) tracked.failures = 0;
+    } catch (err) {
+      const tracked = state.crs[cr.name];
+      log.warn('reconcile pass failed', { cr: cr.name, error: errorMessage(err) });
+      if (isNotFound(err)) state.needResync = true;
+      if (tracked) backoff(tracked);
+    }
+  }
+}
+
+function backoffDelay(failures: number): number {
+  return Math.min(BACKOFF_BASE_MS * 2 ** (failures - 1), BACKOFF_MAX_MS);
+}
+
+function backoff(cr: TrackedCR): void {
+  cr.failures = (cr.failures ?? 0) + 1;
+  cr.backoffUntil = Date.now() + backoffDelay(cr.failures);
+}
+
+/** Runs passes for one CR until one ends without asking to go again (the finalizer add asks). */
+async function passUntilSettled(state: VMState, name: string, registry: RegistryActivities): Promise<void> {
+  for (let i = 0; i < 5; i++) {
+    const again = await pass(state, name, registry);
+    if (!again) return;
+  }
+}
+
+/** One reconcile pass for CR `name` (spec §3). Returns true to run another pass right away. */
+async function pass(state: VMState, name: string, registry: RegistryActivities): Promise<boolean> {
+  const cr = state.crs[name];
+  if (!cr?.exists) {
+    delete state.crs[name];
+    return false;
+  }
+  if (cr.deleting) {
+    await deletionFlow(state, cr, registry);
+    return false;
+  }
+  if (!(cr.finalizers ?? []).includes(Finalizers.cocoonHibernation)) {
+    track(state, await kube.setHibernationFinalizer({ namespace: cr.namespace, name: cr.name, present: true }));
+    return true;
+  }
+  if (!cr.podRef) {
+    await writeStatus(state, cr, markFailedPatch(cr, 'spec.podRef.name is required', Date.now()));
+    return false;
+  }
+  const pod = state.podObs;
+  if (!pod?.exists) {
+    await writeStatus(state, cr, markPendingPatch(cr, `pod ${cr.namespace}/${cr.podRef} not yet present`, Date.now()));
+    return false;
+  }
+  const vmName = pod.annotations?.[Annotations.vmName] ?? '';
+  if (!vmName) {
+    const msg = `pod ${cr.namespace}/${cr.podRef} has no ${Annotations.vmName} annotation yet`;
+    await writeStatus(state, cr, markPendingPatch(cr, msg, Date.now()));
+    return false;
+  }
+  const path = route(cr.desire, cr.status?.phase);
+  if (typeof path !== 'string') {
+    await writeStatus(state, cr, markFailedPatch(cr, `unknown desire ${goQuote(path.unknown)}`, Date.now()));
+    return false;
+  }
+  const holder = holderOf(state);
+  if (holder && holder.cr.name !== cr.name && holder.path !== path) {
+    const msg = `VM ${vmName} is held by cocoonhibernation ${holder.cr.name} (desire ${holder.cr.desire}); desire ${cr.desire} waits until that one is deleted`;
+    await writeStatus(state, cr, conflictPatch(cr, msg, Date.now()));
+    return false;
+  }
+  await writeStatus(state, cr, conflictPatch(cr, undefined, Date.now()));
+  state.vmName = vmName;
+  log.debug(`reconcile hibernation ${cr.namespace}/${cr.name} desire=${cr.desire} vm=${vmName}`);
+  if (path === 'hibernate') await hibernatePath(state, name, vmName, registry);
+  else await wakePath(state, name, vmName, registry);
+  return false;
+}
+
+/**
+ * The CR whose path the VM follows when live CRs disagree: the first (oldest) one with a transition in
+ * flight, else the oldest live one. A deliberate addition: the reference only serializes, so opposite
+ * desires take turns flipping the annotation.
+ */
+function holderOf(state: VMState): { cr: TrackedCR; path: Path } | undefined {
+  const live = ordered(state).flatMap((cr) => {
+    if (!cr.exists || cr.deleting || !cr.podRef) return [];
+    const path = route(cr.desire, cr.status?.phase);
+    return typeof path === 'string' ? [{ cr, path }] : [];
+  });
+  return live.find((l) => l.cr.status?.phase === 'Hibernating' || l.cr.status?.phase === 'Waking') ?? live[0];
+}
+
+function track(state: VMState, obs: HibernationObservation): TrackedCR | undefined {
+  const cur = state.crs[obs.name];
+  if (!obs.exists) {
+    delete state.crs[obs.name];
+    return undefined;
+  }
+  const next: TrackedCR = { ...obs, failures: cur?.failures, backoffUntil: cur?.backoffUntil, retryAt: cur?.retryAt };
+  state.crs[obs.name] = next;
+  return next;
+}
+
+async function writeStatus(state: VMState, cr: TrackedCR, patch: StatusPatch | null): Promise<TrackedCR> {
+  if (!patch) return cr;
+  const obs = await kube.patchHibernationStatus({ namespace: cr.namespace, name: cr.name, patch });
+  // The response is authoritative; fall back to a local apply if it somehow lacks the status.
+  return track(state, obs.status ? obs : applyStatusPatch({ ...obs }, patch)) ?? cr;
+}
+
+async function patchHibernate(state: VMState, value: 'true' | null): Promise<PodObservation> {
+  const pod = state.podObs!;
+  const updated = await kube.patchPodAnnotations({
+    namespace: pod.namespace,
+    pod: pod.name,
+    uid: pod.uid,
+    annotations: { [Annotations.hibernate]: value },
+  });
+  state.podObs = updated;
+  return updated;
+}
+
+function eventBase(cr: TrackedCR): Pick<EventInput, 'namespace' | 'involved'> {
+  return {
+    namespace: cr.namespace,
+    involved: { kind: 'CocoonHibernation', name: cr.name, uid: cr.uid, apiVersion: 'cocoonset.cocoonstack.io/v1' },
+  };
+}
+
+/**
+ * Phase-exit announcement (spec §9.2): one event per attempt (keyed by the attempt's Ready transition
+ * time), and the phase-duration metric when the phase being left is Hibernating/Waking.
+ */
+async function announce(
+  cr: TrackedCR,
+  kind: 'hibernate' | 'wake',
+  result: 'ok' | 'timeout',
+  reason: string,
+  type: 'Normal' | 'Warning',
+  message: string,
+): Promise<void> {
+  const ltt = readyTransitionMs(cr.status);
+  const inPhase = cr.status?.phase === (kind === 'hibernate' ? 'Hibernating' : 'Waking');
+  await kube.emitEvent({
+    ...eventBase(cr),
+    type,
+    reason,
+    message,
+    key: `${cr.uid}/${reason}/${ltt ?? 'none'}/${cr.generation ?? 0}`,
+    phaseDuration:
+      inPhase && ltt !== undefined ? { kind, result, seconds: Math.max(0, (Date.now() - ltt) / 1000) } : undefined,
+  });
+}
+
+async function retryRequested(cr: TrackedCR, desire: string): Promise<void> {
+  if (cr.status?.phase !== 'Failed') return;
+  await kube.emitEvent({
+    ...eventBase(cr),
+    type: 'Normal',
+    reason: EventReasons.retryRequested,
+    message: `retrying ${desire} after prior failure`,
+    key: `${cr.uid}/${EventReasons.retryRequested}/${readyTransitionMs(cr.status) ?? 'none'}/${cr.resourceVersion}`,
+  });
+}
+
+function steady(cr: TrackedCR, phase: HibernationPhase, vmName: string): boolean {
+  return cr.status?.phase === phase && cr.status.vmName === vmName && (cr.status.observedGeneration ?? 0) === (cr.generation ?? 0);
+}
+
+/** HIBERNATE path (spec §3.1). */
+async function hibernatePath(state: VMState, name: string, vmName: string, registry: RegistryActivities): Promise<void> {
+  let cr = state.crs[name]!;
+  if (cr.status?.phase === 'Failed' && (cr.retryAt ?? 0) > Date.now()) return; // waiting out FAILED_RETRY_MS
+  await retryRequested(cr, 'Hibernate');
+  const pod = hibernateAnnotated(state.podObs!) ? state.podObs! : await patchHibernate(state, 'true');
+  if (hibernateGateOpen(pod)) {
+    // A steady Hibernated CR does not re-probe on every pod event (the reference does; spec §3.1).
+    if (steady(cr, 'Hibernated', vmName)) return;
+    let present = false;
+    try {
+      present = await registry.hasManifest({ vmName, tag: Tags.hibernate });
+    } catch (err) {
+      if (!deadlineExceeded(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS, Date.now())) {
+        throw new Error(`probe hibernate snapshot ${vmName}: ${errorMessage(err)}`);
+      }
+    }
+    if (present) {
+      await announce(cr, 'hibernate', 'ok', EventReasons.hibernated, 'Normal', `snapshot ${vmName} pushed to the registry`);
+      await writeStatus(state, cr, setPhasePatch(cr, 'Hibernated', vmName, Date.now()));
+      return;
+    }
+  }
+  if (deadlineExceeded(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS, Date.now())) {
+    const limit = goDuration(HIBERNATE_TIMEOUT_MS);
+    await announce(cr, 'hibernate', 'timeout', EventReasons.hibernateTimedOut, 'Warning', `snapshot ${vmName} not confirmed in the registry within ${limit}`);
+    cr = await writeStatus(state, cr, markFailedPatch(cr, `hibernate not confirmed within ${limit}`, Date.now()));
+    cr.retryAt = Date.now() + FAILED_RETRY_MS;
+    return;
+  }
+  await writeStatus(state, cr, setPhasePatch(cr, 'Hibernating', vmName, Date.now()));
+}
+
+/** WAKE path (spec §3.2). */
+async function wakePath(state: VMState, name: string, vmName: string, registry: RegistryActivities): Promise<void> {
+  let cr = state.crs[name]!;
+  if (cr.status?.phase === 'Failed' && (cr.retryAt ?? 0) > Date.now()) return; // waiting out FAILED_RETRY_MS
+  await retryRequested(cr, 'Wake');
+  const pod = hibernateAnnotated(state.podObs!) ? await patchHibernate(state, null) : state.podObs!;
+  if (wakeGateOpen(pod)) {
+    // A steady Active CR does not DELETE the tag on every pod event (the reference does; spec §3.2).
+    if (steady(cr, 'Active', vmName)) return;
+    try {
+      await registry.deleteManifest({ vmName, tag: Tags.hibernate });
+    } catch (err) {
+      log.error(`delete hibernation snapshot ${vmName}`, { error: errorMessage(err) });
+    }
+    await announce(cr, 'wake', 'ok', EventReasons.wokenActive, 'Normal', `pod ${cr.namespace}/${pod.name} is running`);
+    await writeStatus(state, cr, setPhasePatch(cr, 'Active', vmName, Date.now()));
+    return;
+  }
+  if (deadlineExceeded(cr.status, 'Waking', WAKE_TIMEOUT_MS, Date.now())) {
+    const limit = goDuration(WAKE_TIMEOUT_MS);
+    await announce(cr, 'wake', 'timeout', EventReasons.wakeTimedOut, 'Warning', `vk-cocoon did not report the container running within ${limit}`);
+    cr = await writeStatus(state, cr, markFailedPatch(cr, `wake timed out after ${limit}; vk-cocoon never reported the container running`, Date.now()));
+    cr.retryAt = Date.now() + FAILED_RETRY_MS;
+    return;
+  }
+  await writeStatus(state, cr, setPhasePatch(cr, 'Waking', vmName, Date.now()));
+}
+
+/**
+ * Deletion (spec §8): unless another live CR holds the VM, drop the `:hibernate` tag of the VM this CR
+ * recorded (best effort), then remove the finalizer. Deliberate addition: while vk-cocoon is in the middle
+ * of a hibernate round for this VM (hibernate requested, lifecycle `hibernating`), wait — dropping the tag
+ * now would race the push — for at most DELETE_ROUND_WAIT_MS after the deletion started.
+ */
+async function deletionFlow(state: VMState, cr: TrackedCR, registry: RegistryActivities): Promise<void> {
+  const vmName = cr.status?.vmName ?? '';
+  if (vmName) {
+    const pod = state.podObs;
+    const roundInFlight =
+      pod?.exists === true &&
+      hibernateAnnotated(pod) &&
+      pod.annotations?.[Annotations.lifecycleState] === 'hibernating' &&
+      (pod.annotations?.[Annotations.vmName] ?? '') === vmName;
+    const since = cr.deletionTimestamp ? Date.parse(cr.deletionTimestamp) : Date.now();
+    if (roundInFlight && Date.now() - since < DELETE_ROUND_WAIT_MS) {
+      cr.retryAt = Math.min(since + DELETE_ROUND_WAIT_MS, Date.now() + FALLBACK_RESYNC_MS);
+      return;
+    }
+    const others = await kube.listHibernations({ namespace: cr.namespace });
+    if (heldByAnother({ uid: cr.uid, podRef: cr.podRef, vmName }, others)) {
+      log.info(`keeping hibernate snapshot ${vmName}: another live CocoonHibernation still tracks it`);
+    } else {
+      try {
+        await registry.deleteManifest({ vmName, tag: Tags.hibernate });
+      } catch (err) {
+        log.error(`delete hibernate snapshot ${vmName}`, { error: errorMessage(err) });
+      }
+    }
+  }
+  if ((cr.finalizers ?? []).includes(Finalizers.cocoonHibernation)) {
+    const obs = await kube.setHibernationFinalizer({ namespace: cr.namespace, name: cr.name, present: false });
+    if (obs.exists && obs.deleting) {
+      // Other finalizers still hold the object; it is no longer ours to process.
+      delete state.crs[cr.name];
+      return;
+    }
+  }
+  delete state.crs[cr.name];
+}
+
+function publishSearchAttributes(state: VMState): void {
+  const holder = holderOf(state);
+  const phase = holder?.cr.status?.phase || (Object.keys(state.crs).length ? 'Pending' : 'Idle');
+  const attrs = {
+    [SearchAttributes.namespace]: [state.namespace],
+    [SearchAttributes.vmName]: [state.vmName ?? state.podObs?.annotations?.[Annotations.vmName] ?? ''],
+    [SearchAttributes.phase]: [phase],
+    [SearchAttributes.kind]: ['VM'],
+  };
+  const key = JSON.stringify(attrs);
+  if (key === state.published) return;
+  state.published = key;
+  upsertSearchAttributes(attrs);
+}
+
+/** The `state` query: what the workflow knows, per CR, in a readable shape. */
+function describe(state: VMState) {
+  return {
+    namespace: state.namespace,
+    pod: state.pod,
+    vmName: state.vmName,
+    podExists: state.podObs?.exists ?? null,
+    hibernateAnnotation: state.podObs?.annotations?.[Annotations.hibernate] ?? null,
+    lifecycleState: state.podObs?.annotations?.[Annotations.lifecycleState] ?? null,
+    holder: holderOf(state)?.cr.name ?? null,
+    hibernations: ordered(state).map((cr) => ({
+        name: cr.name,
+        desire: cr.desire,
+        phase: cr.status?.phase ?? '',
+        deleting: cr.deleting ?? false,
+        failures: cr.failures ?? 0,
+        nextRetryAt: cr.retryAt ? new Date(cr.retryAt).toISOString() : null,
+        backoffUntil: cr.backoffUntil ? new Date(cr.backoffUntil).toISOString() : null,
+      })),
+  };
+}
