@@ -176,7 +176,7 @@ describe('placement', () => {
 });
 
 describe('cpuClassRejection (spec/vk-contract.md §2)', () => {
-  const pod = (cls?: string, phase?: string) => ({
+  const pod = (cls?: string, phase?: string): Pick<V1Pod, 'metadata' | 'spec' | 'status'> => ({
     metadata: { namespace: 'ns', name: 'p' },
     spec: { containers: [], nodeSelector: cls ? { [Labels.snapshotCPUClass]: cls } : {} },
     status: phase ? { phase } : {},
