@@ -1,0 +1,348 @@
+import type { V1Pod } from '@kubernetes/client-node';
+import { describe, expect, it } from 'vitest';
+import { Annotations, API_VERSION, KIND_COCOONSET } from '../../src/api/keys.js';
+import type { CocoonHibernation, CocoonSet } from '../../src/api/types.js';
+import {
+  CocoonSetRoute,
+  HibernationRoute,
+  type ObjectEvent,
+  type RoutedSignal,
+  Router,
+  relevanceFingerprint,
+} from '../../src/watcher/routes.js';
+
+let rv = 100;
+const nextRV = () => String(++rv);
+
+function pod(
+  name: string,
+  opts: {
+    ns?: string;
+    annotations?: Record<string, string>;
+    running?: boolean;
+    podIP?: string;
+    probeTime?: string;
+    phase?: string;
+    ready?: boolean;
+    owner?: string;
+    uid?: string;
+  } = {},
+): V1Pod {
+  return {
+    metadata: {
+      name,
+      namespace: opts.ns ?? 'ns1',
+      uid: opts.uid ?? `uid-${name}`,
+      resourceVersion: nextRV(),
+      annotations: opts.annotations ?? { [Annotations.vmName]: `vk-ns1-${name}` },
+      ownerReferences: opts.owner
+        ? [
+            {
+              apiVersion: API_VERSION,
+              kind: KIND_COCOONSET,
+              name: opts.owner,
+              uid: 'cs-uid',
+              controller: true,
+            },
+          ]
+        : undefined,
+    },
+    spec: { containers: [{ name: 'vm' }] },
+    status: {
+      phase: opts.phase ?? 'Running',
+      podIP: opts.podIP ?? '10.0.0.1',
+      conditions: [
+        {
+          type: 'Ready',
+          status: (opts.ready ?? true) ? 'True' : 'False',
+          lastProbeTime: (opts.probeTime ?? '2026-01-01T00:00:00Z') as unknown as Date,
+        },
+      ],
+      containerStatuses: [
+        {
+          name: 'vm',
+          image: 'img',
+          imageID: '',
+          ready: true,
+          restartCount: 0,
+          state: opts.running === false ? { waiting: { reason: 'X' } } : { running: {} },
+        },
+      ],
+    },
+  };
+}
+
+function cr(
+  name: string,
+  podRef: string,
+  opts: { ns?: string; desire?: string; phase?: string; uid?: string } = {},
+): CocoonHibernation {
+  return {
+    apiVersion: API_VERSION,
+    kind: 'CocoonHibernation',
+    metadata: {
+      name,
+      namespace: opts.ns ?? 'ns1',
+      uid: opts.uid ?? `uid-${name}`,
+      resourceVersion: nextRV(),
+      generation: 1,
+    },
+    spec: { podRef: { name: podRef }, desire: opts.desire ?? 'Hibernate' },
+    status: opts.phase ? { phase: opts.phase as 'Pending' } : undefined,
+  };
+}
+
+/** A router with the hibernation route and a pod cache the test fills, like the pod informer would. */
+function setup() {
+  const pods = new Map<string, V1Pod>();
+  const notes: string[] = [];
+  const route = new HibernationRoute();
+  const router = new Router([route], {
+    pod: (ns, name) => pods.get(`${ns}/${name}`),
+    note: (msg) => notes.push(msg),
+  });
+  const podEvent = (type: ObjectEvent['type'], p: V1Pod, old?: V1Pod): RoutedSignal[] => {
+    const key = `${p.metadata?.namespace}/${p.metadata?.name}`;
+    if (type === 'delete') pods.delete(key);
+    else pods.set(key, p);
+    return router.route({ kind: 'pod', type, obj: p, old });
+  };
+  const crEvent = (type: ObjectEvent['type'], c: CocoonHibernation): RoutedSignal[] =>
+    router.route({ kind: 'cocoonhibernation', type, obj: c });
+  return { router, route, podEvent, crEvent, notes, pods };
+}
+
+describe('HibernationRoute', () => {
+  it('routes a CocoonHibernation to vm/<ns>/<podRef> with its trimmed observation and a signal-with-start input', () => {
+    const { crEvent } = setup();
+    const [sig, ...rest] = crEvent('add', cr('h1', 'p1'));
+    expect(rest).toEqual([]);
+    expect(sig?.workflowId).toBe('vm/ns1/p1');
+    expect(sig?.signalName).toBe('hibernationObserved');
+    expect(sig?.start).toEqual({ workflowType: 'vmWorkflow', args: [{ namespace: 'ns1', pod: 'p1' }] });
+    expect(sig?.payload).toMatchObject({
+      exists: true,
+      namespace: 'ns1',
+      name: 'h1',
+      podRef: 'p1',
+      desire: 'Hibernate',
+    });
+  });
+
+  it('ignores pods no CocoonHibernation targets', () => {
+    const { podEvent, crEvent } = setup();
+    crEvent('add', cr('h1', 'p1'));
+    expect(podEvent('add', pod('other'))).toEqual([]);
+    expect(podEvent('add', pod('p1', { ns: 'ns2' }))).toEqual([]);
+  });
+
+  it('sends the pod too when a CR first targets a pod that is already cached', () => {
+    const { podEvent, crEvent } = setup();
+    expect(podEvent('add', pod('p1'))).toEqual([]);
+    const sigs = crEvent('add', cr('h1', 'p1'));
+    expect(sigs.map((s) => [s.workflowId, s.signalName])).toEqual([
+      ['vm/ns1/p1', 'hibernationObserved'],
+      ['vm/ns1/p1', 'podObserved'],
+    ]);
+    expect(sigs[1]?.payload).toMatchObject({ exists: true, name: 'p1', containerRunning: true });
+  });
+
+  it('drops pod status-only churn no gate reads (condition lastProbeTime, podIP) — the reference lets it through', () => {
+    const { podEvent, crEvent, router } = setup();
+    crEvent('add', cr('h1', 'p1'));
+    expect(podEvent('add', pod('p1'))).toHaveLength(1);
+    expect(podEvent('update', pod('p1', { probeTime: '2026-01-01T00:05:00Z' }))).toEqual([]);
+    expect(podEvent('update', pod('p1', { podIP: '10.0.0.9' }))).toEqual([]);
+    expect(router.stats().dropped).toBe(2);
+  });
+
+  it('sends when a container starts or stops running (the wake gate reads it)', () => {
+    const { podEvent, crEvent } = setup();
+    crEvent('add', cr('h1', 'p1'));
+    podEvent('add', pod('p1', { running: false }));
+    const [sig] = podEvent('update', pod('p1', { running: true }));
+    expect(sig?.payload).toMatchObject({ containerRunning: true });
+    expect(podEvent('update', pod('p1', { running: false }))).toHaveLength(1);
+  });
+
+  it('sends on an annotation change (e.g. vk-cocoon writing the lifecycle state)', () => {
+    const { podEvent, crEvent } = setup();
+    crEvent('add', cr('h1', 'p1'));
+    podEvent('add', pod('p1'));
+    const [sig] = podEvent(
+      'update',
+      pod('p1', {
+        annotations: { [Annotations.vmName]: 'vk-ns1-p1', [Annotations.lifecycleState]: 'hibernated' },
+      }),
+    );
+    expect(sig?.signalName).toBe('podObserved');
+    expect(
+      (sig?.payload as { annotations: Record<string, string> }).annotations[Annotations.lifecycleState],
+    ).toBe('hibernated');
+  });
+
+  it('sends a CR status change a gate reads (phase) and drops a resourceVersion-only change', () => {
+    const { crEvent } = setup();
+    crEvent('add', cr('h1', 'p1'));
+    expect(crEvent('update', cr('h1', 'p1'))).toEqual([]);
+    const [sig] = crEvent('update', cr('h1', 'p1', { phase: 'Hibernating' }));
+    expect(sig?.payload).toMatchObject({ status: { phase: 'Hibernating' } });
+  });
+
+  it('signals the same object state once, however often it is seen (relists, duplicate events)', () => {
+    const { podEvent, crEvent } = setup();
+    const p = pod('p1');
+    podEvent('add', p);
+    expect(crEvent('add', cr('h1', 'p1'))).toHaveLength(2);
+    expect(podEvent('update', p)).toEqual([]);
+    expect(podEvent('update', structuredClone(p))).toEqual([]);
+    expect(crEvent('update', cr('h1', 'p1'))).toEqual([]);
+  });
+
+  it('sends exists:false with uid when the CR is gone, and stops routing its pod', () => {
+    const { podEvent, crEvent, route } = setup();
+    const c = cr('h1', 'p1', { uid: 'u-1' });
+    crEvent('add', c);
+    podEvent('add', pod('p1'));
+    const [sig, ...rest] = crEvent('delete', c);
+    expect(rest).toEqual([]);
+    expect(sig?.workflowId).toBe('vm/ns1/p1');
+    expect(sig?.payload).toEqual({ exists: false, namespace: 'ns1', name: 'h1', uid: 'u-1' });
+    expect(route.targeting('ns1', 'p1')).toEqual([]);
+    expect(podEvent('update', pod('p1', { running: false }))).toEqual([]);
+  });
+
+  it('sends exists:false when a targeted pod is deleted, and the recreated pod again', () => {
+    const { podEvent, crEvent } = setup();
+    crEvent('add', cr('h1', 'p1'));
+    const p = pod('p1');
+    podEvent('add', p);
+    const [gone] = podEvent('delete', p);
+    expect(gone?.payload).toEqual({ exists: false, namespace: 'ns1', name: 'p1' });
+    const [again] = podEvent('add', pod('p1'));
+    expect(again?.payload).toMatchObject({ exists: true, name: 'p1' });
+  });
+
+  it('re-sends an unchanged pod to a CR that targets it after the previous CR left (a fresh workflow must learn of it)', () => {
+    const { podEvent, crEvent } = setup();
+    const c1 = cr('h1', 'p1');
+    crEvent('add', c1);
+    podEvent('add', pod('p1'));
+    crEvent('delete', c1);
+    const sigs = crEvent('add', cr('h2', 'p1'));
+    expect(sigs.map((s) => s.signalName)).toEqual(['hibernationObserved', 'podObserved']);
+  });
+
+  it('keeps routing the pod while a second CR still targets it', () => {
+    const { podEvent, crEvent, route } = setup();
+    const c1 = cr('h1', 'p1');
+    crEvent('add', c1);
+    crEvent('add', cr('h2', 'p1'));
+    podEvent('add', pod('p1'));
+    crEvent('delete', c1);
+    expect(route.targeting('ns1', 'p1')).toEqual(['h2']);
+    expect(podEvent('update', pod('p1', { running: false }))).toHaveLength(1);
+  });
+
+  it('re-sends the pod when another CR newly targets an already-targeted pod (its workflow may have been reset)', () => {
+    const { podEvent, crEvent } = setup();
+    crEvent('add', cr('h1', 'p1'));
+    podEvent('add', pod('p1'));
+    const sigs = crEvent('add', cr('h2', 'p1'));
+    expect(sigs.map((s) => s.signalName)).toEqual(['hibernationObserved', 'podObserved']);
+    expect(crEvent('update', cr('h2', 'p1'))).toEqual([]);
+  });
+
+  it('routes a CR with an empty podRef nowhere and notes it', () => {
+    const { crEvent, notes } = setup();
+    expect(crEvent('add', cr('h1', ''))).toEqual([]);
+    expect(notes).toHaveLength(1);
+    expect(crEvent('delete', cr('h1', ''))).toEqual([]);
+  });
+
+  it('treats a changed podRef (no immutability rule installed) as leaving the old pod and arriving at the new', () => {
+    const { crEvent } = setup();
+    crEvent('add', cr('h1', 'p1', { uid: 'u' }));
+    const sigs = crEvent('update', cr('h1', 'p2', { uid: 'u' }));
+    expect(sigs.map((s) => [s.workflowId, (s.payload as { exists: boolean }).exists])).toEqual([
+      ['vm/ns1/p1', false],
+      ['vm/ns1/p2', true],
+    ]);
+  });
+
+  it('re-sends an object after forget(key) (a delivery that finally failed)', () => {
+    const { podEvent, crEvent, router } = setup();
+    const [sig] = crEvent('add', cr('h1', 'p1'));
+    router.forget(sig!.key);
+    expect(crEvent('update', cr('h1', 'p1'))).toHaveLength(1);
+    podEvent('add', pod('p1'));
+    expect(podEvent('update', pod('p1'))).toEqual([]);
+  });
+});
+
+describe('relevanceFingerprint', () => {
+  it('ignores the top-level resourceVersion and key order, not nested fields', () => {
+    expect(relevanceFingerprint({ a: 1, resourceVersion: '1', b: { x: 1, y: 2 } })).toBe(
+      relevanceFingerprint({ b: { y: 2, x: 1 }, resourceVersion: '2', a: 1 }),
+    );
+    expect(relevanceFingerprint({ a: { resourceVersion: '1' } })).not.toBe(
+      relevanceFingerprint({ a: { resourceVersion: '2' } }),
+    );
+    expect(relevanceFingerprint({ t: new Date('2026-01-01T00:00:00Z') })).toBe(
+      relevanceFingerprint({ t: '2026-01-01T00:00:00.000Z' }),
+    );
+  });
+});
+
+describe('CocoonSetRoute', () => {
+  function cs(name: string, generation: number, phase?: string): CocoonSet {
+    return {
+      metadata: { name, namespace: 'ns1', uid: `uid-${name}`, generation, resourceVersion: nextRV() },
+      spec: { agent: { image: 'img' } },
+      status: {
+        phase: phase as 'Running',
+        readyAgents: 0,
+        desiredAgents: 1,
+        readyToolboxes: 0,
+        desiredToolboxes: 0,
+      },
+    };
+  }
+
+  it('sends CocoonSet generation changes and deletion, drops status-only updates', () => {
+    const router = new Router([new CocoonSetRoute()]);
+    const ev = (type: ObjectEvent['type'], obj: CocoonSet) => router.route({ kind: 'cocoonset', type, obj });
+    const [first] = ev('add', cs('s1', 1));
+    expect(first?.workflowId).toBe('cocoonset/ns1/s1');
+    expect(first?.signalName).toBe('cocoonSetObserved');
+    expect(first?.start).toEqual({
+      workflowType: 'cocoonSetWorkflow',
+      args: [{ namespace: 'ns1', name: 's1' }],
+    });
+    expect(ev('update', cs('s1', 1, 'Running'))).toEqual([]);
+    expect(ev('update', cs('s1', 2, 'Running'))).toHaveLength(1);
+    const [gone] = ev('delete', cs('s1', 2));
+    expect(gone?.payload).toEqual({ exists: false, namespace: 'ns1', name: 's1', uid: 'uid-s1' });
+  });
+
+  it('sends owned pods’ phase, readiness and annotation changes to the owner, drops podIP churn and unowned pods', () => {
+    const router = new Router([new CocoonSetRoute()]);
+    const ev = (type: ObjectEvent['type'], obj: V1Pod) => router.route({ kind: 'pod', type, obj });
+    expect(ev('add', pod('free'))).toEqual([]);
+    const [added] = ev('add', pod('s1-0', { owner: 's1' }));
+    expect(added?.workflowId).toBe('cocoonset/ns1/s1');
+    expect(added?.signalName).toBe('ownedPodObserved');
+    expect(ev('update', pod('s1-0', { owner: 's1', podIP: '10.9.9.9' }))).toEqual([]);
+    expect(ev('update', pod('s1-0', { owner: 's1', ready: false }))).toHaveLength(1);
+    expect(ev('update', pod('s1-0', { owner: 's1', ready: false, phase: 'Failed' }))).toHaveLength(1);
+    const [gone] = ev('delete', pod('s1-0', { owner: 's1', uid: 'u0' }));
+    expect(gone?.payload).toEqual({ exists: false, namespace: 'ns1', name: 's1-0', uid: 'u0' });
+  });
+
+  it('runs beside the hibernation route: one pod event can signal both workflows', () => {
+    const router = new Router([new HibernationRoute(), new CocoonSetRoute()]);
+    router.route({ kind: 'cocoonhibernation', type: 'add', obj: cr('h1', 's1-0') });
+    const sigs = router.route({ kind: 'pod', type: 'add', obj: pod('s1-0', { owner: 's1' }) });
+    expect(sigs.map((s) => s.workflowId)).toEqual(['vm/ns1/s1-0', 'cocoonset/ns1/s1']);
+  });
+});
