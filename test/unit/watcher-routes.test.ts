@@ -176,9 +176,7 @@ describe('HibernationRoute', () => {
       }),
     );
     expect(sig?.signalName).toBe('podObserved');
-    expect(
-      (sig?.payload as { annotations: Record<string, string> }).annotations[Annotations.lifecycleState],
-    ).toBe('hibernated');
+    expect(sig?.payload).toMatchObject({ annotations: { [Annotations.lifecycleState]: 'hibernated' } });
   });
 
   it('sends a CR status change a gate reads (phase) and drops a resourceVersion-only change', () => {
