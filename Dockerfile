@@ -1,0 +1,36 @@
+# syntax=docker/dockerfile:1
+# cocoon-operator-ts image: Temporal workers + watcher in one Node process (src/worker.ts).
+#   docker build -t ghcr.io/cocoonstack/cocoon-operator-ts:latest .
+# Stages: build (TypeScript → dist/, workflow code pre-bundled so the worker never runs webpack at
+# start-up), deps (production node_modules only), runtime (non-root, numeric uid so Kubernetes can
+# verify runAsNonRoot). Debian (glibc) rather than Alpine: the Temporal SDK's native core ships for glibc.
+ARG NODE_IMAGE=node:24-bookworm-slim
+
+FROM ${NODE_IMAGE} AS build
+WORKDIR /src
+COPY package.json package-lock.json ./
+RUN npm ci --no-audit --no-fund
+COPY tsconfig.json tsconfig.build.json ./
+COPY src ./src
+COPY scripts ./scripts
+RUN npm run build \
+ && npx tsx scripts/bundle-workflows.ts \
+ && test -f dist/worker.js \
+ && test -f dist/workflow-bundle.js
+
+FROM ${NODE_IMAGE} AS deps
+WORKDIR /src
+COPY package.json package-lock.json ./
+RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
+
+FROM ${NODE_IMAGE} AS runtime
+ENV NODE_ENV=production
+WORKDIR /app
+COPY --from=deps /src/node_modules ./node_modules
+COPY --from=build /src/dist ./dist
+# package.json carries "type": "module", which dist/*.js needs.
+COPY package.json ./
+USER 65532:65532
+# 8080 = /metrics (METRICS_ADDR), 8081 = /healthz and /readyz (PROBE_ADDR).
+EXPOSE 8080 8081
+CMD ["node", "dist/worker.js"]
