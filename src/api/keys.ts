@@ -170,3 +170,23 @@ export const SnapshotArtifact = {
   annotationBaseImage: 'cocoonstack.snapshot.baseimage',
   annotationFromNode: 'cocoonstack.snapshot.from-node',
 } as const;
+
+/** Node taint keys the managed pods tolerate without tolerationSeconds (spec/cocoonset-core.md §6.1). */
+export const TaintKeys = {
+  notReady: 'node.kubernetes.io/not-ready',
+  unreachable: 'node.kubernetes.io/unreachable',
+} as const;
+
+/** The single container of every managed pod; the image is never pulled (spec/cocoonset-core.md §1.3). */
+export const AGENT_CONTAINER_NAME = 'agent';
+export const PLACEHOLDER_IMAGE = 'ghcr.io/cocoonstack/placeholder:latest';
+/** Resource name the VM's `storage` is mirrored to in container requests and limits (§6.4). */
+export const EPHEMERAL_STORAGE = 'ephemeral-storage';
+
+/** Reasons of the CocoonSet `Ready` and `Progressing` conditions (spec/cocoonset-core.md §1.3, §16.1). */
+export const ConditionReasons = {
+  allAgentsReady: 'AllAgentsReady',
+  agentsNotReady: 'AgentsNotReady',
+  stable: 'Stable',
+  reconciling: 'Reconciling',
+} as const;
