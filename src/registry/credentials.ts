@@ -290,19 +290,31 @@ async function runHelper(
   const program = `docker-credential-${helper}`;
   const { code, stdout, error } = await new Promise<{ code: number | null; stdout: string; error?: Error }>(
     (resolve) => {
-      const child = spawn(program, ['get'], {
-        env,
-        stdio: ['pipe', 'pipe', 'ignore'],
-        timeout: timeoutMs,
-        signal,
-      });
+      const child = spawn(program, ['get'], { env, stdio: ['pipe', 'pipe', 'ignore'], signal });
       let out = '';
+      let settled = false;
+      const settle = (result: { code: number | null; stdout: string; error?: Error }) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        resolve(result);
+      };
+      // Own timer rather than spawn's `timeout`: a grandchild holding stdout open would delay 'close'.
+      const timer = setTimeout(() => {
+        child.kill('SIGKILL');
+        child.stdout.destroy();
+        settle({
+          code: null,
+          stdout: out,
+          error: Object.assign(new Error('timed out'), { code: 'ETIMEDOUT' }),
+        });
+      }, timeoutMs);
       child.stdout.setEncoding('utf8');
       child.stdout.on('data', (chunk: string) => {
         if (out.length < HELPER_OUTPUT_LIMIT) out += chunk;
       });
-      child.on('error', (err) => resolve({ code: null, stdout: out, error: err }));
-      child.on('close', (exit) => resolve({ code: exit, stdout: out }));
+      child.on('error', (err) => settle({ code: null, stdout: out, error: err }));
+      child.on('close', (exit) => settle({ code: exit, stdout: out }));
       child.stdin.on('error', () => {}); // helper exited before reading stdin; reported through 'close'
       child.stdin.end(serverURL);
     },
