@@ -11,16 +11,19 @@ import { fileURLToPath } from 'node:url';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 
-/** Parses `KEY=value` / `export KEY=value` lines (optionally single- or double-quoted values). */
-export function parseEnvLines(text: string): Record<string, string> {
+/**
+ * The environment after evaluating `npm run -s stack -- env` in bash (its lines are shell `export`s,
+ * some referring to $PATH), as a plain object.
+ */
+export function stackEnv(): Record<string, string> {
+  const out = execFileSync('bash', ['-c', 'eval "$(npm run -s stack -- env)" && env -0'], {
+    cwd: ROOT,
+    encoding: 'utf8',
+  });
   const env: Record<string, string> = {};
-  for (const raw of text.split('\n')) {
-    const line = raw.trim();
-    const m = /^(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=(.*)$/.exec(line);
-    if (!m) continue;
-    let v = m[2]!;
-    if ((v.startsWith('"') && v.endsWith('"')) || (v.startsWith("'") && v.endsWith("'"))) v = v.slice(1, -1);
-    env[m[1]!] = v;
+  for (const entry of out.split('\0')) {
+    const i = entry.indexOf('=');
+    if (i > 0) env[entry.slice(0, i)] = entry.slice(i + 1);
   }
   return env;
 }
@@ -42,10 +45,7 @@ async function main(): Promise<void> {
   step('starting the local stack (npm run stack -- up)');
   const up = spawnSync('npm', ['run', 'stack', '--', 'up'], { cwd: ROOT, stdio: 'inherit' });
   if (up.status !== 0) throw new Error(`npm run stack -- up failed (exit ${up.status})`);
-  const stackEnv = parseEnvLines(
-    execFileSync('npm', ['run', '-s', 'stack', '--', 'env'], { cwd: ROOT, encoding: 'utf8' }),
-  );
-  const env: NodeJS.ProcessEnv = { ...process.env, ...stackEnv };
+  const env: NodeJS.ProcessEnv = { ...process.env, ...stackEnv() };
 
   step('starting the operator (npm start)');
   const operator = spawn('npm', ['start'], { cwd: ROOT, env, stdio: 'inherit', detached: true });

@@ -12,14 +12,15 @@ import type { LogLevelName } from './config.js';
 export type Logger = PinoLogger;
 
 /**
- * Creates the root logger: JSON lines with `time` (epoch ms), `level` as a label (`"info"`), `msg`.
+ * Creates the root logger: JSON lines with `time` (epoch ms), `level` as a label (`"info"`), `name`
+ * (`cocoon-operator`), `pid`, `hostname`, `msg`; children add `component`.
  * `destination` defaults to stdout (synchronous writes, so lines are not lost on exit).
  */
 export function createLogger(level: LogLevelName = 'info', destination?: DestinationStream): Logger {
   return pino(
     {
       level,
-      base: { component: 'cocoon-operator' },
+      name: 'cocoon-operator',
       formatters: { level: (label) => ({ level: label }) },
     },
     destination ?? pino.destination({ dest: 1, sync: true }),

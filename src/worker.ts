@@ -10,12 +10,7 @@ import { readdirSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { Client } from '@temporalio/client';
-import { NativeConnection, Runtime, Worker, type WorkerOptions } from '@temporalio/worker';
-import { Gauge } from 'prom-client';
-import { createKubeActivities, createRegistryActivities } from './activities/index.js';
-import { taskQueues } from './api/ids.js';
-import { LEADER_ELECTION_ID } from './api/keys.js';
+import type { NativeConnection, Worker, WorkerOptions } from '@temporalio/worker';
 import {
   type Config,
   ConfigError,
@@ -24,13 +19,56 @@ import {
   type ListenAddress,
   loadConfig,
 } from './config.js';
-import { type HttpServers, type ReadyCheck, scrapeText, startHttp } from './http.js';
-import { type KubeClients, loadKubeConfig, makeKubeClients } from './kube/client.js';
-import { defaultIdentity, kubeLeaseStore, LeaderElector } from './leader.js';
-import { createLogger, type Logger, temporalLevelFor, temporalLogger } from './log.js';
-import { createMetricsRegistry } from './metrics.js';
-import { OCIRegistryClient } from './registry/client.js';
-import { startWatcher } from './watcher/index.js';
+import type { HttpServers, ReadyCheck } from './http.js';
+import type { LeaderElector } from './leader.js';
+import type { Logger } from './log.js';
+import type { startWatcher } from './watcher/index.js';
+
+/**
+ * Everything heavy, loaded only after the settings are valid, so a bad setting fails in well under a
+ * second instead of after loading the Temporal SDK and the Kubernetes client.
+ */
+async function loadModules() {
+  const [client, worker, prom, activities, ids, keys, http, kube, leader, log, metrics, registry, watcher] =
+    await Promise.all([
+      import('@temporalio/client'),
+      import('@temporalio/worker'),
+      import('prom-client'),
+      import('./activities/index.js'),
+      import('./api/ids.js'),
+      import('./api/keys.js'),
+      import('./http.js'),
+      import('./kube/client.js'),
+      import('./leader.js'),
+      import('./log.js'),
+      import('./metrics.js'),
+      import('./registry/client.js'),
+      import('./watcher/index.js'),
+    ]);
+  return {
+    Client: client.Client,
+    NativeConnection: worker.NativeConnection,
+    Runtime: worker.Runtime,
+    Worker: worker.Worker,
+    Gauge: prom.Gauge,
+    createKubeActivities: activities.createKubeActivities,
+    createRegistryActivities: activities.createRegistryActivities,
+    taskQueues: ids.taskQueues,
+    LEADER_ELECTION_ID: keys.LEADER_ELECTION_ID,
+    scrapeText: http.scrapeText,
+    startHttp: http.startHttp,
+    loadKubeConfig: kube.loadKubeConfig,
+    makeKubeClients: kube.makeKubeClients,
+    defaultIdentity: leader.defaultIdentity,
+    kubeLeaseStore: leader.kubeLeaseStore,
+    LeaderElector: leader.LeaderElector,
+    temporalLevelFor: log.temporalLevelFor,
+    temporalLogger: log.temporalLogger,
+    createMetricsRegistry: metrics.createMetricsRegistry,
+    OCIRegistryClient: registry.OCIRegistryClient,
+    startWatcher: watcher.startWatcher,
+  };
+}
 
 const HERE = dirname(fileURLToPath(import.meta.url));
 /** The process version line (spec/operator-shell.md §1 step 5); set by the image build. */
@@ -127,6 +165,7 @@ function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
 
 /** Connects to Temporal, retrying until it answers or `signal` aborts (then undefined). */
 async function connectTemporal(
+  Native: typeof NativeConnection,
   config: Config,
   log: Logger,
   signal: AbortSignal,
@@ -134,7 +173,7 @@ async function connectTemporal(
   const { address, tls, apiKey } = config.temporal;
   for (let attempt = 1; !signal.aborted; attempt++) {
     try {
-      const conn = await NativeConnection.connect({ address, tls, apiKey });
+      const conn = await Native.connect({ address, tls, apiKey });
       log.info(
         { address, namespace: config.temporal.namespace, tls: tls !== undefined },
         'connected to Temporal',
@@ -166,6 +205,41 @@ interface Running {
  * worker failed or startup failed for a reason other than a setting.
  */
 export async function run(config: Config, log: Logger): Promise<number> {
+  const {
+    Client,
+    NativeConnection,
+    Runtime,
+    Worker,
+    Gauge,
+    createKubeActivities,
+    createRegistryActivities,
+    taskQueues,
+    LEADER_ELECTION_ID,
+    scrapeText,
+    startHttp,
+    loadKubeConfig,
+    makeKubeClients,
+    defaultIdentity,
+    kubeLeaseStore,
+    LeaderElector,
+    temporalLevelFor,
+    temporalLogger,
+    createMetricsRegistry,
+    OCIRegistryClient,
+    startWatcher,
+  } = await loadModules();
+  let kube: ReturnType<typeof makeKubeClients>;
+  try {
+    kube = makeKubeClients(loadKubeConfig(config.kubeconfig));
+  } catch (err) {
+    const why = (err as Error).message.split('\n')[0];
+    throw new ConfigError(
+      'KUBECONFIG',
+      config.kubeconfig
+        ? `cannot load kubeconfig "${config.kubeconfig}": ${why}`
+        : `not set, and neither in-cluster config nor ~/.kube/config is usable: ${why}`,
+    );
+  }
   log.info(
     { version: VERSION, revision: process.env.COCOON_OPERATOR_REVISION ?? 'unknown' },
     `cocoon-operator ${VERSION} starting`,
@@ -197,19 +271,6 @@ export async function run(config: Config, log: Logger): Promise<number> {
   const queues = taskQueues(config.temporal.taskQueue);
 
   const { registry: metricsRegistry, metrics } = createMetricsRegistry();
-  let kube: KubeClients;
-  try {
-    kube = makeKubeClients(loadKubeConfig(config.kubeconfig));
-  } catch (err) {
-    const why = (err as Error).message.split('\n')[0];
-    throw new ConfigError(
-      'KUBECONFIG',
-      config.kubeconfig
-        ? `cannot load kubeconfig "${config.kubeconfig}": ${why}`
-        : `not set, and neither in-cluster config nor ~/.kube/config is usable: ${why}`,
-    );
-  }
-
   const temporalMetrics = runsWorker ? await temporalMetricsAddress(config.temporal.metricsAddr) : null;
   Runtime.install({
     logger: temporalLogger(log.child({ component: 'temporal' })),
@@ -284,7 +345,7 @@ export async function run(config: Config, log: Logger): Promise<number> {
       'http endpoints listening',
     );
 
-    running.connection = await connectTemporal(config, log, stopping.signal);
+    running.connection = await connectTemporal(NativeConnection, config, log, stopping.signal);
     if (running.connection) {
       const connection = running.connection;
       const namespace = config.temporal.namespace;
@@ -394,7 +455,7 @@ export async function run(config: Config, log: Logger): Promise<number> {
     }
   } catch (err) {
     fatal ??= err;
-    if (!(err instanceof ConfigError)) log.fatal({ err }, 'startup failed');
+    log.fatal({ err }, 'startup failed');
     stopping.abort();
     resolveDone();
   }
@@ -403,7 +464,6 @@ export async function run(config: Config, log: Logger): Promise<number> {
   await shutdown(running, config, log);
   process.off('SIGTERM', onSignal);
   process.off('SIGINT', onSignal);
-  if (fatal instanceof ConfigError) throw fatal;
   return fatal === undefined ? 0 : 1;
 }
 
@@ -451,6 +511,7 @@ export async function main(argv = process.argv.slice(2), env = process.env): Pro
     }
     throw err;
   }
+  const { createLogger } = await import('./log.js');
   const log = createLogger(config.logLevel);
   let code: number;
   try {

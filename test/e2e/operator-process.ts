@@ -1,0 +1,167 @@
+/**
+ * Test helper: runs the real operator process (`tsx src/worker.ts`) as a child, collects its JSON log
+ * lines and stderr, and reads the local stack's environment (`npm run -s stack -- env --json`).
+ * Used by test/e2e/process.test.ts and test/e2e/leader.test.ts.
+ */
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { createServer } from 'node:net';
+import { delimiter, join } from 'node:path';
+
+export const ROOT = join(import.meta.dirname, '..', '..');
+const TSX = join(ROOT, 'node_modules', '.bin', 'tsx');
+
+/** A minimal environment (no inherited operator settings) plus `extra`. */
+export function cleanEnv(extra: Record<string, string | undefined> = {}): NodeJS.ProcessEnv {
+  const env: NodeJS.ProcessEnv = { PATH: process.env.PATH, HOME: process.env.HOME, NODE_ENV: 'test' };
+  for (const [k, v] of Object.entries(extra)) if (v !== undefined) env[k] = v;
+  return env;
+}
+
+/** Brings the local stack up (idempotent) and returns its environment for the operator. */
+export function stackEnv(): Record<string, string> {
+  execFileSync('npm', ['run', '-s', 'stack', '--', 'up'], {
+    cwd: ROOT,
+    stdio: ['ignore', 'ignore', 'inherit'],
+  });
+  const raw = JSON.parse(
+    execFileSync('npm', ['run', '-s', 'stack', '--', 'env', '--json'], { cwd: ROOT, encoding: 'utf8' }),
+  );
+  const env: Record<string, string> = {};
+  for (const [k, v] of Object.entries(raw)) {
+    if (k === 'PATH_PREPEND') env.PATH = [...(v as string[]), process.env.PATH ?? ''].join(delimiter);
+    else env[k] = String(v);
+  }
+  return env;
+}
+
+/** A free TCP port on 127.0.0.1. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/** One parsed JSON log line of the operator. */
+export type LogLine = Record<string, unknown> & { msg?: string; level?: string; time?: number };
+
+export interface OperatorProcess {
+  child: ChildProcess;
+  pid: number;
+  logs: LogLine[];
+  stdout: () => string;
+  stderr: () => string;
+  /** Resolves with the exit code (or the signal name) when the process ends. */
+  exited: Promise<number | string>;
+  /** Waits for a log line matching `pred`; rejects after `timeoutMs` or when the process exits first. */
+  waitForLog(pred: (l: LogLine) => boolean, timeoutMs: number): Promise<LogLine>;
+  probeUrl: string;
+  metricsUrl: string;
+}
+
+/** Starts `tsx src/worker.ts <args>` with exactly `env` (see cleanEnv). */
+export function startOperator(
+  env: NodeJS.ProcessEnv,
+  args: string[] = [],
+  opts: { probePort?: number; metricsPort?: number; launcher?: 'tsx' | 'node' } = {},
+): OperatorProcess {
+  // 'tsx' is what `npm start` runs (the tsx CLI, which runs node as its child and relays signals);
+  // 'node' loads tsx as a hook in one process, so the pid is the operator itself (for kill -9).
+  const [cmd, argv] =
+    opts.launcher === 'tsx'
+      ? [TSX, ['src/worker.ts', ...args]]
+      : [process.execPath, ['--import', 'tsx', 'src/worker.ts', ...args]];
+  const child = spawn(cmd, argv, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '';
+  let err = '';
+  const logs: LogLine[] = [];
+  const waiters = new Set<() => void>();
+  let partial = '';
+  child.stdout!.setEncoding('utf8').on('data', (chunk: string) => {
+    out += chunk;
+    partial += chunk;
+    const lines = partial.split('\n');
+    partial = lines.pop() ?? '';
+    for (const line of lines) {
+      try {
+        logs.push(JSON.parse(line));
+      } catch {
+        // not a JSON line
+      }
+    }
+    for (const w of waiters) w();
+  });
+  child.stderr!.setEncoding('utf8').on('data', (chunk: string) => {
+    err += chunk;
+  });
+  const exited = new Promise<number | string>((resolve) => {
+    child.on('exit', (code, signal) => {
+      for (const w of waiters) w();
+      resolve(code ?? signal ?? -1);
+    });
+  });
+  const waitForLog = (pred: (l: LogLine) => boolean, timeoutMs: number) =>
+    new Promise<LogLine>((resolve, reject) => {
+      const check = () => {
+        const hit = logs.find(pred);
+        if (hit) {
+          done();
+          resolve(hit);
+        } else if (child.exitCode !== null || child.signalCode !== null) {
+          done();
+          reject(
+            new Error(
+              `operator exited (${child.exitCode ?? child.signalCode}) before the log line; stderr: ${err}`,
+            ),
+          );
+        }
+      };
+      const timer = setTimeout(() => {
+        done();
+        reject(
+          new Error(
+            `no matching log line within ${timeoutMs} ms; last lines: ${out.split('\n').slice(-5).join('\n')}`,
+          ),
+        );
+      }, timeoutMs);
+      const done = () => {
+        clearTimeout(timer);
+        waiters.delete(check);
+      };
+      waiters.add(check);
+      check();
+    });
+  return {
+    child,
+    pid: child.pid!,
+    logs,
+    stdout: () => out,
+    stderr: () => err,
+    exited,
+    waitForLog,
+    probeUrl: `http://127.0.0.1:${opts.probePort ?? 8081}`,
+    metricsUrl: `http://127.0.0.1:${opts.metricsPort ?? 8080}/metrics`,
+  };
+}
+
+/** Polls `url` until it answers 200 (returns the body) or `timeoutMs` passes (throws with the last answer). */
+export async function waitFor200(url: string, timeoutMs: number): Promise<string> {
+  const deadline = Date.now() + timeoutMs;
+  let last = '';
+  while (Date.now() < deadline) {
+    try {
+      const res = await fetch(url, { signal: AbortSignal.timeout(3000) });
+      const body = await res.text();
+      if (res.status === 200) return body;
+      last = `${res.status} ${body}`;
+    } catch (e) {
+      last = (e as Error).message;
+    }
+    await new Promise((r) => setTimeout(r, 250));
+  }
+  throw new Error(`${url} not 200 within ${timeoutMs} ms; last: ${last}`);
+}
