@@ -46,7 +46,13 @@ GO
     go get "k8s.io/kubernetes@$KUBE_VERSION" >/dev/null 2>&1
     go mod tidy >/dev/null 2>&1 || true
     mkdir -p "$out/bin.tmp"
-    CGO_ENABLED=0 go build -trimpath -ldflags="-s -w" -o "$out/bin.tmp/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
+    # Stamp the version (`kubectl version`, /version) as the release build does; without it they say v0.0.0.
+    local ld="-s -w" major="${KUBE_VERSION#v}"; major=${major%%.*}
+    local minor_n="${KUBE_VERSION#v*.}"; minor_n=${minor_n%%.*}
+    for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+      ld="$ld -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor_n -X $pkg.gitTreeState=clean"
+    done
+    CGO_ENABLED=0 go build -trimpath -ldflags="$ld" -o "$out/bin.tmp/" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kubectl
   )
   rm -rf "$work" "$out/bin"; mv "$out/bin.tmp" "$out/bin"
 }
