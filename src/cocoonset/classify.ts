@@ -1,0 +1,109 @@
+/**
+ * Ownership and classification of a CocoonSet's pods (operator cocoonset/ownership.go, apimachinery
+ * `metav1.IsControlledBy`; spec/cocoonset-core.md §3.6, §7, §10). Pure.
+ */
+import type { V1Pod } from '@kubernetes/client-node';
+import { Annotations, EventReasons, Labels, LifecycleStates, Roles } from '../api/keys.js';
+import { type PodLike, podTerminal } from '../api/pod.js';
+import type { CocoonSet } from '../api/types.js';
+
+/**
+ * True when the pod's **controller** owner reference (the first with `controller: true`) carries the
+ * CocoonSet's UID. Labels, kind and name are not looked at; a pod from an earlier same-named CocoonSet
+ * (other UID) or without a controller reference is not owned.
+ */
+export function isControlledBy(pod: PodLike, csUID: string | undefined): boolean {
+  const ref = pod.metadata?.ownerReferences?.find((o) => o.controller === true);
+  return ref !== undefined && ref.uid === (csUID ?? '');
+}
+
+/** The pods (already listed by the name label) that this CocoonSet controls, in list order (§7). */
+export function ownedPods(cs: CocoonSet, pods: readonly V1Pod[]): V1Pod[] {
+  return pods.filter((p) => isControlledBy(p, cs.metadata.uid));
+}
+
+/** A pod with a deletion timestamp (terminating). */
+export function isTerminating(pod: PodLike): boolean {
+  return pod.metadata?.deletionTimestamp != null;
+}
+
+/** Terminal VM pod: phase `Failed` or lifecycle-state exactly `failed` (lowercase; §1.2, §12.1). */
+export function isTerminal(pod: PodLike): boolean {
+  return (
+    podTerminal(pod) || pod.metadata?.annotations?.[Annotations.lifecycleState] === LifecycleStates.failed
+  );
+}
+
+/**
+ * Why the main counts as failed (`mainPodFailedReason`, §5 step 7): `PodLifecycleFailed` when the
+ * lifecycle-state is `failed` (wins), else `MainAgentFailed` when the phase is `Failed`, else ''.
+ */
+export function mainPodFailedReason(main: PodLike): '' | 'PodLifecycleFailed' | 'MainAgentFailed' {
+  if (main.metadata?.annotations?.[Annotations.lifecycleState] === LifecycleStates.failed) {
+    return EventReasons.podLifecycleFailed;
+  }
+  if (podTerminal(main)) return EventReasons.mainAgentFailed;
+  return '';
+}
+
+/** The CocoonSet's non-terminating pods by role (`classifyPods` result, §7). */
+export interface Classified {
+  /** The main (role `main`); the last one in list order wins. */
+  main?: V1Pod;
+  /** Sub-agents by slot label parsed as a base-10 int32 (`"01"` → 1, `"-1"` → -1). */
+  sub: Map<number, V1Pod>;
+  /** Toolboxes keyed by slot **label** (the toolbox name), not by pod name. */
+  toolbox: Map<string, V1Pod>;
+  /** Every non-terminating pod by name, including unknown roles and unparsable sub slots. */
+  allByName: Map<string, V1Pod>;
+}
+
+/** Go `strconv.ParseInt(s, 10, 32)` success test. */
+function parseSlotLabel(s: string | undefined): number | undefined {
+  if (s === undefined || !/^[+-]?[0-9]+$/.test(s)) return undefined;
+  const n = Number(s);
+  return n >= -2147483648 && n <= 2147483647 ? n : undefined;
+}
+
+/**
+ * `classifyPods` (§7): terminating pods are skipped entirely; every other pod is in `allByName`, and the
+ * role label picks its bucket (`main`, `sub-agent` by parsed slot, `toolbox` by slot label). Unknown or
+ * missing roles, and sub-agents with an unparsable slot, stay in `allByName` only.
+ */
+export function classifyPods(pods: readonly V1Pod[]): Classified {
+  const out: Classified = { sub: new Map(), toolbox: new Map(), allByName: new Map() };
+  for (const pod of pods) {
+    if (isTerminating(pod)) continue;
+    out.allByName.set(pod.metadata?.name ?? '', pod);
+    const labels = pod.metadata?.labels ?? {};
+    switch (labels[Labels.role]) {
+      case Roles.main:
+        out.main = pod;
+        break;
+      case Roles.subAgent: {
+        const slot = parseSlotLabel(labels[Labels.slot]);
+        if (slot !== undefined) out.sub.set(slot, pod);
+        break;
+      }
+      case Roles.toolbox:
+        out.toolbox.set(labels[Labels.slot] ?? '', pod);
+        break;
+    }
+  }
+  return out;
+}
+
+/** Byte-order string comparison (Go `sort.Strings`). */
+export function compareNames(a: string, b: string): number {
+  return a < b ? -1 : a > b ? 1 : 0;
+}
+
+/** `forEachSorted`: the classified pods in ascending pod-name order. */
+export function podsInNameOrder(c: Classified): V1Pod[] {
+  return [...c.allByName.keys()].sort(compareNames).map((n) => c.allByName.get(n)!);
+}
+
+/** Classified sub-agent slots in ascending order. */
+export function subSlotsAscending(c: Classified): number[] {
+  return [...c.sub.keys()].sort((a, b) => a - b);
+}

@@ -1,0 +1,132 @@
+/**
+ * Drift detection: can this live pod still be what the current spec would build? (operator
+ * cocoonset/pods.go `podSpecMatches*`; spec/cocoonset-core.md §8). A mismatch is answered by deleting
+ * the pod and recreating it later (pod specs are immutable). Pure.
+ *
+ * Deliberately not compared (§8.1): affinity, `spec.nodeName`, tolerations, labels, container
+ * name/image, grace period, ephemeral-storage, the generation / hibernate / restore / dead-letter
+ * annotations and the runtime annotations (except static toolboxes, §8.2 step 4).
+ */
+import type { V1EnvFromSource, V1ResourceRequirements } from '@kubernetes/client-node';
+import { DEFAULT_NODE_POOL, Labels } from '../api/keys.js';
+import type { PodLike } from '../api/pod.js';
+import type { CocoonSet, ToolboxSpec } from '../api/types.js';
+import { isTerminal } from './classify.js';
+import { nodePoolOf } from './pods.js';
+import { compareQuantities, parseQuantity, quantityFromJSON } from './quantity.js';
+import { parseVMRuntime, parseVMSpec, vmSpecFromAgent, vmSpecFromToolbox, vmSpecsEqual } from './vmspec.js';
+
+/** The resources drift compares; ephemeral-storage and extended resources are ignored (§8.3). */
+const COMPARED_RESOURCES = ['cpu', 'memory'] as const;
+
+/**
+ * `meta.PodNodePool`: the first non-empty of `spec.nodeSelector`, labels, annotations under
+ * `cocoonstack.io/pool`, else `default`.
+ */
+export function podNodePool(pod: PodLike): string {
+  const key = Labels.nodePool;
+  return (
+    pod.spec?.nodeSelector?.[key] ||
+    pod.metadata?.labels?.[key] ||
+    pod.metadata?.annotations?.[key] ||
+    DEFAULT_NODE_POOL
+  );
+}
+
+/**
+ * `schedulingMatches` (§8.4): the pod's pool equals the spec's (empty → default), and its snapshot CPU
+ * class equals the spec's, except that a pod **without** a class is adopted while it is not terminal
+ * (pre-feature pods keep running; a terminal one drifts so its recreate picks the selector up).
+ */
+export function schedulingMatches(pod: PodLike, cs: CocoonSet): boolean {
+  if (podNodePool(pod) !== nodePoolOf(cs)) return false;
+  const podClass = pod.spec?.nodeSelector?.[Labels.snapshotCPUClass] ?? '';
+  const want = cs.spec.snapshotCompatibilityClass ?? '';
+  if (podClass === want) return true;
+  return podClass === '' && !isTerminal(pod);
+}
+
+/** Both absent → equal; one absent → differ; both present → numeric equality (`1000m` == `1`). */
+function quantityEqual(have: string | undefined, want: string | undefined): boolean {
+  if (have === undefined || want === undefined) return have === want;
+  return compareQuantities(parseQuantity(have), quantityFromJSON(want)) === 0;
+}
+
+/**
+ * `resourcesMatch(pod, want)` (§8.3): for cpu and memory, container 0's limit equals `want.limits`, and
+ * its request equals `want.requests` — or `want.limits` when `want.requests` is empty as a whole (the
+ * apiserver's defaulting). A pod without containers never matches. Throws QuantityParseError on a
+ * malformed quantity.
+ */
+export function resourcesMatch(pod: PodLike, want: V1ResourceRequirements | undefined): boolean {
+  const container = pod.spec?.containers?.[0];
+  if (!container) return false;
+  const have = container.resources ?? {};
+  const wantLimits = want?.limits ?? {};
+  const wantRequests = want?.requests && Object.keys(want.requests).length > 0 ? want.requests : wantLimits;
+  return COMPARED_RESOURCES.every(
+    (r) =>
+      quantityEqual(have.limits?.[r], wantLimits[r]) && quantityEqual(have.requests?.[r], wantRequests[r]),
+  );
+}
+
+/** Normal form of one EnvFromSource with Go zero values (absent string = ''; nil pointer kept distinct). */
+function normalizeEnvFrom(e: V1EnvFromSource): unknown {
+  const ref = (r: { name?: string; optional?: boolean } | undefined) =>
+    r === undefined || r === null ? null : { name: r.name ?? '', optional: r.optional ?? null };
+  return { prefix: e.prefix ?? '', configMapRef: ref(e.configMapRef), secretRef: ref(e.secretRef) };
+}
+
+/** `equality.Semantic.DeepEqual` of two envFrom lists, nil ≡ empty. */
+export function envFromEqual(a: V1EnvFromSource[] | undefined, b: V1EnvFromSource[] | undefined): boolean {
+  const na = (a ?? []).map(normalizeEnvFrom);
+  const nb = (b ?? []).map(normalizeEnvFrom);
+  return JSON.stringify(na) === JSON.stringify(nb);
+}
+
+/**
+ * `podSpecMatchesAgent(pod, cs, slot)` (§8.1); false = drift. The wanted VMSpec reuses the pod's own VM
+ * name and, for sub-agents (slot > 0), its own fork-from, so neither can drift; a main with a fork-from
+ * does. Then resources (cpu/memory), service account (empty ≡ `default`), envFrom and scheduling.
+ */
+export function podSpecMatchesAgent(pod: PodLike, cs: CocoonSet, slot: number): boolean {
+  const agent = cs.spec.agent;
+  const current = parseVMSpec(pod);
+  const want = vmSpecFromAgent(
+    agent,
+    current.vmName,
+    cs.spec.snapshotPolicy,
+    slot > 0 ? current.forkFrom : '',
+  );
+  if (!vmSpecsEqual(current, want)) return false;
+  if (!resourcesMatch(pod, agent.resources)) return false;
+  const podSA = pod.spec?.serviceAccountName || 'default';
+  const wantSA = agent.serviceAccountName || 'default';
+  if (podSA !== wantSA) return false;
+  if (!envFromEqual(pod.spec?.containers?.[0]?.envFrom, agent.envFrom)) return false;
+  return schedulingMatches(pod, cs);
+}
+
+/**
+ * `podSpecMatchesToolbox(pod, cs, tb)` (§8.2); false = drift. Full VMSpec (fork-from must be empty),
+ * resources, scheduling, and for `static` mode the runtime id / ip / vnc-port must equal the spec's.
+ * Service account and envFrom are not compared.
+ */
+export function podSpecMatchesToolbox(pod: PodLike, cs: CocoonSet, tb: ToolboxSpec): boolean {
+  const current = parseVMSpec(pod);
+  const want = vmSpecFromToolbox(tb, current.vmName, cs.spec.snapshotPolicy);
+  if (!vmSpecsEqual(current, want)) return false;
+  if (!resourcesMatch(pod, tb.resources)) return false;
+  if (!schedulingMatches(pod, cs)) return false;
+  if (tb.mode === 'static') {
+    const rt = parseVMRuntime(pod);
+    if (
+      rt.vmID !== (tb.staticVMID ?? '') ||
+      rt.ip !== (tb.staticIP ?? '') ||
+      rt.vncPort !== (tb.vncPort ?? 0)
+    ) {
+      return false;
+    }
+  }
+  return true;
+}

@@ -1,0 +1,93 @@
+/**
+ * Restore intent: whether a pod about to be (re)created must restore its VM from the `:hibernate`
+ * snapshot instead of cold-booting (operator cocoonset/restore.go; spec/cocoonset-core.md §14, §15.1).
+ * Pure functions over already-fetched data: the CocoonHibernation List and the registry probe are the
+ * caller's I/O. The List happens lazily, only when a pod is actually built, and at most once per pass
+ * (`lazyOnce` gives the Go `sync.OnceValues` memo, error included).
+ */
+import type { V1Pod } from '@kubernetes/client-node';
+import { Annotations } from '../api/keys.js';
+import { vmNameOf } from '../api/pod.js';
+import type { CocoonHibernation } from '../api/types.js';
+
+/**
+ * `podsRestorableByCR` (§14.1): pod names (`spec.podRef.name`, non-empty) of CRs whose `status.phase`
+ * is `Hibernated` or `Waking`. `spec.desire` is ignored; Hibernating / Active / Pending / Failed give no
+ * intent (the phase reaches Hibernated only once the push is confirmed).
+ */
+export function podsRestorableByCR(crs: readonly CocoonHibernation[]): Set<string> {
+  const out = new Set<string>();
+  for (const cr of crs) {
+    const name = cr.spec?.podRef?.name ?? '';
+    const phase = cr.status?.phase;
+    if (name !== '' && (phase === 'Hibernated' || phase === 'Waking')) out.add(name);
+  }
+  return out;
+}
+
+/**
+ * `podsHibernatedByCR` (§15.1, flows §1.8): pod names of CRs with `spec.desire == Hibernate` **or**
+ * `status.phase == Hibernating` (the reverse-desire window). Un-suspend must not clear these pods'
+ * hibernate annotation: the hibernation side owns it.
+ */
+export function podsHibernatedByCR(crs: readonly CocoonHibernation[]): Set<string> {
+  const out = new Set<string>();
+  for (const cr of crs) {
+    const name = cr.spec?.podRef?.name ?? '';
+    if (name !== '' && (cr.spec?.desire === 'Hibernate' || cr.status?.phase === 'Hibernating')) out.add(name);
+  }
+  return out;
+}
+
+/** Outcome of `HasManifest(<vm>, "hibernate")`: present/absent, or the probe's error text. */
+export type HibernateProbe = { present: boolean } | { error: string };
+
+/** What `markRestoreIfHibernated` needs or decided for one pod. */
+export type RestoreDecision =
+  /** No intent, or no registry configured: create as built, do not probe. */
+  | { kind: 'asBuilt' }
+  /** Intent and a registry: probe `<vmName>:hibernate` first. */
+  | { kind: 'probe'; vmName: string }
+  /** Tag present: the pod was marked `restore-from-hibernate: "true"`. */
+  | { kind: 'restore' }
+  /** Tag absent: create as built (fresh boot). */
+  | { kind: 'fresh' }
+  /** The probe failed: fail closed, do **not** create (a fresh boot could later overwrite the snapshot). */
+  | { kind: 'error'; message: string };
+
+/**
+ * `markRestoreIfHibernated(pod, intent)` (§14.3) over a probe result the caller already has.
+ * `intent` false or `registryConfigured` false → `asBuilt` (no probe). Otherwise without `probe` →
+ * `probe` (ask for it); with it: present → marks the pod in place and returns `restore`; absent →
+ * `fresh`; error → `error` with Go's text `probe hibernate snapshot <vm>: <err>`.
+ */
+export function markRestoreIfHibernated(
+  pod: V1Pod,
+  intent: boolean,
+  registryConfigured: boolean,
+  probe?: HibernateProbe,
+): RestoreDecision {
+  if (!intent || !registryConfigured) return { kind: 'asBuilt' };
+  const vmName = vmNameOf(pod);
+  if (probe === undefined) return { kind: 'probe', vmName };
+  if ('error' in probe)
+    return { kind: 'error', message: `probe hibernate snapshot ${vmName}: ${probe.error}` };
+  if (!probe.present) return { kind: 'fresh' };
+  pod.metadata ??= {};
+  pod.metadata.annotations ??= {};
+  pod.metadata.annotations[Annotations.restoreFromHibernate] = 'true';
+  return { kind: 'restore' };
+}
+
+/**
+ * Call-at-most-once wrapper (Go `sync.OnceValues`): the first call runs `fn`; every later call returns
+ * the same promise, so both the value and a rejection are cached and never retried within its lifetime.
+ * Create one per reconcile pass around the CocoonHibernation List.
+ */
+export function lazyOnce<T>(fn: () => Promise<T>): () => Promise<T> {
+  let memo: Promise<T> | undefined;
+  return () => {
+    memo ??= fn();
+    return memo;
+  };
+}
