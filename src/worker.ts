@@ -413,7 +413,7 @@ export async function run(config: Config, log: Logger): Promise<number> {
               namespace: config.watchNamespace,
               log,
             });
-            log.info({ namespace: config.watchNamespace || '(all)' }, 'watcher started');
+            log.info({ namespace: config.watchNamespace || '(all)' }, 'started watching');
           });
           return running.watcherOp;
         };
@@ -423,7 +423,7 @@ export async function run(config: Config, log: Logger): Promise<number> {
             running.watcher = undefined;
             if (w) {
               await w.stop();
-              log.info('watcher stopped');
+              log.info('stopped watching');
             }
           });
           return running.watcherOp;
@@ -476,7 +476,7 @@ async function shutdown(running: Running, config: Config, log: Logger): Promise<
     if (running.watcher) {
       await running.watcher.stop();
       running.watcher = undefined;
-      log.info('watcher stopped');
+      log.info('stopped watching');
     }
   } catch (err) {
     log.error({ err }, 'stopping the watcher failed');
