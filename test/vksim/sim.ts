@@ -1401,8 +1401,8 @@ export class VkSimulator {
     const startedAt = t.startTime ? new Date(t.startTime) : now;
     await this.writeStatus(t, {
       phase,
-      reason: phase === 'Succeeded' ? reason : null,
-      message: phase === 'Succeeded' ? null : truncateBytes(message, EVENT_MESSAGE_MAX_BYTES),
+      reason,
+      message: truncateBytes(message, EVENT_MESSAGE_MAX_BYTES),
       conditions: [
         { type: 'Ready', status: 'False', lastTransitionTime: now },
         { type: 'ContainersReady', status: 'False', lastTransitionTime: now },

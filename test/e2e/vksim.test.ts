@@ -1,0 +1,379 @@
+/**
+ * Smoke test of the vk-cocoon simulator on the real local stack (kube-apiserver + etcd, distribution
+ * registry, the simulator started by `npm run stack -- up`). It plays the operator's part by hand: a pod
+ * carrying the annotations the operator writes, then the hibernate / wake / delete annotations, and
+ * checks what vk-cocoon promises (spec/vk-contract.md §3, §4, §7): binding, Running/Ready + VM id +
+ * lifecycle `ready`, the `:hibernate` tag pushed before `hibernated`, wake with a new VM id, the generation
+ * echo, `:latest` on delete, and two injected faults (push failure, VM crash).
+ */
+import { randomBytes } from 'node:crypto';
+import { CoreV1Api, type KubeConfig, type V1Pod, Watch } from '@kubernetes/client-node';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import {
+  Annotations,
+  Labels,
+  LifecycleStates,
+  SnapshotArtifact,
+  TOLERATION_KEY,
+  VK_EVENT_SOURCE,
+  VK_PROVIDER_TAINT,
+  VkEventReasons,
+  VkStatusReasons,
+} from '../../src/api/keys.js';
+import { containerRunning, lifecycleOf, podReady, vmIDOf } from '../../src/api/pod.js';
+import { loadKubeConfig, statusCodeOf, strategicMergePatch } from '../../src/kube/client.js';
+import { VkSimClient } from '../vksim/client.js';
+import { MANIFEST_ACCEPT } from '../vksim/oci.js';
+
+const IMAGE = 'ghcr.io/cocoonstack/ubuntu:24.04';
+
+function env(name: string): string {
+  const v = process.env[name];
+  if (!v)
+    throw new Error(`${name} is not set: run under \`npm test\` or \`eval "$(npm run -s stack -- env)"\``);
+  return v;
+}
+
+/** Polls `probe` until it returns a non-undefined value; throws with the last observation after `timeoutMs`. */
+async function waitFor<T>(
+  what: string,
+  probe: () => Promise<T | undefined>,
+  timeoutMs = 30_000,
+  intervalMs = 100,
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let last: unknown;
+  for (;;) {
+    try {
+      const v = await probe();
+      if (v !== undefined) return v;
+    } catch (err) {
+      last = err;
+    }
+    if (Date.now() > deadline)
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what} (${String(last ?? '')})`);
+    await new Promise((r) => setTimeout(r, intervalMs));
+  }
+}
+
+/** Records every version of one pod the apiserver reports (watch), so transient states are not missed. */
+class PodRecorder {
+  readonly seen: V1Pod[] = [];
+  private abort?: AbortController;
+
+  static async start(kc: KubeConfig, namespace: string, name: string): Promise<PodRecorder> {
+    const rec = new PodRecorder();
+    rec.abort = await new Watch(kc).watch(
+      `/api/v1/namespaces/${namespace}/pods`,
+      { fieldSelector: `metadata.name=${name}` },
+      (_type, obj) => rec.seen.push(obj as V1Pod),
+      () => undefined,
+    );
+    return rec;
+  }
+
+  states(): string[] {
+    return this.seen.map((p) => lifecycleOf(p).state);
+  }
+
+  stop(): void {
+    this.abort?.abort();
+  }
+}
+
+describe('vk-cocoon simulator on the local stack', () => {
+  let kc: KubeConfig;
+  let core: CoreV1Api;
+  let sim: VkSimClient;
+  let registry: string;
+  let nodeName: string;
+  let pool: string;
+  const ns = `vksim-${randomBytes(3).toString('hex')}`;
+
+  const vmName = (pod: string) => `vk-${ns}-${pod}`;
+
+  function podManifest(name: string, extra: Record<string, string> = {}): V1Pod {
+    return {
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: {
+        name,
+        namespace: ns,
+        labels: { [Labels.appName]: 'vksim-smoke' },
+        annotations: {
+          [Annotations.vmName]: vmName(name),
+          [Annotations.managed]: 'true',
+          [Annotations.mode]: 'run',
+          [Annotations.image]: IMAGE,
+          [Annotations.os]: 'linux',
+          [Annotations.cocoonSetGeneration]: '1',
+          ...extra,
+        },
+      },
+      spec: {
+        automountServiceAccountToken: false,
+        terminationGracePeriodSeconds: 1,
+        nodeSelector: { [Labels.nodePool]: pool },
+        tolerations: [{ key: TOLERATION_KEY, operator: 'Exists' }],
+        containers: [{ name: 'agent', image: IMAGE }],
+      },
+    };
+  }
+
+  const read = (name: string) => core.readNamespacedPod({ name, namespace: ns });
+
+  async function annotate(name: string, annotations: Record<string, string | null>): Promise<void> {
+    await core.patchNamespacedPod(
+      { name, namespace: ns, body: { metadata: { annotations } } },
+      strategicMergePatch,
+    );
+  }
+
+  async function headTag(repo: string, tag: string): Promise<number> {
+    const res = await fetch(`http://${registry}/v2/${repo}/manifests/${tag}`, {
+      method: 'HEAD',
+      headers: { accept: MANIFEST_ACCEPT },
+    });
+    return res.status;
+  }
+
+  async function waitReady(name: string): Promise<V1Pod> {
+    return waitFor(`${name} Running/Ready with a VM id and lifecycle ready`, async () => {
+      const p = await read(name);
+      const ok =
+        p.status?.phase === 'Running' &&
+        containerRunning(p) &&
+        podReady(p) &&
+        vmIDOf(p) !== '' &&
+        lifecycleOf(p).state === LifecycleStates.ready;
+      return ok ? p : undefined;
+    });
+  }
+
+  async function waitGone(name: string): Promise<void> {
+    await waitFor(`${name} deleted`, async () => {
+      try {
+        await read(name);
+        return undefined;
+      } catch (err) {
+        if (statusCodeOf(err) === 404) return true;
+        throw err;
+      }
+    });
+  }
+
+  beforeAll(async () => {
+    kc = loadKubeConfig(env('KUBECONFIG'));
+    core = kc.makeApiClient(CoreV1Api);
+    registry = env('OCI_REGISTRY');
+    sim = new VkSimClient(process.env.VKSIM_URL || 'http://127.0.0.1:18089');
+    await waitFor('simulator /healthz', async () => ((await sim.healthy()) ? true : undefined), 30_000, 250);
+    ({ node: nodeName, pool } = await sim.state());
+    await sim.clearFaults();
+    await core.createNamespace({ body: { metadata: { name: ns } } });
+  });
+
+  afterAll(async () => {
+    await sim?.clearFaults().catch(() => undefined);
+    const pods = await core?.listNamespacedPod({ namespace: ns }).catch(() => undefined);
+    for (const p of pods?.items ?? []) {
+      await core
+        .deleteNamespacedPod({ name: p.metadata!.name!, namespace: ns, gracePeriodSeconds: 0 })
+        .catch(() => undefined);
+    }
+    await core?.deleteNamespace({ name: ns }).catch(() => undefined);
+  });
+
+  it('registers its node with the pool label, the provider taint and Ready', async () => {
+    const node = await core.readNode({ name: nodeName });
+    expect(node.metadata?.labels?.[Labels.nodePool]).toBe(pool);
+    expect(node.metadata?.labels).toHaveProperty(Labels.nodeRoleCocoonVM, '');
+    expect(node.spec?.taints).toContainEqual(expect.objectContaining({ ...VK_PROVIDER_TAINT }));
+    expect(node.status?.conditions?.find((c) => c.type === 'Ready')?.status).toBe('True');
+    expect(node.status?.addresses).toContainEqual({ type: 'InternalIP', address: '127.0.0.1' });
+  });
+
+  it('binds, runs, hibernates (tag before state), echoes generations, wakes with a new id, pushes :latest on delete', async () => {
+    const name = 'demo-0';
+    const vm = vmName(name);
+    await core.createNamespacedPod({ namespace: ns, body: podManifest(name) });
+
+    // Bound by the simulator (no scheduler), then Running/Ready with a VM id and lifecycle ready.
+    const up = await waitReady(name);
+    expect(up.spec?.nodeName).toBe(nodeName);
+    expect(lifecycleOf(up)).toEqual({ state: 'ready', observedGeneration: 1, message: '' });
+    expect(up.metadata?.annotations?.[Annotations.lifecycleStateMessage]).toBeUndefined();
+    const id1 = vmIDOf(up);
+    expect(id1).toMatch(/^sim-[0-9a-f]{8}$/);
+    expect(up.metadata?.annotations?.[Annotations.ip]).toMatch(/^10\.88\.\d+\.\d+$/);
+    expect(up.status?.podIP).toBe(up.metadata?.annotations?.[Annotations.ip]);
+    expect(await headTag(vm, 'hibernate')).toBe(404);
+
+    // Hibernate with a slow push: the tag may only appear with the manifest PUT, and before `hibernated`.
+    await sim.addFault({ vm: `^${vm}$`, op: 'hibernate.push.delay', delayMs: 1500, count: 1 });
+    await annotate(name, { [Annotations.hibernate]: 'true', [Annotations.cocoonSetGeneration]: '2' });
+    let sawHibernatingWithoutTag = false;
+    const down = await waitFor(
+      'hibernated',
+      async () => {
+        const p = await read(name);
+        const head = await headTag(vm, 'hibernate');
+        const state = lifecycleOf(p).state;
+        if (state === LifecycleStates.hibernating && head === 404) sawHibernatingWithoutTag = true;
+        if (state === LifecycleStates.hibernated) {
+          expect(head, 'the :hibernate tag must exist once hibernated is written').toBe(200);
+          return p;
+        }
+        return undefined;
+      },
+      30_000,
+      50,
+    );
+    expect(sawHibernatingWithoutTag).toBe(true);
+    expect(lifecycleOf(down).observedGeneration).toBeGreaterThanOrEqual(2);
+    expect(down.metadata?.annotations?.[Annotations.vmID]).toBeUndefined();
+    expect(down.metadata?.annotations?.[Annotations.ip]).toBeUndefined();
+    const settled = await waitFor('status Pending without containers', async () => {
+      const p = await read(name);
+      return p.status?.phase === 'Pending' && !containerRunning(p) && !podReady(p) ? p : undefined;
+    });
+    expect(settled.status?.podIP).toBeUndefined();
+
+    // The artifact is a cocoonstack snapshot (spec/vk-contract.md §7.4).
+    const res = await fetch(`http://${registry}/v2/${vm}/manifests/hibernate`, {
+      headers: { accept: MANIFEST_ACCEPT },
+    });
+    expect(res.status).toBe(200);
+    const manifest = (await res.json()) as {
+      mediaType: string;
+      artifactType: string;
+      config: { mediaType: string; digest: string };
+      layers: Array<{ mediaType: string; annotations?: Record<string, string> }>;
+      annotations: Record<string, string>;
+    };
+    expect(manifest.mediaType).toBe(SnapshotArtifact.manifestMediaType);
+    expect(manifest.artifactType).toBe(SnapshotArtifact.artifactType);
+    expect(manifest.config.mediaType).toBe(SnapshotArtifact.configMediaType);
+    expect(manifest.layers[0]?.annotations?.[SnapshotArtifact.annotationTitle]).toBe('config.json');
+    expect(manifest.annotations[SnapshotArtifact.annotationBaseImage]).toBe(IMAGE);
+    expect(manifest.annotations[SnapshotArtifact.annotationFromNode]).toBe(nodeName);
+    expect(manifest.annotations[SnapshotArtifact.annotationCreated]).toMatch(
+      /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/,
+    );
+    const cfg = (await (
+      await fetch(`http://${registry}/v2/${vm}/blobs/${manifest.config.digest}`)
+    ).json()) as {
+      schemaVersion: string;
+      snapshotId: string;
+      image: string;
+    };
+    expect(cfg).toMatchObject({ schemaVersion: 'v1', image: IMAGE });
+    expect(cfg.snapshotId).toMatch(/\S/);
+    const state = await sim.state();
+    expect(state.localSnapshots).toContainEqual(
+      expect.objectContaining({ name: vm, snapshotId: cfg.snapshotId }),
+    );
+    expect(state.vms.find((v) => v.name === vm)).toBeUndefined();
+
+    // A bare stamp change re-publishes the current state with the new generation.
+    await annotate(name, { [Annotations.cocoonSetGeneration]: '3' });
+    await waitFor('hibernated re-published at generation 3', async () => {
+      const lc = lifecycleOf(await read(name));
+      return lc.state === LifecycleStates.hibernated && lc.observedGeneration === 3 ? true : undefined;
+    });
+
+    // Wake: remove the annotation → restored VM with a NEW id, Running, lifecycle ready; the tag stays.
+    await annotate(name, { [Annotations.hibernate]: null });
+    const woke = await waitReady(name);
+    expect(vmIDOf(woke)).not.toBe(id1);
+    expect(lifecycleOf(woke).observedGeneration).toBe(3);
+    expect(await headTag(vm, 'hibernate')).toBe(200);
+
+    // The operator drops the tag once the wake is done: DELETE by tag → 202, then HEAD → 404.
+    const del = await fetch(`http://${registry}/v2/${vm}/manifests/hibernate`, { method: 'DELETE' });
+    expect(del.status).toBe(202);
+    expect(await headTag(vm, 'hibernate')).toBe(404);
+
+    // Events carry the vk-cocoon source.
+    const events = await core.listNamespacedEvent({
+      namespace: ns,
+      fieldSelector: `involvedObject.name=${name}`,
+    });
+    const reasons = events.items.filter((e) => e.source?.component === VK_EVENT_SOURCE).map((e) => e.reason);
+    expect(reasons).toContain(VkEventReasons.hibernated);
+    expect(reasons).toContain(VkEventReasons.woken);
+
+    // Delete of a running VM (policy unset = always): `:latest` is pushed, then the pod is force-deleted.
+    expect(await headTag(vm, 'latest')).toBe(404);
+    await core.deleteNamespacedPod({ name, namespace: ns });
+    await waitGone(name);
+    expect(await headTag(vm, 'latest')).toBe(200);
+    expect((await sim.state()).vms.find((v) => v.name === vm)).toBeUndefined();
+    await fetch(`http://${registry}/v2/${vm}/manifests/latest`, { method: 'DELETE' });
+  }, 120_000);
+
+  it('hibernate.push.fail: lifecycle failed with a message, VM kept, then the retry hibernates', async () => {
+    const name = 'pushfail-0';
+    const vm = vmName(name);
+    await core.createNamespacedPod({
+      namespace: ns,
+      body: podManifest(name, { [Annotations.snapshotPolicy]: 'never' }),
+    });
+    const up = await waitReady(name);
+    const rec = await PodRecorder.start(kc, ns, name);
+    try {
+      await sim.addFault({ vm: `^${vm}$`, op: 'hibernate.push.fail', count: 2 });
+      await annotate(name, { [Annotations.hibernate]: 'true' });
+      const failed = await waitFor('a failed lifecycle write', async () =>
+        rec.seen.find((p) => lifecycleOf(p).state === LifecycleStates.failed),
+      );
+      expect(lifecycleOf(failed).message).toMatch(/push .*:hibernate/);
+      expect(vmIDOf(failed)).toBe(vmIDOf(up));
+      // Provider error: the framework's ProviderFailed status, and a retry that writes hibernating again.
+      await waitFor('ProviderFailed status', async () =>
+        rec.seen.find((p) => p.status?.reason === VkStatusReasons.providerFailed),
+      );
+      const done = await waitFor('hibernated after the injected failures', async () => {
+        const p = await read(name);
+        return lifecycleOf(p).state === LifecycleStates.hibernated ? p : undefined;
+      });
+      expect(lifecycleOf(done).message).toBe('');
+      expect(done.metadata?.annotations?.[Annotations.lifecycleStateMessage]).toBeUndefined();
+      const states = rec.states();
+      const firstFailed = states.indexOf(LifecycleStates.failed);
+      expect(states.slice(firstFailed)).toContain(LifecycleStates.hibernating);
+      expect(await headTag(vm, 'hibernate')).toBe(200);
+      const events = await core.listNamespacedEvent({
+        namespace: ns,
+        fieldSelector: `involvedObject.name=${name}`,
+      });
+      expect(events.items.map((e) => e.reason)).toContain(VkEventReasons.hibernatePushFailed);
+    } finally {
+      rec.stop();
+    }
+    // Deleting a hibernated pod needs no registry work; the test removes its own tag.
+    await core.deleteNamespacedPod({ name, namespace: ns });
+    await waitGone(name);
+    await fetch(`http://${registry}/v2/${vm}/manifests/hibernate`, { method: 'DELETE' });
+  }, 90_000);
+
+  it('vm.crash: the pod is evicted (Failed/VMGone) and deleted', async () => {
+    const name = 'crash-0';
+    const vm = vmName(name);
+    await core.createNamespacedPod({ namespace: ns, body: podManifest(name) });
+    await waitReady(name);
+    const rec = await PodRecorder.start(kc, ns, name);
+    try {
+      const { crashed } = await sim.addFault({ vm: `^${vm}$`, op: 'vm.crash' });
+      expect(crashed).toEqual([vm]);
+      await waitGone(name);
+      const failed = rec.seen.find((p) => p.status?.phase === 'Failed');
+      expect(failed?.status?.containerStatuses?.[0]?.state?.terminated?.reason).toBe(VkStatusReasons.vmGone);
+      expect(lifecycleOf(rec.seen.at(-1)).state).toBe(LifecycleStates.ready);
+    } finally {
+      rec.stop();
+    }
+    expect(await headTag(vm, 'latest')).toBe(404);
+    expect((await sim.state()).vms.find((v) => v.name === vm)).toBeUndefined();
+  }, 60_000);
+});
