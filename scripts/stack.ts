@@ -16,14 +16,14 @@ import { type Component, componentByName, components } from './stack/components.
 import { writeServiceAccountKubeconfig } from './stack/kube.js';
 import { HOST, repoRoot, stackEnvValues, stackPaths } from './stack/paths.js';
 import { ensurePki, writeAdminKubeconfig } from './stack/pki.js';
-import { portOpen, runningPid, say, sleep, stopProcess, waitUntil } from './stack/proc.js';
+import { componentPids, portOpen, say, sleep, stopProcess, waitUntil } from './stack/proc.js';
 import { writeRegistryConfig } from './stack/registry.js';
 
 /** Single-quotes a value for POSIX shells. */
 const shq = (s: string) => `'${s.replace(/'/g, `'\\''`)}'`;
 
-/** Serialises concurrent `up`s on one stack dir (a lock directory holding the owner's pid). */
-async function withUpLock<T>(fn: () => Promise<T>): Promise<T> {
+/** Serialises `up` and `down` on one stack dir (a lock directory holding the owner's pid). */
+async function withLock<T>(fn: () => Promise<T>): Promise<T> {
   const lock = stackPaths().lock;
   mkdirSync(stackPaths().dir, { recursive: true });
   let warned = false;
@@ -49,7 +49,7 @@ async function withUpLock<T>(fn: () => Promise<T>): Promise<T> {
       }
       if (!ownerAlive) rmSync(lock, { recursive: true, force: true });
       else {
-        if (!warned) say(`waiting for another \`stack up\` (pid ${owner}) to finish`);
+        if (!warned) say(`waiting for another \`stack up\` or \`down\` (pid ${owner}) to finish`);
         warned = true;
         await sleep(500);
       }
@@ -69,7 +69,7 @@ async function ensureUp(c: Component): Promise<void> {
   if (await c.healthy()) {
     say(`${c.name}: already up`);
   } else {
-    let pid = runningPid(c.name);
+    let pid = componentPids(c.name, c.signature())[0];
     if (pid === undefined) {
       if (await portOpen(HOST, c.port)) {
         throw new Error(`${c.name}: port ${c.port} is taken by something that is not a healthy ${c.name}`);
@@ -88,7 +88,7 @@ async function ensureUp(c: Component): Promise<void> {
 
 async function up(names: string[]): Promise<void> {
   const wanted = (c: Component) => names.length === 0 || names.includes(c.name);
-  await withUpLock(async () => {
+  await withLock(async () => {
     const missing = components
       .filter(wanted)
       .flatMap((c) => c.binaries())
@@ -119,10 +119,13 @@ async function up(names: string[]): Promise<void> {
 
 async function down(names: string[]): Promise<void> {
   const list = names.length === 0 ? components : names.map(componentByName);
-  for (const c of [...list].reverse()) {
-    const stopped = await stopProcess(c.name);
-    say(`${c.name}: ${stopped ? 'stopped' : 'not running'}`);
-  }
+  // Under the same lock as `up`, so a concurrent `up` finishes first instead of racing the stop.
+  await withLock(async () => {
+    for (const c of [...list].reverse()) {
+      const pids = await stopProcess(c.name, c.signature());
+      say(`${c.name}: ${pids.length > 0 ? `stopped (pid ${pids.join(', ')})` : 'not running'}`);
+    }
+  });
 }
 
 async function status(): Promise<number> {
@@ -131,10 +134,10 @@ async function status(): Promise<number> {
     components.map(async (c) => {
       const present = c.present();
       const healthy = present && (await c.healthy());
-      const pid = runningPid(c.name);
+      const pid = componentPids(c.name, c.signature())[0];
       let state: string;
       if (!present) state = 'absent (no entry file)';
-      else if (healthy) state = pid === undefined ? 'healthy (not started by this stack dir)' : 'healthy';
+      else if (healthy) state = pid === undefined ? 'healthy (not a process of this stack dir)' : 'healthy';
       else state = pid === undefined ? 'stopped' : 'running, NOT ready';
       if (present && !healthy) bad++;
       return [c.name, state, pid === undefined ? '-' : String(pid), c.endpoint];

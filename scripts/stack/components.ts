@@ -17,7 +17,7 @@ import {
   vksimEntry,
 } from './paths.js';
 import { adminTls, apiserverUrl, pkiFiles } from './pki.js';
-import { httpGet, httpsGet, run, say, spawnDetached } from './proc.js';
+import { httpGet, httpsGet, type ProcessSignature, run, say, spawnDetached } from './proc.js';
 import { checkDeleteByTag } from './registry.js';
 
 export interface Component {
@@ -26,6 +26,8 @@ export interface Component {
   endpoint: string;
   /** Main port; an unhealthy listener there blocks a start. */
   port: number;
+  /** Recognises its processes of this stack dir, for `down` and `status` without a pid file. */
+  signature(): ProcessSignature;
   /** Binaries it runs, which `up` builds with scripts/tools.sh when missing. */
   binaries(): { tool: ToolName; path: string }[];
   /** False when the component cannot be started here (the simulator before its entry file exists). */
@@ -51,6 +53,7 @@ const etcd: Component = {
   name: 'etcd',
   endpoint: etcdUrl,
   port: Ports.etcdClient,
+  signature: () => ({ cmdline: `--data-dir=${stackPaths().etcdData}` }),
   binaries: () => [{ tool: 'etcd', path: binaries().etcd }],
   present: () => true,
   async healthy() {
@@ -80,6 +83,7 @@ const apiserver: Component = {
   name: 'kube-apiserver',
   endpoint: apiserverUrl,
   port: Ports.apiserver,
+  signature: () => ({ cmdline: `--tls-cert-file=${pkiFiles().servingCert}` }),
   binaries: () => [
     { tool: 'kube', path: binaries().apiserver },
     { tool: 'kube', path: binaries().kubectl },
@@ -129,6 +133,7 @@ const registry: Component = {
   name: 'registry',
   endpoint: registryUrl,
   port: Ports.registry,
+  signature: () => ({ cmdline: `serve ${stackPaths().registryConfig}` }),
   binaries: () => [{ tool: 'registry', path: binaries().registry }],
   present: () => true,
   async healthy() {
@@ -193,6 +198,7 @@ const temporal: Component = {
   name: 'temporal',
   endpoint: `${temporalAddress} (UI http://${HOST}:${Ports.temporalUi})`,
   port: Ports.temporal,
+  signature: () => ({ cmdline: `--db-filename ${stackPaths().temporalDb}` }),
   binaries: () => [{ tool: 'temporal', path: binaries().temporal }],
   present: () => true,
   async healthy() {
@@ -233,6 +239,7 @@ const vksim: Component = {
   name: 'vksim',
   endpoint: vksimUrl,
   port: Ports.vksim,
+  signature: () => ({ cmdline: vksimEntry, env: `KUBECONFIG=${stackPaths().adminKubeconfig}` }),
   binaries: () => [],
   present: () => existsSync(vksimEntry),
   async healthy() {

@@ -3,7 +3,16 @@
  * the components share.
  */
 import { execFile, spawn } from 'node:child_process';
-import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs';
 import { request } from 'node:https';
 import { connect } from 'node:net';
 import { join } from 'node:path';
@@ -77,11 +86,27 @@ function alive(pid: number): boolean {
   }
 }
 
+/** How to recognise a component's processes of this stack dir in /proc, without a pid file. */
+export interface ProcessSignature {
+  /** A string its command line contains (a path inside the stack dir, or the entry file). */
+  cmdline: string;
+  /** A `KEY=value` its environment contains, when the command line alone is not specific enough. */
+  env?: string;
+}
+
+function readProc(pid: number, file: 'cmdline' | 'environ'): string {
+  try {
+    return readFileSync(`/proc/${pid}/${file}`, 'utf8').split('\0').join(' ');
+  } catch {
+    return '';
+  }
+}
+
 /**
  * The pid of the component's recorded process when that process is still running (and still runs the
  * recorded binary), else undefined (a stale pid file is removed).
  */
-export function runningPid(name: string): number | undefined {
+function recordedPid(name: string): number | undefined {
   const f = pidFile(name);
   if (!existsSync(f)) return undefined;
   let rec: PidRecord;
@@ -91,15 +116,29 @@ export function runningPid(name: string): number | undefined {
     rmSync(f, { force: true });
     return undefined;
   }
-  let cmdline = '';
-  try {
-    cmdline = readFileSync(`/proc/${rec.pid}/cmdline`, 'utf8');
-  } catch {
-    // gone
-  }
-  if (alive(rec.pid) && cmdline.includes(rec.cmd)) return rec.pid;
+  if (alive(rec.pid) && readProc(rec.pid, 'cmdline').includes(rec.cmd)) return rec.pid;
   rmSync(f, { force: true });
   return undefined;
+}
+
+/** Live processes matching `sig` (another `up` may have started them, or lost their pid file). */
+function scanPids(sig: ProcessSignature): number[] {
+  const found: number[] = [];
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue;
+    const pid = Number(entry);
+    if (pid === process.pid || !readProc(pid, 'cmdline').includes(sig.cmdline)) continue;
+    if (sig.env && !readProc(pid, 'environ').includes(sig.env)) continue;
+    if (alive(pid)) found.push(pid);
+  }
+  return found;
+}
+
+/** Every running process of the component: the recorded one first, then any others found in /proc. */
+export function componentPids(name: string, sig: ProcessSignature): number[] {
+  const rec = recordedPid(name);
+  const others = scanPids(sig).filter((p) => p !== rec);
+  return rec === undefined ? others : [rec, ...others];
 }
 
 function killGroup(pid: number, sig: NodeJS.Signals): void {
@@ -115,20 +154,19 @@ function killGroup(pid: number, sig: NodeJS.Signals): void {
 }
 
 /**
- * Stops a component's process group: SIGTERM, then SIGKILL after `graceMs`. Idempotent: returns false when
- * nothing was running.
+ * Stops all of a component's processes (and their process groups): SIGTERM, then SIGKILL after `graceMs`.
+ * Idempotent: returns the pids that were running (none when nothing was).
  */
-export async function stopProcess(name: string, graceMs = 15_000): Promise<boolean> {
-  const pid = runningPid(name);
-  if (pid === undefined) return false;
-  killGroup(pid, 'SIGTERM');
+export async function stopProcess(name: string, sig: ProcessSignature, graceMs = 15_000): Promise<number[]> {
+  const pids = componentPids(name, sig);
+  for (const pid of pids) killGroup(pid, 'SIGTERM');
   const deadline = Date.now() + graceMs;
-  while (alive(pid) && Date.now() < deadline) await sleep(100);
-  // Also reaches children the leader left behind.
-  killGroup(pid, 'SIGKILL');
-  while (alive(pid)) await sleep(50);
+  while (pids.some(alive) && Date.now() < deadline) await sleep(100);
+  // Also reaches children the leaders left behind.
+  for (const pid of pids) killGroup(pid, 'SIGKILL');
+  while (pids.some(alive)) await sleep(50);
   rmSync(pidFile(name), { force: true });
-  return true;
+  return pids;
 }
 
 export function sleep(ms: number): Promise<void> {
