@@ -53,20 +53,22 @@ export function buildConditions(
 ): Condition[] {
   const allReady = ready === desired && desired > 0 && tbReady === tbDesired;
   const progressing = phase === 'Pending' || phase === 'Scaling';
+  // observedGeneration is omitempty in metav1.Condition.
+  const gen = generation !== 0 ? { observedGeneration: generation } : {};
   return [
     {
       type: CONDITION_READY,
       status: allReady ? 'True' : 'False',
       reason: allReady ? ConditionReasons.allAgentsReady : ConditionReasons.agentsNotReady,
       message: `${ready}/${desired} agents ready, ${tbReady}/${tbDesired} toolboxes ready`,
-      observedGeneration: generation,
+      ...gen,
     },
     {
       type: CONDITION_PROGRESSING,
       status: progressing ? 'True' : 'False',
       reason: progressing ? ConditionReasons.reconciling : ConditionReasons.stable,
       message: phase,
-      observedGeneration: generation,
+      ...gen,
     },
   ];
 }

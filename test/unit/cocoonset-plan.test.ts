@@ -1,0 +1,605 @@
+/**
+ * The reconcile order as a pure pass planner (the pure parts of reconciler_test.go and
+ * restore_intent_test.go, spec/cocoonset-core.md §5, §10–§13, §15.1, §16.2, §21.1, §21.5), driven
+ * against the in-memory world of cocoonset-fixtures.ts.
+ */
+import type { V1Pod } from '@kubernetes/client-node';
+import { describe, expect, it } from 'vitest';
+import { Annotations } from '../../src/api/keys.js';
+import type { CocoonSet } from '../../src/api/types.js';
+import { mainPodFailedReason } from '../../src/cocoonset/classify.js';
+import { type ActionOutcome, migrationMayEngage, planPass, wakeMayEngage } from '../../src/cocoonset/plan.js';
+import { buildAgentPod, buildToolboxPod } from '../../src/cocoonset/pods.js';
+import { readRebuildHistory } from '../../src/cocoonset/rebuild.js';
+import {
+  annotate,
+  done,
+  FakeWorld,
+  hibernation,
+  newCocoonSet,
+  readyPod,
+  withFinalizer,
+} from './cocoonset-fixtures.js';
+
+const T0 = Date.parse('2026-05-14T01:00:00Z');
+
+function set(...mods: ((cs: CocoonSet) => void)[]): CocoonSet {
+  return newCocoonSet('demo', withFinalizer, ...mods);
+}
+const replicas = (n: number) => (c: CocoonSet) => {
+  c.spec.agent.replicas = n;
+};
+const toolboxes =
+  (...names: string[]) =>
+  (c: CocoonSet) => {
+    c.spec.toolboxes = names.map((name) => ({ name }));
+  };
+const failed = (p: V1Pod) => {
+  p.status = { phase: 'Failed' };
+  return p;
+};
+
+describe('pass entry', () => {
+  it('adds the finalizer and requeues, doing nothing else', () => {
+    const w = new FakeWorld(newCocoonSet('demo'));
+    expect(done(w.pass()).result).toEqual({ requeue: true, requeueAfterMs: 0, error: undefined });
+    expect(w.ids()).toEqual(['finalizer']);
+    expect(w.cs.metadata.finalizers).toEqual(['cocoonset.cocoonstack.io/finalizer']);
+  });
+
+  it('delegates a deleting set to the delete flow', () => {
+    const cs = set((c) => {
+      c.metadata.deletionTimestamp = new Date(T0);
+    });
+    expect(new FakeWorld(cs).pass()).toEqual({ kind: 'delegate', flow: 'delete' });
+  });
+
+  it('creates the main first and requeues; AlreadyExists (terminating predecessor) waits 5 s', () => {
+    const w = new FakeWorld(set(replicas(1), toolboxes('tb')));
+    expect(done(w.pass()).result.requeue).toBe(true);
+    expect([...w.pods.keys()]).toEqual(['demo-0']);
+    const stale = new FakeWorld(set(), [buildAgentPod(set(), 0, '', '')]);
+    const gone = { ...buildAgentPod(set(), 0, '', '') };
+    gone.metadata = { ...gone.metadata, deletionTimestamp: new Date(T0) };
+    stale.pods.set('demo-0', gone);
+    expect(done(stale.pass()).result).toEqual({ requeue: false, requeueAfterMs: 5_000, error: undefined });
+  });
+
+  it('writes Pending and waits 5 s while the main is not Ready', () => {
+    const cs = set(replicas(1));
+    const w = new FakeWorld(cs, [buildAgentPod(cs, 0, '', '')]);
+    expect(done(w.pass()).result.requeueAfterMs).toBe(5_000);
+    expect(w.cs.status!.phase).toBe('Pending');
+    expect(w.pods.has('demo-1')).toBe(false);
+  });
+
+  it('creates sub-agents bound to the main node with fork-from once the main is Ready, then toolboxes', () => {
+    const cs = set(replicas(2), toolboxes('tb'));
+    const main = readyPod(buildAgentPod(cs, 0, '', ''));
+    main.spec!.nodeName = 'node-a';
+    const w = new FakeWorld(cs, [main]);
+    const step = done(w.pass());
+    expect(step.result.requeue).toBe(true);
+    expect(w.ids('createPod')).toEqual(['create:demo-1', 'create:demo-2', 'create:demo-tb']);
+    expect(w.pod('demo-2')!.spec!.nodeName).toBe('node-a');
+    expect(w.pod('demo-2')!.metadata!.annotations![Annotations.forkFrom]).toBe('vk-ns-demo-0');
+    expect(w.statusPatches).toHaveLength(0);
+  });
+
+  it('runs sub-agent creates as one concurrent batch of at most 8 in flight', () => {
+    const cs = set(replicas(3));
+    const input = { cs, pods: [readyPod(buildAgentPod(cs, 0, '', ''))], nowMs: T0, registryConfigured: true };
+    const outcomes: Record<string, ActionOutcome> = {
+      'list-hibernations': { kind: 'hibernations', items: [] },
+    };
+    const step = planPass(input, outcomes);
+    expect(step).toMatchObject({ kind: 'run', concurrent: true, maxConcurrency: 8 });
+    expect(step.kind === 'run' && step.actions.map((a) => a.id)).toEqual([
+      'create:demo-1',
+      'create:demo-2',
+      'create:demo-3',
+    ]);
+  });
+});
+
+describe('steady state and status', () => {
+  function steadyWorld() {
+    const cs = set(replicas(1), toolboxes('tb'));
+    return new FakeWorld(cs, [
+      readyPod(buildAgentPod(cs, 0, '', '')),
+      readyPod(buildAgentPod(cs, 1, 'vk-ns-demo-0', '')),
+      readyPod(buildToolboxPod(cs, { name: 'tb' })),
+    ]);
+  }
+
+  it('lists no CocoonHibernations and probes nothing in steady state', () => {
+    const w = steadyWorld();
+    expect(done(w.pass()).result).toEqual({ requeue: false, requeueAfterMs: 0, error: undefined });
+    expect([...w.pods.keys()].sort()).toEqual(['demo-0', 'demo-1', 'demo-tb']);
+    expect([w.lists, w.probes.length]).toEqual([0, 0]);
+    expect(w.cs.status!.phase).toBe('Running');
+  });
+
+  it('writes status once; a repeated pass is a true no-op', () => {
+    const w = steadyWorld();
+    done(w.pass());
+    const second = done(w.pass({ nowMs: T0 + 60_000 }));
+    expect(w.statusPatches).toHaveLength(1);
+    expect(second.mirror.status).toBeUndefined();
+  });
+
+  it('lists CocoonHibernations exactly once when sub-agents and toolboxes are both missing', () => {
+    const cs = set(replicas(2), toolboxes('tb'));
+    const w = new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
+    done(w.pass());
+    expect(w.lists).toBe(1);
+    expect([...w.pods.keys()].sort()).toEqual(['demo-0', 'demo-1', 'demo-2', 'demo-tb']);
+  });
+
+  it('deletes extra sub-agents and toolboxes', () => {
+    const cs = set(replicas(2), toolboxes('tb', 'old'));
+    const pods = [
+      readyPod(buildAgentPod(cs, 0, '', '')),
+      readyPod(buildAgentPod(cs, 1, 'vk-ns-demo-0', '')),
+      readyPod(buildAgentPod(cs, 2, 'vk-ns-demo-0', '')),
+      readyPod(buildToolboxPod(cs, { name: 'tb' })),
+      readyPod(buildToolboxPod(cs, { name: 'old' })),
+    ];
+    const w = new FakeWorld(set(replicas(1), toolboxes('tb')), pods);
+    expect(done(w.pass()).result.requeue).toBe(true);
+    expect(w.ids('deletePod')).toEqual(['delete:demo-2', 'delete:demo-old']);
+  });
+
+  it('ignores pods with the name label but another controller UID', () => {
+    const cs = set();
+    const foreign = readyPod(
+      buildAgentPod(
+        newCocoonSet('demo', (c) => (c.metadata.uid = 'old')),
+        0,
+        '',
+        '',
+      ),
+    );
+    foreign.metadata!.name = 'demo-stale';
+    const w = new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', '')), foreign]);
+    done(w.pass());
+    expect(w.cs.status!.agents).toHaveLength(1);
+    expect(w.pods.has('demo-stale')).toBe(true);
+  });
+});
+
+describe('failed main', () => {
+  it('names the failure reason with the lifecycle annotation winning', () => {
+    const cs = set();
+    const healthy = buildAgentPod(cs, 0, '', '');
+    const lc = annotate(buildAgentPod(cs, 0, '', ''), { [Annotations.lifecycleState]: 'failed' });
+    const ph = failed(buildAgentPod(cs, 0, '', ''));
+    const both = failed(annotate(buildAgentPod(cs, 0, '', ''), { [Annotations.lifecycleState]: 'failed' }));
+    expect([healthy, lc, ph, both].map(mainPodFailedReason)).toEqual([
+      '',
+      'PodLifecycleFailed',
+      'MainAgentFailed',
+      'PodLifecycleFailed',
+    ]);
+  });
+
+  it('moves to Failed with event and metric, and short-circuits everything else', () => {
+    const cs = set(replicas(1));
+    const main = annotate(readyPod(buildAgentPod(cs, 0, '', '')), {
+      [Annotations.lifecycleState]: 'failed',
+      [Annotations.lifecycleStateMessage]: 'hibernate push failed',
+    });
+    const w = new FakeWorld(cs, [main]);
+    expect(done(w.pass()).result).toEqual({ requeue: false, requeueAfterMs: 0, error: undefined });
+    expect(w.cs.status!.phase).toBe('Failed');
+    expect(w.events).toEqual([
+      {
+        eventType: 'Warning',
+        reason: 'PodLifecycleFailed',
+        message: 'main pod ns/demo-0: hibernate push failed',
+      },
+    ]);
+    expect(w.metrics).toEqual([
+      { metric: 'lifecycleStateFailedObservedTotal', labels: { phase: 'Pending' } },
+    ]);
+    expect(w.pods.has('demo-1')).toBe(false);
+    // Repeats every pass; the metric's phase label is the phase before the write.
+    done(w.pass());
+    expect(w.metrics[1]).toEqual({
+      metric: 'lifecycleStateFailedObservedTotal',
+      labels: { phase: 'Failed' },
+    });
+  });
+
+  it('uses the pod phase as message on the MainAgentFailed path and counts no metric', () => {
+    const cs = set();
+    const w = new FakeWorld(cs, [failed(buildAgentPod(cs, 0, '', ''))]);
+    done(w.pass());
+    expect(w.events).toEqual([
+      { eventType: 'Warning', reason: 'MainAgentFailed', message: 'main pod ns/demo-0: Failed' },
+    ]);
+    expect(w.metrics).toEqual([]);
+  });
+
+  it('deletes a failed main that drifted instead of parking in Failed', () => {
+    const cs = set();
+    const main = annotate(readyPod(buildAgentPod(cs, 0, '', '')), { [Annotations.lifecycleState]: 'failed' });
+    const w = new FakeWorld(
+      set((c) => {
+        c.spec.agent.image = 'ubuntu:26.04';
+      }),
+      [main],
+    );
+    expect(done(w.pass()).result.requeue).toBe(true);
+    expect(w.pods.has('demo-0')).toBe(false);
+    expect(w.events).toEqual([]);
+  });
+
+  it('emits RecoveredFromFailure when the main is Ready again while status reads Failed', () => {
+    const cs = set((c) => {
+      c.status = {
+        phase: 'Failed',
+        readyAgents: 0,
+        desiredAgents: 1,
+        readyToolboxes: 0,
+        desiredToolboxes: 0,
+      };
+    });
+    const w = new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
+    done(w.pass());
+    expect(w.events).toEqual([
+      { eventType: 'Normal', reason: 'RecoveredFromFailure', message: 'main pod ns/demo-0 is Ready again' },
+    ]);
+    expect(w.cs.status!.phase).toBe('Running');
+  });
+});
+
+describe('main drift', () => {
+  it('deletes a drifted main and requeues without touching sub-agents', () => {
+    const old = set(replicas(1));
+    const w = new FakeWorld(
+      set(replicas(1), (c) => {
+        c.spec.agent.backend = 'firecracker';
+      }),
+      [readyPod(buildAgentPod(old, 0, '', '')), readyPod(buildAgentPod(old, 1, 'vk-ns-demo-0', ''))],
+    );
+    expect(done(w.pass()).result.requeue).toBe(true);
+    expect(w.ids('deletePod')).toEqual(['delete:demo-0']);
+  });
+});
+
+describe('sub-agent triage', () => {
+  function world(sub: V1Pod, mods: ((c: CocoonSet) => void)[] = []) {
+    const cs = set(replicas(1), ...mods);
+    return new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', '')), sub]);
+  }
+  const sub = () => buildAgentPod(set(replicas(1)), 1, 'vk-ns-demo-0', '');
+
+  it('replaces a terminal sub-agent: history first, then delete, metric and event', () => {
+    const w = world(failed(sub()));
+    expect(done(w.pass()).result.requeue).toBe(true);
+    expect(w.pods.has('demo-1')).toBe(false);
+    expect(w.ids()).toEqual([
+      'history:1',
+      'delete:demo-1',
+      'metric:subagentRebuildTotal:1',
+      'event:SubAgentRebuilding:1',
+    ]);
+    expect(readRebuildHistory(w.cs).get(1)!.count).toBe(1);
+  });
+
+  it('treats lifecycle failed as terminal while the phase is Running', () => {
+    const w = world(annotate(readyPod(sub()), { [Annotations.lifecycleState]: 'failed' }));
+    done(w.pass());
+    expect(w.pods.has('demo-1')).toBe(false);
+  });
+
+  it('does not delete when persisting the history fails', () => {
+    const w = world(failed(sub()));
+    w.failures.set('history:1', 'conflict');
+    expect(done(w.pass()).result.error).toBe('persist rebuild history: conflict');
+    expect(w.pods.has('demo-1')).toBe(true);
+  });
+
+  it('walks the backoff timeline: rebuild at once, then after 1 s, 5 s, 30 s, then dead letter', () => {
+    const w = world(failed(sub()));
+    const failAgain = () => w.pods.set('demo-1', failed(sub()));
+    let now = T0;
+    done(w.pass({ nowMs: now }));
+    const waits: number[] = [];
+    for (const wait of [1_000, 5_000, 30_000]) {
+      failAgain();
+      const blocked = done(w.pass({ nowMs: now + 10 }));
+      waits.push(blocked.result.requeueAfterMs);
+      expect(w.pods.has('demo-1')).toBe(true);
+      now += wait;
+      done(w.pass({ nowMs: now }));
+      expect(w.pods.has('demo-1')).toBe(false);
+    }
+    expect(waits).toEqual([990, 4_990, 29_990]);
+    expect(readRebuildHistory(w.cs).get(1)!.count).toBe(4);
+    failAgain();
+    const dl = done(w.pass({ nowMs: now + 3_600_000 }));
+    expect(dl.result).toEqual({ requeue: false, requeueAfterMs: 0, error: undefined });
+    expect(w.pod('demo-1')!.metadata!.annotations![Annotations.deadLetter]).toBe('true');
+    expect(w.events.at(-1)!.reason).toBe('SubAgentDeadLetter');
+    expect(w.metrics.filter((m) => m.metric === 'subagentRebuildTotal')).toHaveLength(4);
+    // Dead letter is steady: the pod stays and the set stays Scaling / Ready=False.
+    done(w.pass({ nowMs: now + 7_200_000 }));
+    expect(w.pods.has('demo-1')).toBe(true);
+    expect(w.cs.status!.phase).toBe('Scaling');
+  });
+
+  it('a dead-lettered sub-agent yields to a spec edit, which resets its history', () => {
+    const dead = annotate(failed(sub()), { [Annotations.deadLetter]: 'true' });
+    const history = '{"1":{"count":4,"lastDeleted":"2026-05-14T00:00:00Z"}}';
+    const withHistory = (c: CocoonSet) => {
+      c.metadata.annotations = { [Annotations.rebuildHistory]: history };
+    };
+    const same = world(dead, [withHistory]);
+    const kept = done(same.pass());
+    expect(kept.result.requeue).toBe(false);
+    expect(same.pods.has('demo-1')).toBe(true);
+
+    const edited = world(dead, [
+      withHistory,
+      (c) => {
+        c.spec.agent.image = 'fixed';
+      },
+    ]);
+    // The main drifts too with a new image; keep it matching so the pass reaches the sub-agents.
+    edited.pods.set('demo-0', readyPod(buildAgentPod(edited.cs, 0, '', '')));
+    expect(done(edited.pass()).result.requeue).toBe(true);
+    expect(edited.pods.has('demo-1')).toBe(false);
+    expect(readRebuildHistory(edited.cs).has(1)).toBe(false);
+    expect(edited.ids()).toEqual(['history:1', 'delete:demo-1']);
+  });
+
+  it('waits the smallest remaining backoff when nothing else changes', () => {
+    const cs = set(replicas(2), (c) => {
+      c.metadata.annotations = {
+        [Annotations.rebuildHistory]:
+          '{"1":{"count":3,"lastDeleted":"2026-05-14T01:00:00Z"},"2":{"count":1,"lastDeleted":"2026-05-14T01:00:00Z"}}',
+      };
+    });
+    const w = new FakeWorld(cs, [
+      readyPod(buildAgentPod(cs, 0, '', '')),
+      failed(buildAgentPod(cs, 1, 'vk-ns-demo-0', '')),
+      failed(buildAgentPod(cs, 2, 'vk-ns-demo-0', '')),
+    ]);
+    expect(done(w.pass({ nowMs: T0 + 200 })).result).toEqual({
+      requeue: false,
+      requeueAfterMs: 800,
+      error: undefined,
+    });
+    expect(w.cs.status!.phase).toBe('Scaling');
+  });
+});
+
+describe('toolboxes', () => {
+  function mainOnly(cs: CocoonSet) {
+    return new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
+  }
+
+  it('rejects a toolbox named like an agent slot before any write ("0" and "1")', () => {
+    for (const name of ['0', '1', '+2']) {
+      const w = mainOnly(set(toolboxes(name)));
+      expect(done(w.pass()).result.error).toBe(
+        `toolbox name "${name}" must not be an integer: collides with agent slot pod naming`,
+      );
+      expect(w.ids('createPod')).toEqual([]);
+    }
+    // Too large for Atoi: accepted, as in Go.
+    expect(done(mainOnly(set(toolboxes('99999999999999999999'))).pass()).result.error).toBeUndefined();
+  });
+
+  it('rejects duplicate names before any create', () => {
+    const w = mainOnly(set(toolboxes('tb', 'tb')));
+    expect(done(w.pass()).result.error).toBe('duplicate toolbox name "tb" in spec');
+    expect(w.ids('createPod')).toEqual([]);
+  });
+
+  it('is idempotent when its own toolbox exists but the cache does not show it', () => {
+    const cs = set(toolboxes('tb'));
+    const main = readyPod(buildAgentPod(cs, 0, '', ''));
+    const w = new FakeWorld(cs, [main, readyPod(buildToolboxPod(cs, { name: 'tb' }))]);
+    const step = done(w.pass({ view: [main] }));
+    expect(step.result).toEqual({ requeue: false, requeueAfterMs: 0, error: undefined });
+    expect(w.ids()).toContain('get:demo-tb');
+  });
+
+  it('reports a collision with a foreign pod of the same name', () => {
+    const cs = set(toolboxes('tb'));
+    const main = readyPod(buildAgentPod(cs, 0, '', ''));
+    const foreign = buildAgentPod(cs, 0, '', '');
+    foreign.metadata!.name = 'demo-tb';
+    const w = new FakeWorld(cs, [main]);
+    w.pods.set('demo-tb', foreign);
+    expect(done(w.pass({ view: [main] })).result.error).toBe(
+      'create toolbox tb: name collision with existing pod ns/demo-tb (role=main)',
+    );
+    // Visible in the cache without the toolbox role: refused before the create.
+    delete foreign.metadata!.labels!['cocoonset.cocoonstack.io/role'];
+    const visible = new FakeWorld(cs, [main, foreign]);
+    expect(done(visible.pass()).result.error).toBe(
+      'create toolbox tb: name collision with existing pod demo-tb',
+    );
+  });
+
+  it('replaces a terminal or drifted toolbox (no backoff)', () => {
+    const cs = set(toolboxes('tb'));
+    const w = new FakeWorld(cs, [
+      readyPod(buildAgentPod(cs, 0, '', '')),
+      failed(buildToolboxPod(cs, { name: 'tb' })),
+    ]);
+    expect(done(w.pass()).result.requeue).toBe(true);
+    expect(w.ids()).toEqual(['delete:demo-tb']);
+    const drift = new FakeWorld(
+      set((c) => (c.spec.toolboxes = [{ name: 'tb', image: 'v2' }])),
+      [readyPod(buildAgentPod(cs, 0, '', '')), readyPod(buildToolboxPod(cs, { name: 'tb', image: 'v1' }))],
+    );
+    done(drift.pass());
+    expect(drift.ids()).toEqual(['delete:demo-tb']);
+  });
+});
+
+describe('un-suspend', () => {
+  function hibernatedWorld(crs = [] as ReturnType<typeof hibernation>[]) {
+    const cs = set(replicas(1), toolboxes('tb'));
+    const w = new FakeWorld(cs, [
+      annotate(readyPod(buildAgentPod(cs, 0, '', '')), { [Annotations.hibernate]: 'true' }),
+      annotate(readyPod(buildAgentPod(cs, 1, 'vk-ns-demo-0', '')), { [Annotations.hibernate]: 'true' }),
+      readyPod(buildToolboxPod(cs, { name: 'tb' })),
+    ]);
+    w.crs = crs;
+    return w;
+  }
+  const hib = (w: FakeWorld, pod: string) => w.pod(pod)!.metadata!.annotations![Annotations.hibernate];
+
+  it('clears leftover hibernate annotations and leaves other pods alone', () => {
+    const w = hibernatedWorld();
+    done(w.pass({ registryConfigured: false }));
+    expect([hib(w, 'demo-0'), hib(w, 'demo-1'), hib(w, 'demo-tb')]).toEqual([
+      undefined,
+      undefined,
+      undefined,
+    ]);
+    expect(w.ids('patchPodAnnotations')).toEqual(['unsuspend:demo-0', 'unsuspend:demo-1']);
+    expect(w.lists).toBe(1);
+  });
+
+  it('skips pods a CocoonHibernation holds (desire Hibernate, or Hibernating on a reverse desire)', () => {
+    const w = hibernatedWorld([
+      hibernation('demo-0', 'Hibernate', 'Hibernated'),
+      hibernation('demo-1', 'Wake', 'Hibernating'),
+    ]);
+    done(w.pass({ registryConfigured: false }));
+    expect([hib(w, 'demo-0'), hib(w, 'demo-1')]).toEqual(['true', 'true']);
+  });
+
+  it('is free on a clean set: no List, no patch', () => {
+    const cs = set();
+    const w = new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
+    done(w.pass());
+    expect([w.lists, w.ids('patchPodAnnotations').length]).toEqual([0, 0]);
+  });
+});
+
+describe('extension points', () => {
+  it('delegates suspend by policy, after the failed-main check', () => {
+    const cs = set((c) => (c.spec.suspend = true));
+    expect(new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]).pass()).toEqual({
+      kind: 'delegate',
+      flow: 'suspend',
+    });
+    const rel = set((c) => {
+      c.spec.suspend = true;
+      c.spec.hibernatePolicy = 'release';
+    });
+    expect(new FakeWorld(rel).pass()).toEqual({ kind: 'delegate', flow: 'suspendRelease' });
+    const dead = new FakeWorld(cs, [failed(buildAgentPod(cs, 0, '', ''))]);
+    expect(done(dead.pass()).result.error).toBeUndefined();
+    expect(dead.cs.status!.phase).toBe('Failed');
+  });
+
+  it('runs queued events before delegating', () => {
+    const cs = set((c) => {
+      c.spec.suspend = true;
+      c.status = {
+        phase: 'Failed',
+        readyAgents: 0,
+        desiredAgents: 1,
+        readyToolboxes: 0,
+        desiredToolboxes: 0,
+      };
+    });
+    const w = new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
+    expect(w.pass()).toEqual({ kind: 'delegate', flow: 'suspend' });
+    expect(w.events.map((e) => e.reason)).toEqual(['RecoveredFromFailure']);
+  });
+
+  it('delegates migration only when its gate can engage, and continues when it declines', () => {
+    const cs = set((c) => (c.spec.nodeName = 'node-b'));
+    const main = annotate(readyPod(buildAgentPod(cs, 0, '', '')), { [Annotations.vmID]: 'vm' });
+    main.spec!.nodeName = 'node-a';
+    main.status!.containerStatuses = [
+      { name: 'agent', image: 'x', imageID: '', ready: true, restartCount: 0, state: { running: {} } },
+    ];
+    const w = new FakeWorld(cs, [main]);
+    expect(w.pass()).toEqual({ kind: 'delegate', flow: 'migration' });
+    expect(done(w.pass({ declined: { migration: true } })).result.error).toBeUndefined();
+    expect(migrationMayEngage(cs, main, false)).toBe(false);
+    main.spec!.nodeName = 'node-b';
+    expect(migrationMayEngage(cs, main, true)).toBe(false);
+    main.metadata!.annotations![Annotations.hibernate] = 'true';
+    expect(migrationMayEngage(cs, main, true)).toBe(true);
+    expect(migrationMayEngage(set(), main, true)).toBe(false);
+    expect(
+      migrationMayEngage(
+        set((c) => (c.status = { phase: 'Migrating' } as CocoonSet['status'])),
+        main,
+        true,
+      ),
+    ).toBe(true);
+  });
+
+  it('delegates the wake only for the phases and rows that need it', () => {
+    const main = readyPod(buildAgentPod(set(), 0, '', ''));
+    const phase = (p: string, hint?: string) =>
+      set((c) => {
+        c.status = { phase: p } as CocoonSet['status'];
+        if (hint) c.metadata.annotations = { [Annotations.hibernatedOnNode]: hint };
+      });
+    expect(wakeMayEngage(phase('Running'), main, true)).toBe(false);
+    expect(wakeMayEngage(phase('Waking'), main, true)).toBe(true);
+    expect(wakeMayEngage(phase('Waking'), main, false)).toBe(false);
+    expect(wakeMayEngage(phase('Suspended'), undefined, true)).toBe(true);
+    // A retain set leaving suspend (Suspended, main present, no hint) falls through to the normal flow.
+    expect(wakeMayEngage(phase('Suspended'), main, true)).toBe(false);
+    expect(wakeMayEngage(phase('Suspended', 'node-a'), main, true)).toBe(true);
+    expect(wakeMayEngage(phase('Suspending'), undefined, true)).toBe(false);
+    expect(wakeMayEngage(phase('Suspending', 'node-a'), failed(buildAgentPod(set(), 0, '', '')), true)).toBe(
+      false,
+    );
+    const restored = annotate(readyPod(buildAgentPod(set(), 0, '', '')), {
+      [Annotations.restoreFromHibernate]: 'true',
+    });
+    expect(wakeMayEngage(phase('Running', 'node-a'), restored, true)).toBe(true);
+    expect(new FakeWorld(phase('Suspended'), [main]).pass().kind).toBe('done');
+  });
+});
+
+describe('planner protocol', () => {
+  it('is deterministic: replaying the same outcomes gives the same next step', () => {
+    const cs = set(replicas(2), toolboxes('tb'));
+    const input = { cs, pods: [readyPod(buildAgentPod(cs, 0, '', ''))], nowMs: T0, registryConfigured: true };
+    const outcomes: Record<string, ActionOutcome> = {};
+    const first = planPass(input, outcomes);
+    expect(planPass(input, outcomes)).toEqual(first);
+    expect(first).toMatchObject({
+      kind: 'run',
+      actions: [{ id: 'list-hibernations', type: 'listHibernations', namespace: 'ns' }],
+    });
+  });
+
+  it('fails the pass on a List error without creating anything', () => {
+    const cs = set(replicas(1));
+    const w = new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
+    w.failures.set('list-hibernations', 'forbidden');
+    expect(done(w.pass()).result.error).toBe('list cocoonhibernations in ns: forbidden');
+    expect(w.ids('createPod')).toEqual([]);
+  });
+
+  it('reports the first sub-agent create error after recording the successful creates', () => {
+    const cs = set(replicas(2));
+    const w = new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
+    w.failures.set('create:demo-1', 'quota exceeded');
+    expect(done(w.pass()).result.error).toBe('create sub-agent slot 1: quota exceeded');
+    expect(w.pods.has('demo-2')).toBe(true);
+  });
+
+  it('fails a build with Go-style context on a malformed quantity', () => {
+    const w = new FakeWorld(set((c) => (c.spec.agent.storage = '1kk')));
+    expect(done(w.pass()).result.error).toBe("build main agent: unable to parse quantity's suffix");
+  });
+});

@@ -1,0 +1,150 @@
+/**
+ * Restore intent (port of restore_test.go and the pure parts of restore_intent_test.go,
+ * spec/cocoonset-core.md §14, §21.4, §21.5).
+ */
+import { describe, expect, it } from 'vitest';
+import { Annotations } from '../../src/api/keys.js';
+import { buildAgentPod, buildToolboxPod } from '../../src/cocoonset/pods.js';
+import {
+  lazyOnce,
+  markRestoreIfHibernated,
+  podsHibernatedByCR,
+  podsRestorableByCR,
+} from '../../src/cocoonset/restore.js';
+import { done, FakeWorld, hibernation, newCocoonSet, readyPod, withFinalizer } from './cocoonset-fixtures.js';
+
+const podWithVM = () => {
+  const p = buildAgentPod(newCocoonSet(), 0, '', '');
+  p.metadata!.annotations![Annotations.vmName] = 'vm';
+  return p;
+};
+const marked = (p: ReturnType<typeof podWithVM>) =>
+  p.metadata!.annotations![Annotations.restoreFromHibernate];
+
+describe('markRestoreIfHibernated', () => {
+  it('without intent: nothing set and no probe asked for', () => {
+    const p = podWithVM();
+    expect(markRestoreIfHibernated(p, false, true)).toEqual({ kind: 'asBuilt' });
+    expect(markRestoreIfHibernated(p, false, true, { present: true })).toEqual({ kind: 'asBuilt' });
+    expect(marked(p)).toBeUndefined();
+  });
+
+  it('with intent: asks for the probe of <vm>:hibernate, then marks when present', () => {
+    const p = podWithVM();
+    expect(markRestoreIfHibernated(p, true, true)).toEqual({ kind: 'probe', vmName: 'vm' });
+    expect(markRestoreIfHibernated(p, true, true, { present: true })).toEqual({ kind: 'restore' });
+    expect(marked(p)).toBe('true');
+  });
+
+  it('with intent and the tag absent: fresh boot, not marked', () => {
+    const p = podWithVM();
+    expect(markRestoreIfHibernated(p, true, true, { present: false })).toEqual({ kind: 'fresh' });
+    expect(marked(p)).toBeUndefined();
+  });
+
+  it('with intent and a probe error: fails closed, not marked', () => {
+    const p = podWithVM();
+    expect(markRestoreIfHibernated(p, true, true, { error: 'boom' })).toEqual({
+      kind: 'error',
+      message: 'probe hibernate snapshot vm: boom',
+    });
+    expect(marked(p)).toBeUndefined();
+  });
+
+  it('without a registry: no error, not marked, no probe', () => {
+    const p = podWithVM();
+    expect(markRestoreIfHibernated(p, true, false)).toEqual({ kind: 'asBuilt' });
+    expect(marked(p)).toBeUndefined();
+  });
+});
+
+describe('who has intent', () => {
+  it('only Hibernated and Waking CRs give restore intent, whatever the desire', () => {
+    const crs = (['Hibernated', 'Waking', 'Active', 'Hibernating'] as const).map((ph) =>
+      hibernation(ph.toLowerCase(), 'Hibernate', ph),
+    );
+    crs.push(hibernation('', 'Hibernate', 'Hibernated'), hibernation('wake-desire', 'Wake', 'Hibernated'));
+    expect([...podsRestorableByCR(crs)].sort()).toEqual(['hibernated', 'wake-desire', 'waking']);
+  });
+
+  it('un-suspend skips pods whose CR wants Hibernate or is mid-Hibernating', () => {
+    const crs = [
+      hibernation('a', 'Hibernate', 'Active'),
+      hibernation('b', 'Wake', 'Hibernating'),
+      hibernation('c', 'Wake', 'Hibernated'),
+      hibernation('d', 'Hibernate'),
+    ];
+    expect([...podsHibernatedByCR(crs)].sort()).toEqual(['a', 'b', 'd']);
+  });
+});
+
+describe('lazyOnce (the per-pass intent memo)', () => {
+  it('runs once and caches the value', async () => {
+    let calls = 0;
+    const f = lazyOnce(async () => ++calls);
+    expect([await f(), await f()]).toEqual([1, 1]);
+    expect(calls).toBe(1);
+  });
+
+  it('caches the error too: no retry within the pass', async () => {
+    let calls = 0;
+    const f = lazyOnce(async () => {
+      calls++;
+      throw new Error('list failed');
+    });
+    await expect(f()).rejects.toThrow('list failed');
+    await expect(f()).rejects.toThrow('list failed');
+    expect(calls).toBe(1);
+  });
+});
+
+describe('restore through the pass planner', () => {
+  it('restores a hibernated toolbox on recreate (no UID, empty classification)', () => {
+    const cs = newCocoonSet('demo', withFinalizer, (c) => {
+      delete c.metadata.uid;
+      c.spec.toolboxes = [{ name: 'tb', mode: 'run' }];
+    });
+    const main = readyPod(buildAgentPod(cs, 0, '', ''));
+    const w = new FakeWorld(cs, [main]);
+    w.crs = [hibernation('demo-tb', 'Hibernate', 'Hibernated')];
+    w.tags.add('vk-ns-demo-tb:hibernate');
+    expect(done(w.pass()).result).toEqual({ requeue: true, requeueAfterMs: 0, error: undefined });
+    expect(w.pod('demo-tb')!.metadata!.annotations![Annotations.restoreFromHibernate]).toBe('true');
+    expect(w.probes).toEqual(['vk-ns-demo-tb']);
+  });
+
+  it('restores the main when its CR is Hibernated and the tag exists; a probe error creates nothing', () => {
+    const cs = newCocoonSet('demo', withFinalizer);
+    const w = new FakeWorld(cs);
+    w.crs = [hibernation('demo-0', 'Hibernate', 'Hibernated')];
+    w.tags.add('vk-ns-demo-0:hibernate');
+    expect(done(w.pass()).result.requeue).toBe(true);
+    expect(w.pod('demo-0')!.metadata!.annotations![Annotations.restoreFromHibernate]).toBe('true');
+
+    const failing = new FakeWorld(cs);
+    failing.crs = w.crs;
+    failing.probeError = 'registry down';
+    expect(done(failing.pass()).result.error).toBe('probe hibernate snapshot vk-ns-demo-0: registry down');
+    expect(failing.pods.size).toBe(0);
+  });
+
+  it('boots fresh without intent even when a leaked tag exists (no probe)', () => {
+    const cs = newCocoonSet('demo', withFinalizer);
+    const w = new FakeWorld(cs);
+    w.crs = [hibernation('demo-0', 'Hibernate', 'Active')];
+    w.tags.add('vk-ns-demo-0:hibernate');
+    done(w.pass());
+    expect(w.pod('demo-0')!.metadata!.annotations![Annotations.restoreFromHibernate]).toBeUndefined();
+    expect(w.probes).toEqual([]);
+  });
+
+  it('builds the static toolbox pod for a restore like any other (probe only with intent)', () => {
+    const cs = newCocoonSet('demo', withFinalizer, (c) => {
+      c.spec.toolboxes = [{ name: 'vnc', mode: 'static', staticVMID: 'q', vncPort: 5901 }];
+    });
+    const w = new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
+    done(w.pass({ registryConfigured: false }));
+    expect(w.pod('demo-vnc')).toEqual(buildToolboxPod(cs, cs.spec.toolboxes![0]!));
+    expect(w.probes).toEqual([]);
+  });
+});
