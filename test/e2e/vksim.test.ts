@@ -213,22 +213,22 @@ describe('vk-cocoon simulator on the local stack', () => {
     await sim.addFault({ vm: `^${vm}$`, op: 'hibernate.push.delay', delayMs: 1500, count: 1 });
     await annotate(name, { [Annotations.hibernate]: 'true', [Annotations.cocoonSetGeneration]: '2' });
     let sawHibernatingWithoutTag = false;
+    let sawHibernatedWithoutTag = false;
     const down = await waitFor(
       'hibernated',
       async () => {
+        // State first, tag second: if `hibernated` were written before the PUT, this order would catch it.
         const p = await read(name);
         const head = await headTag(vm, 'hibernate');
         const state = lifecycleOf(p).state;
         if (state === LifecycleStates.hibernating && head === 404) sawHibernatingWithoutTag = true;
-        if (state === LifecycleStates.hibernated) {
-          expect(head, 'the :hibernate tag must exist once hibernated is written').toBe(200);
-          return p;
-        }
-        return undefined;
+        if (state === LifecycleStates.hibernated && head !== 200) sawHibernatedWithoutTag = true;
+        return state === LifecycleStates.hibernated && head === 200 ? p : undefined;
       },
       30_000,
       50,
     );
+    expect(sawHibernatedWithoutTag, 'lifecycle hibernated was visible before the :hibernate tag').toBe(false);
     expect(sawHibernatingWithoutTag).toBe(true);
     expect(lifecycleOf(down).observedGeneration).toBeGreaterThanOrEqual(2);
     expect(down.metadata?.annotations?.[Annotations.vmID]).toBeUndefined();
