@@ -6,7 +6,7 @@
  * lifecycle `ready`, the `:hibernate` tag pushed before `hibernated`, wake with a new VM id, the generation
  * echo, `:latest` on delete, and two injected faults (push failure, VM crash).
  */
-import { randomBytes } from 'node:crypto';
+import { randomBytes, randomUUID } from 'node:crypto';
 import { CoreV1Api, type KubeConfig, type V1Pod, Watch } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
@@ -23,7 +23,7 @@ import {
 import { containerRunning, lifecycleOf, podReady, vmIDOf } from '../../src/api/pod.js';
 import { loadKubeConfig, statusCodeOf, strategicMergePatch } from '../../src/kube/client.js';
 import { VkSimClient } from '../vksim/client.js';
-import { MANIFEST_ACCEPT } from '../vksim/oci.js';
+import { MANIFEST_ACCEPT, pushBaseImage } from '../vksim/oci.js';
 
 const IMAGE = 'ghcr.io/cocoonstack/ubuntu:24.04';
 
@@ -160,6 +160,26 @@ describe('vk-cocoon simulator on the local stack', () => {
         throw err;
       }
     });
+  }
+
+  async function hibernateAndWait(name: string): Promise<V1Pod> {
+    await annotate(name, { [Annotations.hibernate]: 'true' });
+    return waitFor(`${name} hibernated`, async () => {
+      const p = await read(name);
+      return lifecycleOf(p).state === LifecycleStates.hibernated && !containerRunning(p) ? p : undefined;
+    });
+  }
+
+  async function reasonsOf(name: string): Promise<string[]> {
+    const events = await core.listNamespacedEvent({
+      namespace: ns,
+      fieldSelector: `involvedObject.name=${name}`,
+    });
+    return events.items.filter((e) => e.source?.component === VK_EVENT_SOURCE).map((e) => e.reason ?? '');
+  }
+
+  async function deleteTag(repo: string, tag: string): Promise<void> {
+    await fetch(`http://${registry}/v2/${repo}/manifests/${tag}`, { method: 'DELETE' });
   }
 
   beforeAll(async () => {
@@ -375,5 +395,283 @@ describe('vk-cocoon simulator on the local stack', () => {
     }
     expect(await headTag(vm, 'latest')).toBe(404);
     expect((await sim.state()).vms.find((v) => v.name === vm)).toBeUndefined();
+  }, 60_000);
+  it('evidence: a fresh pod whose VM still has :hibernate is restored; an image mismatch fails closed until the tag goes', async () => {
+    const name = 'ev-0';
+    const vm = vmName(name);
+    await core.createNamespacedPod({ namespace: ns, body: podManifest(name) });
+    await waitReady(name);
+    await hibernateAndWait(name);
+    expect((await sim.state()).localSnapshots.map((s) => s.name)).toContain(vm);
+    // A hibernated pod is not running: force-deleted first, local snapshot dropped (no keep-snapshot-on-delete).
+    await core.deleteNamespacedPod({ name, namespace: ns });
+    await waitGone(name);
+    await waitFor('local snapshot dropped', async () =>
+      (await sim.state()).localSnapshots.some((s) => s.name === vm) ? undefined : true,
+    );
+    expect(await headTag(vm, 'hibernate')).toBe(200);
+    expect(await headTag(vm, 'latest')).toBe(404);
+
+    // Same VM name, no restore annotation: the evidence check finds the tag and restores.
+    await core.createNamespacedPod({
+      namespace: ns,
+      body: podManifest(name, { [Annotations.snapshotPolicy]: 'never' }),
+    });
+    await waitReady(name);
+    expect(await reasonsOf(name)).toContain(VkEventReasons.hibernateSnapshotExists);
+    expect((await sim.state()).vms.find((v) => v.name === vm)?.source).toMatch(/^restore /);
+    await core.deleteNamespacedPod({ name, namespace: ns });
+    await waitGone(name);
+    expect(await headTag(vm, 'latest')).toBe(404);
+
+    // Another image: the recorded base image differs → failed (HibernateEvidenceFailed), ProviderFailed.
+    const other = podManifest(name, { [Annotations.image]: 'ghcr.io/cocoonstack/debian:13' });
+    await core.createNamespacedPod({ namespace: ns, body: other });
+    const failed = await waitFor('evidence failure', async () => {
+      const p = await read(name);
+      return lifecycleOf(p).state === LifecycleStates.failed &&
+        p.status?.reason === VkStatusReasons.providerFailed
+        ? p
+        : undefined;
+    });
+    expect(lifecycleOf(failed).message).toMatch(/delete the .*:hibernate tag/);
+    expect(vmIDOf(failed)).toBe('');
+    expect(await reasonsOf(name)).toContain(VkEventReasons.hibernateEvidenceFailed);
+    // Discarding the state (DELETE the tag) lets the retried CreatePod boot fresh.
+    await deleteTag(vm, 'hibernate');
+    const fresh = await waitReady(name);
+    expect(fresh.status?.reason).toBeUndefined();
+    expect((await sim.state()).vms.find((v) => v.name === vm)?.source).toMatch(/^run /);
+    await annotate(name, { [Annotations.snapshotPolicy]: 'never' });
+    await core.deleteNamespacedPod({ name, namespace: ns });
+    await waitGone(name);
+  }, 90_000);
+
+  it('restore-from-hibernate without a :hibernate tag fails the bring-up (CreateBringUpFailed)', async () => {
+    const name = 'rst-0';
+    await core.createNamespacedPod({
+      namespace: ns,
+      body: podManifest(name, { [Annotations.restoreFromHibernate]: 'true' }),
+    });
+    const p = await waitFor('failed', async () => {
+      const x = await read(name);
+      return lifecycleOf(x).state === LifecycleStates.failed ? x : undefined;
+    });
+    expect(lifecycleOf(p).message).toMatch(/not found/);
+    await waitFor('CreateBringUpFailed event', async () =>
+      (await reasonsOf(name)).includes(VkEventReasons.createBringUpFailed) ? true : undefined,
+    );
+    await core.deleteNamespacedPod({ name, namespace: ns });
+    await waitGone(name);
+  }, 60_000);
+
+  it('keep-snapshot-on-delete keeps the node-local snapshot of a hibernated pod; the registry is untouched', async () => {
+    const name = 'keep-0';
+    const vm = vmName(name);
+    await core.createNamespacedPod({ namespace: ns, body: podManifest(name) });
+    await waitReady(name);
+    await hibernateAndWait(name);
+    await annotate(name, { [Annotations.keepSnapshotOnDelete]: 'true' });
+    await waitFor('sim saw keep-snapshot-on-delete', async () =>
+      (await read(name)).metadata?.annotations?.[Annotations.keepSnapshotOnDelete] === 'true'
+        ? true
+        : undefined,
+    );
+    await core.deleteNamespacedPod({ name, namespace: ns });
+    await waitGone(name);
+    await waitFor('pod forgotten by the sim', async () =>
+      (await sim.state()).pods.some((p) => p.pod === `${ns}/${name}`) ? undefined : true,
+    );
+    expect((await sim.state()).localSnapshots.map((s) => s.name)).toContain(vm);
+    expect(await headTag(vm, 'hibernate')).toBe(200);
+    expect(await headTag(vm, 'latest')).toBe(404);
+    await deleteTag(vm, 'hibernate');
+  }, 60_000);
+
+  it('delete.push.fail keeps the pod Terminating with its VM until the fault clears, then :latest lands', async () => {
+    const name = 'del-0';
+    const vm = vmName(name);
+    await core.createNamespacedPod({ namespace: ns, body: podManifest(name) });
+    await waitReady(name);
+    await sim.addFault({ vm: `^${vm}$`, op: 'delete.push.fail' });
+    await core.deleteNamespacedPod({ name, namespace: ns });
+    await waitFor('two failed DeletePod attempts', async () =>
+      (await reasonsOf(name)).filter((r) => r === VkEventReasons.providerDeleteFailed).length >= 2
+        ? true
+        : undefined,
+    );
+    const stuck = await read(name);
+    expect(stuck.metadata?.deletionTimestamp).toBeDefined();
+    expect((await sim.state()).vms.some((v) => v.name === vm)).toBe(true);
+    expect(await headTag(vm, 'latest')).toBe(404);
+    await sim.clearFaults();
+    await waitGone(name);
+    expect(await headTag(vm, 'latest')).toBe(200);
+    await deleteTag(vm, 'latest');
+  }, 60_000);
+
+  it('snapshot-policy main-only pushes :latest for the main (slot 0) only', async () => {
+    const owner = {
+      apiVersion: 'cocoonset.cocoonstack.io/v1',
+      kind: 'CocoonSet',
+      name: 'mo',
+      uid: randomUUID(),
+    };
+    const names = ['mo-0', 'mo-1'];
+    for (const name of names) {
+      const body = podManifest(name, { [Annotations.snapshotPolicy]: 'main-only' });
+      body.metadata!.ownerReferences = [owner];
+      await core.createNamespacedPod({ namespace: ns, body });
+    }
+    for (const name of names) await waitReady(name);
+    for (const name of names) await core.deleteNamespacedPod({ name, namespace: ns });
+    for (const name of names) await waitGone(name);
+    expect(await headTag(vmName('mo-0'), 'latest')).toBe(200);
+    expect(await headTag(vmName('mo-1'), 'latest')).toBe(404);
+    await deleteTag(vmName('mo-0'), 'latest');
+  }, 60_000);
+
+  it('clone mode pulls its base image; a missing image fails the bring-up and the retry succeeds once pushed', async () => {
+    const name = 'clone-0';
+    const image = `vksim-base-${ns}:v1`;
+    await core.createNamespacedPod({
+      namespace: ns,
+      body: podManifest(name, {
+        [Annotations.mode]: 'clone',
+        [Annotations.image]: image,
+        [Annotations.snapshotPolicy]: 'never',
+      }),
+    });
+    const failed = await waitFor('bring-up failure', async () => {
+      const p = await read(name);
+      return lifecycleOf(p).state === LifecycleStates.failed ? p : undefined;
+    });
+    expect(lifecycleOf(failed).message).toMatch(/not found in registry/);
+    await pushBaseImage(registry, image);
+    const up = await waitReady(name);
+    expect(vmIDOf(up)).toMatch(/^sim-/);
+    expect((await sim.state()).vms.find((v) => v.name === vmName(name))?.source).toBe(`clone ${image}`);
+    await core.deleteNamespacedPod({ name, namespace: ns });
+    await waitGone(name);
+  }, 60_000);
+
+  it('a pod without vm.cocoonstack.io/name gets ProviderFailed and no lifecycle; adding the name creates it', async () => {
+    const name = 'noname-0';
+    const body = podManifest(name);
+    delete body.metadata!.annotations![Annotations.vmName];
+    await core.createNamespacedPod({ namespace: ns, body });
+    const p = await waitFor('ProviderFailed', async () => {
+      const x = await read(name);
+      return x.status?.reason === VkStatusReasons.providerFailed ? x : undefined;
+    });
+    expect(p.status?.phase).toBe('Pending');
+    expect(p.status?.message).toMatch(/missing vm\.cocoonstack\.io\/name/);
+    expect(lifecycleOf(p).state).toBe('');
+    expect(await reasonsOf(name)).toContain(VkEventReasons.providerCreateFailed);
+    await annotate(name, { [Annotations.vmName]: vmName(name) });
+    await waitReady(name);
+    await annotate(name, { [Annotations.snapshotPolicy]: 'never' });
+    await core.deleteNamespacedPod({ name, namespace: ns });
+    await waitGone(name);
+  }, 60_000);
+
+  it('a hard-bound pod of another CPU class is rejected by CreatePod (plain provider error)', async () => {
+    const name = 'cpu-0';
+    const body = podManifest(name);
+    body.spec!.nodeName = nodeName;
+    body.spec!.nodeSelector = { ...body.spec!.nodeSelector, [Labels.snapshotCPUClass]: 'no-such-class' };
+    await core.createNamespacedPod({ namespace: ns, body });
+    const p = await waitFor('ProviderFailed', async () => {
+      const x = await read(name);
+      return x.status?.reason === VkStatusReasons.providerFailed ? x : undefined;
+    });
+    expect(p.status?.message).toMatch(/CPU class "no-such-class"/);
+    expect(lifecycleOf(p).state).toBe('');
+    await core.deleteNamespacedPod({ name, namespace: ns });
+    await waitGone(name);
+  }, 60_000);
+
+  it('hibernate.remove.fail rolls the tag back, re-applies id/ip and writes failed', async () => {
+    const name = 'rm-0';
+    const vm = vmName(name);
+    await core.createNamespacedPod({
+      namespace: ns,
+      body: podManifest(name, { [Annotations.snapshotPolicy]: 'never' }),
+    });
+    const up = await waitReady(name);
+    const rec = await PodRecorder.start(kc, ns, name);
+    try {
+      await sim.addFault({ vm: `^${vm}$`, op: 'hibernate.remove.fail' });
+      await annotate(name, { [Annotations.hibernate]: 'true' });
+      const failed = await waitFor('failed after the removal failure', async () =>
+        rec.seen.find((p) => lifecycleOf(p).state === LifecycleStates.failed),
+      );
+      expect(lifecycleOf(failed).message).toMatch(/remove VM/);
+      expect(vmIDOf(failed)).toBe(vmIDOf(up));
+      // The operator gives up: with no hibernate request the sim settles, the VM runs and the tag is gone.
+      await annotate(name, { [Annotations.hibernate]: null });
+      await waitFor('simulator settled', async () => {
+        const st = (await sim.state()).pods.find((p) => p.pod === `${ns}/${name}`);
+        return st && !st.providerError ? true : undefined;
+      });
+      expect(await headTag(vm, 'hibernate')).toBe(404);
+      expect((await sim.state()).vms.find((v) => v.name === vm)?.id).toBe(vmIDOf(up));
+      expect(await reasonsOf(name)).toContain(VkEventReasons.hibernateRemoveFailed);
+      expect(rec.seen.some((p) => vmIDOf(p) === '')).toBe(true);
+    } finally {
+      rec.stop();
+      await sim.clearFaults();
+    }
+    await core.deleteNamespacedPod({ name, namespace: ns });
+    await waitGone(name);
+  }, 60_000);
+
+  it('wake.pull.fail: creating → failed without a VM, then the retry wakes', async () => {
+    const name = 'wk-0';
+    const vm = vmName(name);
+    await core.createNamespacedPod({
+      namespace: ns,
+      body: podManifest(name, { [Annotations.snapshotPolicy]: 'never' }),
+    });
+    await waitReady(name);
+    await hibernateAndWait(name);
+    const rec = await PodRecorder.start(kc, ns, name);
+    try {
+      await sim.addFault({ vm: `^${vm}$`, op: 'wake.pull.fail', count: 2 });
+      await annotate(name, { [Annotations.hibernate]: null });
+      await waitReady(name);
+      const states = rec.states();
+      const i = states.indexOf(LifecycleStates.failed);
+      expect(i).toBeGreaterThan(0);
+      expect(states.slice(0, i)).toContain(LifecycleStates.creating);
+      const failed = rec.seen[i]!;
+      expect(lifecycleOf(failed).message).toMatch(/wake .*injected/);
+      expect(vmIDOf(failed)).toBe('');
+      expect(await reasonsOf(name)).toContain(VkEventReasons.wakePullFailed);
+    } finally {
+      rec.stop();
+    }
+    await core.deleteNamespacedPod({ name, namespace: ns });
+    await waitGone(name);
+    await deleteTag(vm, 'hibernate');
+  }, 60_000);
+
+  it('an unmanaged pod adopts its pre-assigned id/ip, becomes ready, and ignores hibernate', async () => {
+    const name = 'static-0';
+    const body = podManifest(name, { [Annotations.vmID]: 'static-vm-1', [Annotations.ip]: '10.99.0.7' });
+    delete body.metadata!.annotations![Annotations.managed];
+    await core.createNamespacedPod({ namespace: ns, body });
+    const up = await waitReady(name);
+    expect(vmIDOf(up)).toBe('static-vm-1');
+    expect(up.status?.podIP).toBe('10.99.0.7');
+    await annotate(name, { [Annotations.hibernate]: 'true', [Annotations.cocoonSetGeneration]: '5' });
+    await waitFor('generation echoed while staying ready', async () => {
+      const lc = lifecycleOf(await read(name));
+      return lc.state === LifecycleStates.ready && lc.observedGeneration === 5 ? true : undefined;
+    });
+    expect(await headTag(vmName(name), 'hibernate')).toBe(404);
+    await core.deleteNamespacedPod({ name, namespace: ns });
+    await waitGone(name);
+    expect(await headTag(vmName(name), 'latest')).toBe(404);
   }, 60_000);
 });
