@@ -1,12 +1,12 @@
 /**
  * `npm run dev`: the whole thing on this machine. Brings up the local stack (`npm run stack -- up`), reads
- * its environment (`npm run -s stack -- env`), starts the operator (`npm start`) with it, applies the CRDs
- * and config/samples/ with the stack's kubectl, prints where to look, and runs until Ctrl-C (which stops
+ * its environment (`npm run -s stack -- env`), starts the operator (`npm start`) with it, applies
+ * config/samples/ with the stack's kubectl, prints where to look, and runs until Ctrl-C (which stops
  * the operator gracefully; the stack keeps running, `npm run stack -- down` stops it).
  */
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { dirname, join } from 'node:path';
+import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
@@ -71,8 +71,8 @@ async function main(): Promise<void> {
   }
 
   if (!stopping && operator.exitCode === null) {
-    step('applying the CRDs and config/samples/');
-    kubectl(env, ['apply', '-k', join(ROOT, 'config', 'crd')]);
+    // The stack has applied the CRDs already.
+    step('applying config/samples/');
     if (existsSync(join(ROOT, 'config', 'samples')))
       kubectl(env, ['apply', '-k', join(ROOT, 'config', 'samples')]);
     console.log(`
@@ -88,7 +88,9 @@ Ctrl-C stops the operator; npm run stack -- down stops the stack.`);
   process.exit(stopping ? 0 : code);
 }
 
-main().catch((err) => {
-  console.error(`dev: ${(err as Error).message}`);
-  process.exit(1);
-});
+if (process.argv[1] && fileURLToPath(import.meta.url) === resolve(process.argv[1])) {
+  main().catch((err) => {
+    console.error(`dev: ${(err as Error).message}`);
+    process.exit(1);
+  });
+}

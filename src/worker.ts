@@ -404,28 +404,38 @@ export async function run(config: Config, log: Logger): Promise<number> {
       if (runsWatcher && !stopping.signal.aborted) {
         const client = new Client({ connection, namespace });
         const startW = () => {
-          running.watcherOp = running.watcherOp.then(async () => {
-            if (running.watcher || stopping.signal.aborted) return;
-            running.watcher = await startWatcher({
-              kube,
-              client,
-              taskQueue: queues.workflows,
-              namespace: config.watchNamespace,
-              log,
+          running.watcherOp = running.watcherOp
+            .then(async () => {
+              if (running.watcher || stopping.signal.aborted) return;
+              running.watcher = await startWatcher({
+                kube,
+                client,
+                taskQueue: queues.workflows,
+                namespace: config.watchNamespace,
+                log,
+              });
+              log.info({ namespace: config.watchNamespace || '(all)' }, 'started watching');
+            })
+            .catch((err) => {
+              // Like controller-runtime when a controller cannot start: give up, let the Deployment restart us.
+              fatal ??= err;
+              log.fatal({ err }, 'watcher failed to start');
+              stopping.abort();
+              resolveDone();
             });
-            log.info({ namespace: config.watchNamespace || '(all)' }, 'started watching');
-          });
           return running.watcherOp;
         };
         const stopW = () => {
-          running.watcherOp = running.watcherOp.then(async () => {
-            const w = running.watcher;
-            running.watcher = undefined;
-            if (w) {
-              await w.stop();
-              log.info('stopped watching');
-            }
-          });
+          running.watcherOp = running.watcherOp
+            .then(async () => {
+              const w = running.watcher;
+              running.watcher = undefined;
+              if (w) {
+                await w.stop();
+                log.info('stopped watching');
+              }
+            })
+            .catch((err) => log.error({ err }, 'stopping the watcher failed'));
           return running.watcherOp;
         };
         if (config.leaderElect) {
@@ -472,7 +482,7 @@ async function shutdown(running: Running, config: Config, log: Logger): Promise<
   const started = Date.now();
   try {
     if (running.elector) await running.elector.stop();
-    await running.watcherOp.catch((err) => log.error({ err }, 'watcher start failed'));
+    await running.watcherOp;
     if (running.watcher) {
       await running.watcher.stop();
       running.watcher = undefined;
