@@ -18,10 +18,10 @@ import {
   PLURAL_COCOONHIBERNATIONS,
   VERSION,
 } from '../../src/api/keys.js';
-import { type KubeClients, loadKubeConfig, makeKubeClients, mergePatch } from '../../src/kube/client.js';
+import { type KubeClients, mergePatch } from '../../src/kube/client.js';
 import { startWatcher, type Watcher } from '../../src/watcher/index.js';
 import { type RecordedSignal, signalsQuery } from './fixtures/watcher-recorder-workflow.js';
-import { stackEnv } from './stack-harness.js';
+import { kubeClients, stackEnv } from './stack-harness.js';
 
 const log = pino({ level: process.env.LOG_LEVEL ?? 'warn' });
 const ns = `watcher-e2e-${randomUUID().slice(0, 8)}`;
@@ -35,6 +35,8 @@ let worker: Worker;
 let workerRun: Promise<void>;
 let watcher: Watcher | undefined;
 const startedIds = new Set<string>();
+/** Stall timeout of the second watcher: far below the apiserver's ~1 min bookmark period, so idle watches stall. */
+const STALL_MS = 1_500;
 
 async function waitFor<T>(
   what: string,
@@ -78,19 +80,19 @@ function podBody(name: string): V1Pod {
   };
 }
 
-async function startTestWatcher(): Promise<Watcher> {
-  const w = await startWatcher({ kube, client, taskQueue, namespace: ns, log });
+async function startTestWatcher(stallTimeoutMs?: number): Promise<Watcher> {
+  const w = await startWatcher({ kube, client, taskQueue, namespace: ns, log, stallTimeoutMs });
   await w.waitForSync();
   await w.idle();
   return w;
 }
 
 beforeAll(async () => {
-  const env = stackEnv();
-  kube = makeKubeClients(loadKubeConfig(env.KUBECONFIG));
+  const env = await stackEnv();
+  kube = kubeClients(env.kubeconfig);
   await kube.core.createNamespace({ body: { metadata: { name: ns } } });
-  const address = env.TEMPORAL_ADDRESS ?? '127.0.0.1:7233';
-  const namespace = env.TEMPORAL_NAMESPACE ?? 'default';
+  const address = env.temporalAddress;
+  const namespace = env.temporalNamespace;
   connection = await Connection.connect({ address });
   client = new Client({ connection, namespace });
   nativeConnection = await NativeConnection.connect({ address });
@@ -271,7 +273,7 @@ describe('watcher e2e (real apiserver + Temporal dev server)', () => {
   it('a fresh watcher process resends each object once (the resync), then nothing', async () => {
     const before = await recorded('p1');
     await watcher!.stop();
-    watcher = await startTestWatcher();
+    watcher = await startTestWatcher(STALL_MS);
     const sigs = await waitFor('resync signals', async () => {
       const s = await recorded('p1');
       return s.length >= before.length + 2 ? s : undefined;
@@ -282,7 +284,20 @@ describe('watcher e2e (real apiserver + Temporal dev server)', () => {
     expect(sigs.length).toBe(before.length + 2);
   });
 
-  it('sends exists:false when the CocoonHibernation is deleted, then stops routing its pod', async () => {
+  it('restarts a silent watch (no event, no bookmark within the stall timeout) and keeps the cache', async () => {
+    const w = watcher!;
+    const sent = w.stats().signalsSent;
+    await waitFor('both informers to detect a stall and reopen', () =>
+      Object.values(w.stats().informers).every((s) => s.stalls >= 1 && s.watchesStarted >= 2),
+    );
+    const inf = w.stats().informers;
+    expect(inf.pod).toMatchObject({ lists: 1, gone: 0, cached: 2 });
+    expect(inf.cocoonhibernation).toMatchObject({ lists: 1, gone: 0, cached: 1 });
+    await w.idle();
+    expect(w.stats().signalsSent).toBe(sent);
+  });
+
+  it('sends exists:false when the CocoonHibernation is deleted (through a stall-restarted watch), then stops routing its pod', async () => {
     const w = watcher!;
     const created = (await kube.custom.getNamespacedCustomObject({ ...crApi, name: 'h1' })) as {
       metadata: { uid: string };
