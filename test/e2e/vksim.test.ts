@@ -24,15 +24,9 @@ import { containerRunning, lifecycleOf, podReady, vmIDOf } from '../../src/api/p
 import { loadKubeConfig, statusCodeOf, strategicMergePatch } from '../../src/kube/client.js';
 import { VkSimClient } from '../vksim/client.js';
 import { MANIFEST_ACCEPT, pushBaseImage } from '../vksim/oci.js';
+import { stackEnv } from './stack-harness.js';
 
 const IMAGE = 'ghcr.io/cocoonstack/ubuntu:24.04';
-
-function env(name: string): string {
-  const v = process.env[name];
-  if (!v)
-    throw new Error(`${name} is not set: run under \`npm test\` or \`eval "$(npm run -s stack -- env)"\``);
-  return v;
-}
 
 /** Polls `probe` until it returns a non-undefined value; throws with the last observation after `timeoutMs`. */
 async function waitFor<T>(
@@ -183,10 +177,11 @@ describe('vk-cocoon simulator on the local stack', () => {
   }
 
   beforeAll(async () => {
-    kc = loadKubeConfig(env('KUBECONFIG'));
+    const stack = await stackEnv();
+    kc = loadKubeConfig(stack.kubeconfig);
     core = kc.makeApiClient(CoreV1Api);
-    registry = env('OCI_REGISTRY');
-    sim = new VkSimClient(process.env.VKSIM_URL || 'http://127.0.0.1:18089');
+    registry = stack.ociRegistry;
+    sim = new VkSimClient(stack.vksimUrl);
     await waitFor('simulator /healthz', async () => ((await sim.healthy()) ? true : undefined), 30_000, 250);
     ({ node: nodeName, pool } = await sim.state());
     await sim.clearFaults();
