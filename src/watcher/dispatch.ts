@@ -153,6 +153,7 @@ export class Dispatcher {
     for (const wake of this.wakeSleepers) wake();
   }
 
+  /** Delivery counters and the current queue depth. */
   stats(): DispatcherStats {
     return { ...this.counters, pending: this.pendingCount };
   }
@@ -194,7 +195,11 @@ export class Dispatcher {
           },
           'signal not delivered; the next event or relist resends this object',
         );
-        this.opts.onGiveUp?.(sig);
+        try {
+          this.opts.onGiveUp?.(sig);
+        } catch (e) {
+          this.opts.log.error({ workflowId: sig.workflowId, err: String(e) }, 'onGiveUp threw');
+        }
         return;
       }
       this.counters.retries++;

@@ -128,6 +128,7 @@ export class Backoff {
     this.current = Math.min(this.maxMs, this.current * 2);
     return d;
   }
+  /** Back to the first delay (after a healthy period). */
   reset(): void {
     this.current = this.initialMs;
   }
@@ -226,6 +227,7 @@ export class Informer<T extends KubernetesObject> {
     return [...this.cache.values()];
   }
 
+  /** Loop counters and the cache size. */
   stats(): InformerStats {
     return { ...this.counters, cached: this.cache.size };
   }

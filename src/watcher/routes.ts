@@ -183,6 +183,7 @@ export class Router {
     this.sent.delete(key);
   }
 
+  /** Events routed, candidates passed and dropped, and the size of the relevance memory. */
   stats(): RouterStats {
     return { ...this.counters, remembered: this.sent.size };
   }
