@@ -19,7 +19,7 @@ esac
 bin_of() { echo "$CACHE/node-$1/node_modules/$PKG/bin"; }
 
 # Newest published x.y.z of the major, sorted numerically (the registry lists versions in publish order).
-latest=$(npm view "$PKG@$NODE_MAJOR" version --json 2>/dev/null |
+latest=$(npm view --fetch-retries=1 --fetch-timeout=20000 "$PKG@$NODE_MAJOR" version --json 2>/dev/null |
   node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>{let v=JSON.parse(s);v=Array.isArray(v)?v:[v];
     v=v.filter(x=>/^\d+\.\d+\.\d+$/.test(x)).sort((a,b)=>{const p=a.split(".").map(Number),q=b.split(".").map(Number);
     return p[0]-q[0]||p[1]-q[1]||p[2]-q[2]});if(v.length)console.log(v[v.length-1])})' 2>/dev/null || true)
