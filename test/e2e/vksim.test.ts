@@ -24,6 +24,7 @@ import { containerRunning, lifecycleOf, podReady, vmIDOf } from '../../src/api/p
 import { loadKubeConfig, statusCodeOf, strategicMergePatch } from '../../src/kube/client.js';
 import { VkSimClient } from '../vksim/client.js';
 import { MANIFEST_ACCEPT, pushBaseImage } from '../vksim/oci.js';
+import { VkSimulator } from '../vksim/sim.js';
 import { stackEnv } from './stack-harness.js';
 
 const IMAGE = 'ghcr.io/cocoonstack/ubuntu:24.04';
@@ -669,4 +670,61 @@ describe('vk-cocoon simulator on the local stack', () => {
     await waitGone(name);
     expect(await headTag(vmName(name), 'latest')).toBe(404);
   }, 60_000);
+  it('two nodes in one pool: hostname affinity places pods; a restore on the other node pulls from the registry', async () => {
+    const poolName = `${ns}-pool`;
+    const nodes = [`${ns}-a`, `${ns}-b`];
+    const sims = nodes.map(
+      (nodeName) => new VkSimulator({ kube: kc, registry, nodeName, pool: poolName, tickMs: 500 }),
+    );
+    try {
+      for (const s of sims) await s.start();
+      const pinned = (name: string, node: string, extra: Record<string, string> = {}): V1Pod => {
+        const body = podManifest(name, { [Annotations.vmName]: vmName('mig-0'), ...extra });
+        body.spec!.nodeSelector = { [Labels.nodePool]: poolName };
+        body.spec!.affinity = {
+          nodeAffinity: {
+            requiredDuringSchedulingIgnoredDuringExecution: {
+              nodeSelectorTerms: [
+                { matchExpressions: [{ key: Labels.hostname, operator: 'In', values: [node] }] },
+              ],
+            },
+          },
+        };
+        return body;
+      };
+      const vm = vmName('mig-0');
+      await core.createNamespacedPod({ namespace: ns, body: pinned('mig-a', nodes[0]!) });
+      const onA = await waitReady('mig-a');
+      expect(onA.spec?.nodeName).toBe(nodes[0]);
+      await hibernateAndWait('mig-a');
+      await annotate('mig-a', { [Annotations.keepSnapshotOnDelete]: 'true' });
+      await waitFor('keep annotation visible', async () =>
+        (await read('mig-a')).metadata?.annotations?.[Annotations.keepSnapshotOnDelete] ? true : undefined,
+      );
+      await core.deleteNamespacedPod({ name: 'mig-a', namespace: ns });
+      await waitGone('mig-a');
+
+      // The recreated pod lands on node b, which has no local copy: it restores from the registry.
+      await core.createNamespacedPod({
+        namespace: ns,
+        body: pinned('mig-b', nodes[1]!, {
+          [Annotations.restoreFromHibernate]: 'true',
+          [Annotations.snapshotPolicy]: 'never',
+        }),
+      });
+      const onB = await waitReady('mig-b');
+      expect(onB.spec?.nodeName).toBe(nodes[1]);
+      expect(sims[1]!.state().vms.find((v) => v.name === vm)?.source).toBe(
+        `restore ${registry}/${vm}:hibernate`,
+      );
+      expect(sims[0]!.state().localSnapshots.map((x) => x.name)).toContain(vm);
+      expect(sims[0]!.state().vms).toEqual([]);
+      await core.deleteNamespacedPod({ name: 'mig-b', namespace: ns });
+      await waitGone('mig-b');
+      await deleteTag(vm, 'hibernate');
+    } finally {
+      for (const s of sims) await s.stop();
+      for (const n of nodes) await core.deleteNode({ name: n }).catch(() => undefined);
+    }
+  }, 90_000);
 });

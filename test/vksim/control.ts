@@ -1,6 +1,6 @@
 /**
  * The simulator's control API (node:http), for tests and humans (spec/vk-contract.md §7.5):
- *   GET    /healthz  → 200 "ok" once the simulator is started, else 503
+ *   GET    /healthz  → 200 "ok" once started and while its informers can list, else 503 with the reason
  *   GET    /state    → SimState JSON (VMs, local snapshots, intents, tracked pods, fault rules)
  *   GET    /faults   → FaultRule[]
  *   POST   /faults   → add a rule (FaultRuleInput JSON) → 201 {rule, crashed}; 400 on an invalid rule
@@ -78,8 +78,10 @@ async function handle(sim: VkSimulator, req: IncomingMessage, res: ServerRespons
   const route = `${req.method} ${path}`;
   try {
     switch (route) {
-      case 'GET /healthz':
-        return sim.isReady ? send(res, 200, 'ok') : send(res, 503, 'starting');
+      case 'GET /healthz': {
+        const problem = sim.healthProblem();
+        return problem ? send(res, 503, problem) : send(res, 200, 'ok');
+      }
       case 'GET /state':
         return send(res, 200, sim.state());
       case 'GET /faults':

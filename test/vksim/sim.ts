@@ -87,6 +87,8 @@ const NODE_HEARTBEAT_MS = 30_000;
 const STATUS_DRIFT_REWRITE_MS = 3_000;
 /** Informer restart delay after a list/watch error. */
 const INFORMER_RESTART_MS = 1_000;
+/** An informer that cannot list for this long makes /healthz fail. */
+const INFORMER_UNHEALTHY_MS = 15_000;
 /** The container name vk reports when the pod spec has none (operator pods name it `agent`). */
 const DEFAULT_CONTAINER = 'agent';
 
@@ -249,6 +251,8 @@ export class VkSimulator {
   private control?: { close(): Promise<void> };
   private running = false;
   private ready = false;
+  /** Since when each informer's list has been failing (absent = healthy). */
+  private readonly informerFailingSince = new Map<string, number>();
 
   constructor(opts: VkSimulatorOptions) {
     this.opts = opts;
@@ -276,19 +280,52 @@ export class VkSimulator {
   }
 
   /**
+   * Health for GET /healthz: started, and no informer has been unable to list for more than
+   * INFORMER_UNHEALTHY_MS (e.g. the apiserver was re-created with a new CA). Returns the problem or ''.
+   */
+  healthProblem(): string {
+    if (!this.ready) return 'starting';
+    const now = Date.now();
+    for (const [what, since] of this.informerFailingSince) {
+      if (now - since > INFORMER_UNHEALTHY_MS)
+        return `${what} informer failing for ${Math.round((now - since) / 1000)} s`;
+    }
+    return '';
+  }
+
+  /** Wraps an informer's list call to record whether listing works (healthProblem). */
+  private trackedList(what: string, fieldSelector: string) {
+    return async () => {
+      try {
+        const list = await this.core.listPodForAllNamespaces({ fieldSelector });
+        this.informerFailingSince.delete(what);
+        return list;
+      } catch (err) {
+        if (!this.informerFailingSince.has(what)) this.informerFailingSince.set(what, Date.now());
+        throw err;
+      }
+    };
+  }
+
+  /**
    * Registers the node, starts the informers, the periodic tick and (when `controlAddr` is set) the
    * control API. Throws if the node cannot be registered or the control port cannot be bound.
    */
   async start(): Promise<void> {
     if (this.running) return;
     this.running = true;
-    await this.registerNode();
+    try {
+      await this.registerNode();
+    } catch (err) {
+      this.running = false;
+      throw err;
+    }
     const watch = new Watch(this.opts.kube);
     const nodeSel = `spec.nodeName=${this.nodeName}`;
     this.nodeInformer = new ListWatch<V1Pod>(
       '/api/v1/pods',
       watch,
-      () => this.core.listPodForAllNamespaces({ fieldSelector: nodeSel }),
+      this.trackedList('node pods', nodeSel),
       false,
       undefined,
       nodeSel,
@@ -303,7 +340,7 @@ export class VkSimulator {
       this.unboundInformer = new ListWatch<V1Pod>(
         '/api/v1/pods',
         watch,
-        () => this.core.listPodForAllNamespaces({ fieldSelector: unboundSel }),
+        this.trackedList('unbound pods', unboundSel),
         false,
         undefined,
         unboundSel,
@@ -485,11 +522,19 @@ export class VkSimulator {
 
   private async heartbeat(): Promise<void> {
     try {
+      if (!this.running) return;
       await this.core.patchNodeStatus(
         { name: this.nodeName, body: { status: this.nodeConditions() } },
         mergePatch,
       );
     } catch (err) {
+      if (statusCodeOf(err) === 404 && this.running) {
+        // Someone deleted the Node: register it again.
+        await this.registerNode().catch((e) =>
+          this.log('warn', 'node re-registration failed', { err: errMessage(e) }),
+        );
+        return;
+      }
       this.log('warn', 'node status update failed', { err: errMessage(err) });
     }
   }
