@@ -193,7 +193,7 @@ describe('operator process against the local stack', () => {
     expect(Date.now() - t0).toBeLessThan(15_000);
     expect(op.logs.some((l) => l.msg === 'shutdown complete')).toBe(true);
     expect(op.stderr()).toBe('');
-  });
+  }, 180_000);
 
   it('keeps /healthz alive and /readyz failing while Temporal is unreachable', async () => {
     const dead = await freePort();
@@ -216,5 +216,5 @@ describe('operator process against the local stack', () => {
     } finally {
       if (local.child.exitCode === null) local.child.kill('SIGKILL');
     }
-  });
+  }, 120_000);
 });
