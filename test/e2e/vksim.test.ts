@@ -209,6 +209,18 @@ describe('vk-cocoon simulator on the local stack', () => {
     expect(node.status?.addresses).toContainEqual({ type: 'InternalIP', address: '127.0.0.1' });
   });
 
+  it('control API: validates fault rules, lists and clears them, 404 for a crash without a VM', async () => {
+    await expect(sim.addFault({ op: 'explode' })).rejects.toThrow(/HTTP 400.*unknown fault op/);
+    await expect(sim.addFault({ op: 'create.delay' })).rejects.toThrow(/HTTP 400.*delayMs/);
+    const { rule } = await sim.addFault({ vm: '^never-matches$', op: 'create.delay', delayMs: 5, count: 3 });
+    expect(rule).toMatchObject({ point: 'create', mode: 'delay', delayMs: 5, remaining: 3 });
+    expect((await sim.faults()).map((r) => r.id)).toContain(rule.id);
+    expect((await sim.state()).faults.map((r) => r.id)).toContain(rule.id);
+    await sim.clearFaults();
+    expect(await sim.faults()).toEqual([]);
+    await expect(sim.crash(ns, 'no-such-pod')).rejects.toThrow(/HTTP 404/);
+  });
+
   it('binds, runs, hibernates (tag before state), echoes generations, wakes with a new id, pushes :latest on delete', async () => {
     const name = 'demo-0';
     const vm = vmName(name);
