@@ -4,18 +4,23 @@
  * idempotent, so Temporal may retry it (DESIGN.md §3.1). Writes go to the API server.
  */
 import { randomUUID } from 'node:crypto';
-import { ApplicationFailure } from '@temporalio/common';
 import type { CoreV1Event, V1Pod } from '@kubernetes/client-node';
+import { ApplicationFailure } from '@temporalio/common';
 import {
+  API_VERSION,
   EVENT_SOURCE,
   Finalizers,
   GROUP,
   KIND_COCOONHIBERNATION,
   PLURAL_COCOONHIBERNATIONS,
-  API_VERSION,
   VERSION,
 } from '../api/keys.js';
-import { type HibernationObservation, observeHibernation, observePod, type PodObservation } from '../api/observe.js';
+import {
+  type HibernationObservation,
+  observeHibernation,
+  observePod,
+  type PodObservation,
+} from '../api/observe.js';
 import type { CocoonHibernation } from '../api/types.js';
 import { type KubeClients, mergePatch, statusCodeOf } from '../kube/client.js';
 
@@ -27,7 +32,11 @@ export interface PhaseDurationObserver {
 export interface KubeActivityDeps {
   kube: KubeClients;
   metrics?: PhaseDurationObserver;
-  log?: { info(o: object, m?: string): void; warn(o: object, m?: string): void; error(o: object, m?: string): void };
+  log?: {
+    info(o: object, m?: string): void;
+    warn(o: object, m?: string): void;
+    error(o: object, m?: string): void;
+  };
 }
 
 /** Input of emitEvent. `key` makes the Event idempotent: one Event per key, however often retried. */
@@ -57,7 +66,11 @@ function eventName(involvedName: string, key: string): string {
 }
 
 function truncate(s: string, max: number): string {
-  return Buffer.byteLength(s) <= max ? s : `${Buffer.from(s).subarray(0, max - 3).toString()}...`;
+  return Buffer.byteLength(s) <= max
+    ? s
+    : `${Buffer.from(s)
+        .subarray(0, max - 3)
+        .toString()}...`;
 }
 
 /**
@@ -175,7 +188,11 @@ export function createKubeActivities(deps: KubeActivityDeps) {
             body: cr,
           })) as CocoonHibernation;
           // Removing the last finalizer of a deleting object deletes it.
-          if (!input.present && updated.metadata?.deletionTimestamp && (updated.metadata.finalizers ?? []).length === 0) {
+          if (
+            !input.present &&
+            updated.metadata?.deletionTimestamp &&
+            (updated.metadata.finalizers ?? []).length === 0
+          ) {
             return { exists: false, namespace: input.namespace, name: input.name, uid: cr.metadata.uid };
           }
           return observeHibernation(updated);

@@ -3,10 +3,9 @@
  * writers' merge-patch bodies (spec/hibernation.md §3–§6). No I/O and no clock reads: callers pass `nowMs`,
  * so the VM workflow (deterministic time) and unit tests share them.
  */
-import { CONDITION_CONFLICT, CONDITION_READY, LifecycleStates } from '../api/keys.js';
+import { Annotations, CONDITION_CONFLICT, CONDITION_READY, LifecycleStates } from '../api/keys.js';
 import type { PodObservation } from '../api/observe.js';
 import { parseGeneration } from '../api/pod.js';
-import { Annotations } from '../api/keys.js';
 import type { CocoonHibernation, Condition, HibernationPhase } from '../api/types.js';
 
 /** Hibernate deadline, 3 min (spec §5). */
@@ -76,7 +75,11 @@ export function readyTransitionMs(status: Status | undefined): number | undefine
  * The deadline of the in-flight phase in epoch ms: Ready.lastTransitionTime + timeout while the cached
  * phase is `phase`; undefined when the phase differs or the timestamp is missing (spec §5).
  */
-export function deadlineOf(status: Status | undefined, phase: HibernationPhase, timeoutMs: number): number | undefined {
+export function deadlineOf(
+  status: Status | undefined,
+  phase: HibernationPhase,
+  timeoutMs: number,
+): number | undefined {
   if (status?.phase !== phase) return undefined;
   const t = readyTransitionMs(status);
   return t === undefined ? undefined : t + timeoutMs;
@@ -115,7 +118,10 @@ export function goQuote(s: string): string {
 }
 
 /** The Ready condition each phase maps to (spec §4.1 table). */
-export function readyConditionFor(phase: HibernationPhase, generation: number): Omit<Condition, 'lastTransitionTime'> {
+export function readyConditionFor(
+  phase: HibernationPhase,
+  generation: number,
+): Omit<Condition, 'lastTransitionTime'> {
   const done = phase === 'Hibernated' || phase === 'Active';
   return {
     type: CONDITION_READY,
@@ -130,7 +136,12 @@ export function readyConditionFor(phase: HibernationPhase, generation: number): 
  * apimachinery SetStatusCondition: append with LTT=now; on a status flip update LTT; otherwise keep LTT;
  * reason, message and observedGeneration always overwritten. Returns a new list.
  */
-export function setCondition(conditions: Condition[] | undefined, next: Omit<Condition, 'lastTransitionTime'>, nowMs: number, forceTransition = false): Condition[] {
+export function setCondition(
+  conditions: Condition[] | undefined,
+  next: Omit<Condition, 'lastTransitionTime'>,
+  nowMs: number,
+  forceTransition = false,
+): Condition[] {
   const list = (conditions ?? []).map((c) => ({ ...c }));
   const i = list.findIndex((c) => c.type === next.type);
   if (i < 0) {
@@ -142,7 +153,8 @@ export function setCondition(conditions: Condition[] | undefined, next: Omit<Con
   list[i] = {
     ...old,
     ...next,
-    lastTransitionTime: flipped || forceTransition || !old.lastTransitionTime ? rfc3339(nowMs) : old.lastTransitionTime,
+    lastTransitionTime:
+      flipped || forceTransition || !old.lastTransitionTime ? rfc3339(nowMs) : old.lastTransitionTime,
   };
   return list;
 }
@@ -160,10 +172,16 @@ function sameConditions(a: Condition[] | undefined, b: Condition[] | undefined):
  * setPhase (spec §4.1): null when phase, vmName and observedGeneration already match; otherwise the patch,
  * with the Ready.lastTransitionTime forced to now when entering Hibernating/Waking from another phase.
  */
-export function setPhasePatch(cr: CRView, phase: HibernationPhase, vmName: string, nowMs: number): StatusPatch | null {
+export function setPhasePatch(
+  cr: CRView,
+  phase: HibernationPhase,
+  vmName: string,
+  nowMs: number,
+): StatusPatch | null {
   const gen = cr.generation ?? 0;
   const st = cr.status;
-  if (st?.phase === phase && (st.vmName ?? '') === vmName && (st.observedGeneration ?? 0) === gen) return null;
+  if (st?.phase === phase && (st.vmName ?? '') === vmName && (st.observedGeneration ?? 0) === gen)
+    return null;
   const force = (phase === 'Hibernating' || phase === 'Waking') && st?.phase !== phase;
   const conditions = setCondition(st?.conditions, readyConditionFor(phase, gen), nowMs, force);
   return { status: { observedGeneration: gen, phase, vmName, conditions } };
@@ -178,7 +196,8 @@ export function markPendingPatch(cr: CRView, message: string, nowMs: number): St
   const st = cr.status;
   if (st?.phase === 'Hibernated' || st?.phase === 'Waking') return null;
   const ready = st?.conditions?.find((c) => c.type === CONDITION_READY);
-  if (st?.phase === 'Pending' && (st.observedGeneration ?? 0) === gen && ready?.message === message) return null;
+  if (st?.phase === 'Pending' && (st.observedGeneration ?? 0) === gen && ready?.message === message)
+    return null;
   const conditions = setCondition(
     st?.conditions,
     { type: CONDITION_READY, status: 'False', reason: 'Pending', message, observedGeneration: gen },
@@ -199,7 +218,12 @@ export function markFailedPatch(cr: CRView, message: string, nowMs: number): Sta
     { type: CONDITION_READY, status: 'False', reason: 'Failed', message, observedGeneration: gen },
     nowMs,
   );
-  if (st?.phase === 'Failed' && (st.observedGeneration ?? 0) === gen && sameConditions(st.conditions, conditions)) return null;
+  if (
+    st?.phase === 'Failed' &&
+    (st.observedGeneration ?? 0) === gen &&
+    sameConditions(st.conditions, conditions)
+  )
+    return null;
   return { status: { observedGeneration: gen, phase: 'Failed', conditions } };
 }
 
@@ -208,7 +232,11 @@ export function markFailedPatch(cr: CRView, message: string, nowMs: number): Sta
  * another live CR's in-flight or older desire on the same VM, removed when it no longer conflicts. Null when
  * nothing changes.
  */
-export function conflictPatch(cr: CRView, conflictMessage: string | undefined, nowMs: number): StatusPatch | null {
+export function conflictPatch(
+  cr: CRView,
+  conflictMessage: string | undefined,
+  nowMs: number,
+): StatusPatch | null {
   const st = cr.status;
   const existing = st?.conditions?.find((c) => c.type === CONDITION_CONFLICT);
   if (conflictMessage === undefined) {
@@ -245,6 +273,8 @@ export function heldByAnother(
 ): boolean {
   return others.some(
     (o) =>
-      o.uid !== self.uid && !o.deleting && ((o.status?.vmName ?? '') === self.vmName || (o.podRef ?? '') === self.podRef),
+      o.uid !== self.uid &&
+      !o.deleting &&
+      ((o.status?.vmName ?? '') === self.vmName || (o.podRef ?? '') === self.podRef),
   );
 }

@@ -21,21 +21,20 @@ import {
   upsertSearchAttributes,
   workflowInfo,
 } from '@temporalio/workflow';
+import type { EventInput, KubeActivities } from '../activities/kube.js';
+import type { RegistryActivities } from '../activities/registry.js';
 import { taskQueues } from '../api/ids.js';
 import { Annotations, EventReasons, Finalizers, SearchAttributes, Tags } from '../api/keys.js';
 import type { HibernationObservation, PodObservation } from '../api/observe.js';
 import type { HibernationPhase } from '../api/types.js';
-import type { EventInput, KubeActivities } from '../activities/kube.js';
-import type { RegistryActivities } from '../activities/registry.js';
 import {
-  HIBERNATE_TIMEOUT_MS,
-  WAKE_TIMEOUT_MS,
   applyStatusPatch,
   conflictPatch,
   deadlineExceeded,
   deadlineOf,
   goDuration,
   goQuote,
+  HIBERNATE_TIMEOUT_MS,
   heldByAnother,
   hibernateAnnotated,
   hibernateGateOpen,
@@ -44,15 +43,16 @@ import {
   type Path,
   readyTransitionMs,
   route,
-  setPhasePatch,
   type StatusPatch,
+  setPhasePatch,
+  WAKE_TIMEOUT_MS,
   wakeGateOpen,
 } from '../hibernation/rules.js';
 import {
-  type VMWorkflowInput,
   hibernationObservedSignal,
   podObservedSignal,
   resyncSignal,
+  type VMWorkflowInput,
   vmStateQuery,
 } from './messages.js';
 
@@ -98,7 +98,12 @@ export interface VMState {
 
 const kube = proxyActivities<KubeActivities>({
   startToCloseTimeout: '30s',
-  retry: { initialInterval: '500ms', maximumInterval: '10s', maximumAttempts: 5, nonRetryableErrorTypes: ['NotFound'] },
+  retry: {
+    initialInterval: '500ms',
+    maximumInterval: '10s',
+    maximumAttempts: 5,
+    nonRetryableErrorTypes: ['NotFound'],
+  },
 });
 
 function registryActivities(): RegistryActivities {
@@ -118,7 +123,10 @@ function olderThan(incoming: string | undefined, current: string | undefined): b
 
 function sameIgnoringVersion<T extends { resourceVersion?: string }>(a: T | undefined, b: T): boolean {
   if (!a) return false;
-  return JSON.stringify({ ...a, resourceVersion: undefined }) === JSON.stringify({ ...b, resourceVersion: undefined });
+  return (
+    JSON.stringify({ ...a, resourceVersion: undefined }) ===
+    JSON.stringify({ ...b, resourceVersion: undefined })
+  );
 }
 
 function errorMessage(err: unknown): string {
@@ -127,7 +135,9 @@ function errorMessage(err: unknown): string {
 }
 
 function isNotFound(err: unknown): boolean {
-  return err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'NotFound';
+  return (
+    err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'NotFound'
+  );
 }
 
 /** Entity workflow for one VM. See the module comment. */
@@ -160,7 +170,12 @@ export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
     const prev = cur?.uid === obs.uid ? cur : undefined;
     // A spec edit (new generation) retries a Failed transition at once instead of waiting FAILED_RETRY_MS.
     const retryAt = prev?.generation === obs.generation ? prev?.retryAt : undefined;
-    state.crs[obs.name] = { ...obs, failures: prev?.failures ?? 0, backoffUntil: prev?.backoffUntil, retryAt };
+    state.crs[obs.name] = {
+      ...obs,
+      failures: prev?.failures ?? 0,
+      backoffUntil: prev?.backoffUntil,
+      retryAt,
+    };
     dirty = true;
   });
   setHandler(resyncSignal, () => {
@@ -183,10 +198,18 @@ export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
     const info = workflowInfo();
     if (info.continueAsNewSuggested || info.historyLength > MAX_HISTORY_EVENTS) {
       await condition(allHandlersFinished);
-      if (!dirty) await continueAsNew<typeof vmWorkflow>({ namespace: state.namespace, pod: state.pod, carried: state });
+      if (!dirty)
+        await continueAsNew<typeof vmWorkflow>({
+          namespace: state.namespace,
+          pod: state.pod,
+          carried: state,
+        });
     }
     const wakeAt = nextWake(state);
-    const signalled = await condition(() => dirty, wakeAt === undefined ? undefined : Math.max(1, wakeAt - Date.now()));
+    const signalled = await condition(
+      () => dirty,
+      wakeAt === undefined ? undefined : Math.max(1, wakeAt - Date.now()),
+    );
     if (!signalled) {
       dirty = true;
       if (state.lastResyncAt === undefined || Date.now() - state.lastResyncAt >= FALLBACK_RESYNC_MS) {
@@ -229,7 +252,8 @@ function nextWake(state: VMState): number | undefined {
 /** CRs in a stable order: oldest first, then by name. */
 function ordered(state: VMState): TrackedCR[] {
   return Object.values(state.crs).sort(
-    (a, b) => (a.creationTimestamp ?? '').localeCompare(b.creationTimestamp ?? '') || a.name.localeCompare(b.name),
+    (a, b) =>
+      (a.creationTimestamp ?? '').localeCompare(b.creationTimestamp ?? '') || a.name.localeCompare(b.name),
   );
 }
 
@@ -240,7 +264,12 @@ async function resync(state: VMState): Promise<void> {
   for (const obs of world.hibernations) {
     const cur = state.crs[obs.name];
     const prev = cur?.uid === obs.uid ? cur : undefined;
-    next[obs.name] = { ...obs, failures: prev?.failures, backoffUntil: prev?.backoffUntil, retryAt: prev?.retryAt };
+    next[obs.name] = {
+      ...obs,
+      failures: prev?.failures,
+      backoffUntil: prev?.backoffUntil,
+      retryAt: prev?.retryAt,
+    };
   }
   state.crs = next;
   state.needResync = false;
@@ -307,7 +336,10 @@ async function pass(state: VMState, name: string, registry: RegistryActivities):
     return false;
   }
   if (!(cr.finalizers ?? []).includes(Finalizers.cocoonHibernation)) {
-    track(state, await kube.setHibernationFinalizer({ namespace: cr.namespace, name: cr.name, present: true }));
+    track(
+      state,
+      await kube.setHibernationFinalizer({ namespace: cr.namespace, name: cr.name, present: true }),
+    );
     return true;
   }
   if (!cr.podRef) {
@@ -316,7 +348,11 @@ async function pass(state: VMState, name: string, registry: RegistryActivities):
   }
   const pod = state.podObs;
   if (!pod?.exists) {
-    await writeStatus(state, cr, markPendingPatch(cr, `pod ${cr.namespace}/${cr.podRef} not yet present`, Date.now()));
+    await writeStatus(
+      state,
+      cr,
+      markPendingPatch(cr, `pod ${cr.namespace}/${cr.podRef} not yet present`, Date.now()),
+    );
     return false;
   }
   const vmName = pod.annotations?.[Annotations.vmName] ?? '';
@@ -339,9 +375,13 @@ async function pass(state: VMState, name: string, registry: RegistryActivities):
   await writeStatus(state, cr, conflictPatch(cr, undefined, Date.now()));
   state.vmName = vmName;
   log.debug(`reconcile hibernation ${cr.namespace}/${cr.name} desire=${cr.desire} vm=${vmName}`);
+  const before = cr.status?.phase;
   if (path === 'hibernate') await hibernatePath(state, name, vmName, registry);
   else await wakePath(state, name, vmName, registry);
-  return false;
+  // A finished transition may route the CR the other way now (a desire reversed mid-flight): go again,
+  // as the reference's status patch re-triggers its reconcile.
+  const after = state.crs[name]?.status?.phase;
+  return after !== before && route(cr.desire, after) !== path;
 }
 
 /**
@@ -364,7 +404,12 @@ function track(state: VMState, obs: HibernationObservation): TrackedCR | undefin
     delete state.crs[obs.name];
     return undefined;
   }
-  const next: TrackedCR = { ...obs, failures: cur?.failures, backoffUntil: cur?.backoffUntil, retryAt: cur?.retryAt };
+  const next: TrackedCR = {
+    ...obs,
+    failures: cur?.failures,
+    backoffUntil: cur?.backoffUntil,
+    retryAt: cur?.retryAt,
+  };
   state.crs[obs.name] = next;
   return next;
 }
@@ -391,7 +436,12 @@ async function patchHibernate(state: VMState, value: 'true' | null): Promise<Pod
 function eventBase(cr: TrackedCR): Pick<EventInput, 'namespace' | 'involved'> {
   return {
     namespace: cr.namespace,
-    involved: { kind: 'CocoonHibernation', name: cr.name, uid: cr.uid, apiVersion: 'cocoonset.cocoonstack.io/v1' },
+    involved: {
+      kind: 'CocoonHibernation',
+      name: cr.name,
+      uid: cr.uid,
+      apiVersion: 'cocoonset.cocoonstack.io/v1',
+    },
   };
 }
 
@@ -416,7 +466,9 @@ async function announce(
     message,
     key: `${cr.uid}/${reason}/${ltt ?? 'none'}/${cr.generation ?? 0}`,
     phaseDuration:
-      inPhase && ltt !== undefined ? { kind, result, seconds: Math.max(0, (Date.now() - ltt) / 1000) } : undefined,
+      inPhase && ltt !== undefined
+        ? { kind, result, seconds: Math.max(0, (Date.now() - ltt) / 1000) }
+        : undefined,
   });
 }
 
@@ -432,11 +484,20 @@ async function retryRequested(cr: TrackedCR, desire: string): Promise<void> {
 }
 
 function steady(cr: TrackedCR, phase: HibernationPhase, vmName: string): boolean {
-  return cr.status?.phase === phase && cr.status.vmName === vmName && (cr.status.observedGeneration ?? 0) === (cr.generation ?? 0);
+  return (
+    cr.status?.phase === phase &&
+    cr.status.vmName === vmName &&
+    (cr.status.observedGeneration ?? 0) === (cr.generation ?? 0)
+  );
 }
 
 /** HIBERNATE path (spec §3.1). */
-async function hibernatePath(state: VMState, name: string, vmName: string, registry: RegistryActivities): Promise<void> {
+async function hibernatePath(
+  state: VMState,
+  name: string,
+  vmName: string,
+  registry: RegistryActivities,
+): Promise<void> {
   let cr = state.crs[name]!;
   if (cr.status?.phase === 'Failed' && (cr.retryAt ?? 0) > Date.now()) return; // waiting out FAILED_RETRY_MS
   await retryRequested(cr, 'Hibernate');
@@ -449,19 +510,40 @@ async function hibernatePath(state: VMState, name: string, vmName: string, regis
       present = await registry.hasManifest({ vmName, tag: Tags.hibernate });
     } catch (err) {
       if (!deadlineExceeded(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS, Date.now())) {
+        // Deliberate fix: the reference returns before setting Hibernating, so a CR whose first probe
+        // fails never starts its deadline clock and retries forever without ever reaching Failed.
+        await writeStatus(state, cr, setPhasePatch(cr, 'Hibernating', vmName, Date.now()));
         throw new Error(`probe hibernate snapshot ${vmName}: ${errorMessage(err)}`);
       }
     }
     if (present) {
-      await announce(cr, 'hibernate', 'ok', EventReasons.hibernated, 'Normal', `snapshot ${vmName} pushed to the registry`);
+      await announce(
+        cr,
+        'hibernate',
+        'ok',
+        EventReasons.hibernated,
+        'Normal',
+        `snapshot ${vmName} pushed to the registry`,
+      );
       await writeStatus(state, cr, setPhasePatch(cr, 'Hibernated', vmName, Date.now()));
       return;
     }
   }
   if (deadlineExceeded(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS, Date.now())) {
     const limit = goDuration(HIBERNATE_TIMEOUT_MS);
-    await announce(cr, 'hibernate', 'timeout', EventReasons.hibernateTimedOut, 'Warning', `snapshot ${vmName} not confirmed in the registry within ${limit}`);
-    cr = await writeStatus(state, cr, markFailedPatch(cr, `hibernate not confirmed within ${limit}`, Date.now()));
+    await announce(
+      cr,
+      'hibernate',
+      'timeout',
+      EventReasons.hibernateTimedOut,
+      'Warning',
+      `snapshot ${vmName} not confirmed in the registry within ${limit}`,
+    );
+    cr = await writeStatus(
+      state,
+      cr,
+      markFailedPatch(cr, `hibernate not confirmed within ${limit}`, Date.now()),
+    );
     cr.retryAt = Date.now() + FAILED_RETRY_MS;
     return;
   }
@@ -469,7 +551,12 @@ async function hibernatePath(state: VMState, name: string, vmName: string, regis
 }
 
 /** WAKE path (spec §3.2). */
-async function wakePath(state: VMState, name: string, vmName: string, registry: RegistryActivities): Promise<void> {
+async function wakePath(
+  state: VMState,
+  name: string,
+  vmName: string,
+  registry: RegistryActivities,
+): Promise<void> {
   let cr = state.crs[name]!;
   if (cr.status?.phase === 'Failed' && (cr.retryAt ?? 0) > Date.now()) return; // waiting out FAILED_RETRY_MS
   await retryRequested(cr, 'Wake');
@@ -482,14 +569,36 @@ async function wakePath(state: VMState, name: string, vmName: string, registry: 
     } catch (err) {
       log.error(`delete hibernation snapshot ${vmName}`, { error: errorMessage(err) });
     }
-    await announce(cr, 'wake', 'ok', EventReasons.wokenActive, 'Normal', `pod ${cr.namespace}/${pod.name} is running`);
+    await announce(
+      cr,
+      'wake',
+      'ok',
+      EventReasons.wokenActive,
+      'Normal',
+      `pod ${cr.namespace}/${pod.name} is running`,
+    );
     await writeStatus(state, cr, setPhasePatch(cr, 'Active', vmName, Date.now()));
     return;
   }
   if (deadlineExceeded(cr.status, 'Waking', WAKE_TIMEOUT_MS, Date.now())) {
     const limit = goDuration(WAKE_TIMEOUT_MS);
-    await announce(cr, 'wake', 'timeout', EventReasons.wakeTimedOut, 'Warning', `vk-cocoon did not report the container running within ${limit}`);
-    cr = await writeStatus(state, cr, markFailedPatch(cr, `wake timed out after ${limit}; vk-cocoon never reported the container running`, Date.now()));
+    await announce(
+      cr,
+      'wake',
+      'timeout',
+      EventReasons.wakeTimedOut,
+      'Warning',
+      `vk-cocoon did not report the container running within ${limit}`,
+    );
+    cr = await writeStatus(
+      state,
+      cr,
+      markFailedPatch(
+        cr,
+        `wake timed out after ${limit}; vk-cocoon never reported the container running`,
+        Date.now(),
+      ),
+    );
     cr.retryAt = Date.now() + FAILED_RETRY_MS;
     return;
   }
@@ -528,7 +637,11 @@ async function deletionFlow(state: VMState, cr: TrackedCR, registry: RegistryAct
     }
   }
   if ((cr.finalizers ?? []).includes(Finalizers.cocoonHibernation)) {
-    const obs = await kube.setHibernationFinalizer({ namespace: cr.namespace, name: cr.name, present: false });
+    const obs = await kube.setHibernationFinalizer({
+      namespace: cr.namespace,
+      name: cr.name,
+      present: false,
+    });
     if (obs.exists && obs.deleting) {
       // Other finalizers still hold the object; it is no longer ours to process.
       delete state.crs[cr.name];
@@ -564,13 +677,13 @@ function describe(state: VMState) {
     lifecycleState: state.podObs?.annotations?.[Annotations.lifecycleState] ?? null,
     holder: holderOf(state)?.cr.name ?? null,
     hibernations: ordered(state).map((cr) => ({
-        name: cr.name,
-        desire: cr.desire,
-        phase: cr.status?.phase ?? '',
-        deleting: cr.deleting ?? false,
-        failures: cr.failures ?? 0,
-        nextRetryAt: cr.retryAt ? new Date(cr.retryAt).toISOString() : null,
-        backoffUntil: cr.backoffUntil ? new Date(cr.backoffUntil).toISOString() : null,
-      })),
+      name: cr.name,
+      desire: cr.desire,
+      phase: cr.status?.phase ?? '',
+      deleting: cr.deleting ?? false,
+      failures: cr.failures ?? 0,
+      nextRetryAt: cr.retryAt ? new Date(cr.retryAt).toISOString() : null,
+      backoffUntil: cr.backoffUntil ? new Date(cr.backoffUntil).toISOString() : null,
+    })),
   };
 }

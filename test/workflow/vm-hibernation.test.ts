@@ -1,0 +1,349 @@
+/**
+ * The CocoonHibernation catalogue (spec/hibernation.md §13) at workflow level, on the time-skipping test
+ * server: each test drives the VM workflow through the FakeWorld (activities + watcher signals).
+ */
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Annotations, Finalizers } from '../../src/api/keys.js';
+import type { FakeWorld } from './fake-world.js';
+import { createEnv, eventually, skipUntil, withWorld } from './harness.js';
+
+const NS = 'ns';
+const VM = 'vk-ns-demo-0';
+let env: TestWorkflowEnvironment;
+
+// A fresh time-skipping server per test: skipped time and leftover timers never leak between tests.
+beforeEach(async () => {
+  env = await createEnv();
+});
+afterEach(async () => {
+  await env?.teardown();
+});
+
+const podAnnotations = (extra: Record<string, string> = {}) => ({
+  [Annotations.vmName]: VM,
+  [Annotations.managed]: 'true',
+  ...extra,
+});
+
+function phase(world: FakeWorld, name = 'hib'): string | undefined {
+  return world.cr(NS, name)?.status?.phase;
+}
+
+async function hibernateCR(world: FakeWorld, extra: Record<string, unknown> = {}) {
+  return world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Hibernate', ...extra });
+}
+
+describe('VM workflow: CocoonHibernation reconcile', () => {
+  it('adds the finalizer before anything else, and writes no status in that step (test 12)', async () => {
+    await withWorld(env, async (world) => {
+      await hibernateCR(world);
+      await eventually('finalizer', () =>
+        (world.cr(NS, 'hib')?.finalizers ?? []).includes(Finalizers.cocoonHibernation),
+      );
+      const firstStatus = world.calls.findIndex((c) => c.startsWith('status hib'));
+      const finalizer = world.calls.findIndex((c) => c.startsWith('finalizer hib true'));
+      expect(finalizer).toBeGreaterThanOrEqual(0);
+      expect(firstStatus === -1 || firstStatus > finalizer).toBe(true);
+    });
+  });
+
+  it('reports Pending while the pod is missing, then hibernates when it arrives (tests 18, pod after CR)', async () => {
+    await withWorld(env, async (world) => {
+      await hibernateCR(world);
+      await eventually('Pending', () => phase(world) === 'Pending');
+      expect(world.cr(NS, 'hib')?.status?.conditions?.[0]?.message).toBe('pod ns/demo-0 not yet present');
+      await world.putPod(NS, 'demo-0', { annotations: podAnnotations(), containerRunning: true });
+      await eventually('Hibernating', () => phase(world) === 'Hibernating');
+      expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBe('true');
+    });
+  });
+
+  it('reports Pending while the pod has no VM name annotation (test 19)', async () => {
+    await withWorld(env, async (world) => {
+      await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Hibernate' });
+      await world.putPod(NS, 'demo-0', { annotations: {} });
+      await eventually('Pending', () => phase(world) === 'Pending');
+      expect(world.cr(NS, 'hib')?.status?.conditions?.[0]?.message).toBe(
+        'pod ns/demo-0 has no vm.cocoonstack.io/name annotation yet',
+      );
+    });
+  });
+
+  it('completes a hibernate only after lifecycle hibernated and the tag exists, with one Hibernated event', async () => {
+    await withWorld(env, async (world) => {
+      await world.putPod(NS, 'demo-0', { annotations: podAnnotations(), containerRunning: true });
+      await hibernateCR(world);
+      await eventually('Hibernating', () => phase(world) === 'Hibernating');
+      world.tags.add(`${VM}:hibernate`);
+      await world.annotatePod(
+        NS,
+        'demo-0',
+        { [Annotations.lifecycleState]: 'hibernated', [Annotations.vmID]: null },
+        { containerRunning: false },
+      );
+      await eventually('Hibernated', () => phase(world) === 'Hibernated');
+      expect(world.cr(NS, 'hib')?.status?.vmName).toBe(VM);
+      // Steady state: more pod churn neither re-probes nor re-announces.
+      const heads = world.calls.filter((c) => c.startsWith('HEAD')).length;
+      await world.annotatePod(NS, 'demo-0', { 'unrelated/churn': '1' });
+      await world.annotatePod(NS, 'demo-0', { 'unrelated/churn': '2' });
+      await env.sleep(1_000);
+      expect(world.calls.filter((c) => c.startsWith('HEAD')).length).toBe(heads);
+      expect(world.events.filter((e) => e.reason === 'Hibernated')).toHaveLength(1);
+      expect(world.phaseDurations).toEqual([{ kind: 'hibernate', result: 'ok' }]);
+    });
+  });
+
+  it('ignores a stale tag until lifecycle-state says hibernated (test 24)', async () => {
+    await withWorld(env, async (world) => {
+      world.tags.add(`${VM}:hibernate`);
+      await world.putPod(NS, 'demo-0', { annotations: podAnnotations({ [Annotations.hibernate]: 'true' }) });
+      await hibernateCR(world);
+      await eventually('Hibernating', () => phase(world) === 'Hibernating');
+      expect(world.calls.some((c) => c.startsWith('HEAD'))).toBe(false);
+      await world.annotatePod(NS, 'demo-0', { [Annotations.lifecycleState]: 'hibernated' });
+      await eventually('Hibernated', () => phase(world) === 'Hibernated');
+    });
+  });
+
+  it('rejects a lifecycle round older than the CocoonSet generation stamp (test 25)', async () => {
+    await withWorld(env, async (world) => {
+      world.tags.add(`${VM}:hibernate`);
+      await world.putPod(NS, 'demo-0', {
+        annotations: podAnnotations({
+          [Annotations.hibernate]: 'true',
+          [Annotations.cocoonSetGeneration]: '3',
+          [Annotations.lifecycleState]: 'hibernated',
+          [Annotations.lifecycleObservedGeneration]: '2',
+        }),
+      });
+      await hibernateCR(world);
+      await eventually('Hibernating', () => phase(world) === 'Hibernating');
+      await world.annotatePod(NS, 'demo-0', { [Annotations.lifecycleObservedGeneration]: '3' });
+      await eventually('Hibernated', () => phase(world) === 'Hibernated');
+    });
+  });
+
+  it('fails a hibernate after 3m0s with HibernateTimedOut, then retries with a fresh clock (tests 26, 27)', async () => {
+    await withWorld(env, async (world) => {
+      await world.putPod(NS, 'demo-0', { annotations: podAnnotations(), containerRunning: true });
+      await hibernateCR(world);
+      await eventually('Hibernating', () => phase(world) === 'Hibernating');
+      const started = world.cr(NS, 'hib')?.status?.conditions?.[0]?.lastTransitionTime;
+      await env.sleep(3 * 60_000 + 2_000);
+      await eventually('Failed', () => phase(world) === 'Failed');
+      const failed = world.cr(NS, 'hib')!.status!.conditions![0]!;
+      expect(failed.message).toBe('hibernate not confirmed within 3m0s');
+      expect(failed.lastTransitionTime).toBe(started); // Failed keeps the attempt's start
+      expect(world.events.map((e) => e.reason)).toContain('HibernateTimedOut');
+      expect(world.phaseDurations).toContainEqual({ kind: 'hibernate', result: 'timeout' });
+      await env.sleep(31_000);
+      await eventually('retry', () => phase(world) === 'Hibernating');
+      expect(world.events.map((e) => e.reason)).toContain('RetryRequested');
+      const retried = world.cr(NS, 'hib')!.status!.conditions![0]!.lastTransitionTime!;
+      expect(Date.parse(retried)).toBeGreaterThan(Date.parse(started!));
+    });
+  });
+
+  it('turns a probe error into backoff before the deadline and into Failed after it (tests 21, 22)', async () => {
+    await withWorld(env, async (world) => {
+      world.probeError = new Error('transport boom');
+      await world.putPod(NS, 'demo-0', {
+        annotations: podAnnotations({
+          [Annotations.hibernate]: 'true',
+          [Annotations.lifecycleState]: 'hibernated',
+        }),
+      });
+      await hibernateCR(world);
+      await eventually('probe attempted', () => world.calls.some((c) => c.startsWith('HEAD')));
+      await env.sleep(10_000);
+      expect(phase(world)).not.toBe('Hibernated');
+      expect(world.calls.filter((c) => c.startsWith('HEAD')).length).toBeGreaterThan(1); // retried with backoff
+      // Past the deadline, the next retry (error backoff caps at 60 s) turns the error into Failed.
+      const skipped = await skipUntil(env, 'Failed', () => phase(world) === 'Failed', 6 * 60_000);
+      expect(skipped).toBeGreaterThanOrEqual(3 * 60_000 - 15_000);
+      expect(world.cr(NS, 'hib')!.status!.conditions![0]!.message).toBe(
+        'hibernate not confirmed within 3m0s',
+      );
+      // Registry back: the retry after Failed completes.
+      world.probeError = undefined;
+      world.tags.add(`${VM}:hibernate`);
+      await env.sleep(31_000);
+      await eventually('Hibernated', () => phase(world) === 'Hibernated', 20_000);
+    });
+  }, 180_000);
+
+  it('wakes: clears the annotation, completes on running + VM id, deletes the tag once (tests 30, happy wake)', async () => {
+    await withWorld(env, async (world) => {
+      world.tags.add(`${VM}:hibernate`);
+      await world.putPod(NS, 'demo-0', {
+        annotations: podAnnotations({
+          [Annotations.hibernate]: 'true',
+          [Annotations.lifecycleState]: 'hibernated',
+        }),
+      });
+      await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
+      await eventually('Waking', () => phase(world) === 'Waking');
+      expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBeUndefined();
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(true); // never before the VM runs
+      await world.annotatePod(
+        NS,
+        'demo-0',
+        { [Annotations.vmID]: 'vmid-new', [Annotations.lifecycleState]: 'creating' },
+        { containerRunning: true },
+      );
+      await eventually('Active', () => phase(world) === 'Active');
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
+      await world.annotatePod(NS, 'demo-0', { [Annotations.lifecycleState]: 'ready' });
+      await env.sleep(1_000);
+      expect(world.calls.filter((c) => c.startsWith('DELETE')).length).toBe(1);
+      expect(world.events.filter((e) => e.reason === 'WokenActive')).toHaveLength(1);
+    });
+  });
+
+  it('fails a wake after 5m0s (test 28)', async () => {
+    await withWorld(env, async (world) => {
+      await world.putPod(NS, 'demo-0', {
+        annotations: podAnnotations({ [Annotations.lifecycleState]: 'hibernated' }),
+      });
+      await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
+      await eventually('Waking', () => phase(world) === 'Waking');
+      await env.sleep(5 * 60_000 + 2_000);
+      await eventually('Failed', () => phase(world) === 'Failed');
+      expect(world.cr(NS, 'hib')!.status!.conditions![0]!.message).toBe(
+        'wake timed out after 5m0s; vk-cocoon never reported the container running',
+      );
+      expect(world.events.find((e) => e.reason === 'WakeTimedOut')?.message).toBe(
+        'vk-cocoon did not report the container running within 5m0s',
+      );
+    });
+  });
+
+  it('finishes an in-flight hibernate before a reversed Wake desire (test 32)', async () => {
+    await withWorld(env, async (world) => {
+      await world.putPod(NS, 'demo-0', {
+        annotations: podAnnotations({ [Annotations.vmID]: 'vmid-old' }),
+        containerRunning: true,
+      });
+      await hibernateCR(world);
+      await eventually('Hibernating', () => phase(world) === 'Hibernating');
+      await hibernateCR(world, { desire: 'Wake' });
+      await env.sleep(2_000);
+      // The stale Running + VM id view must not complete a wake and delete the only snapshot.
+      expect(phase(world)).toBe('Hibernating');
+      expect(world.calls.some((c) => c.startsWith('DELETE'))).toBe(false);
+      expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBe('true');
+      world.tags.add(`${VM}:hibernate`);
+      await world.annotatePod(
+        NS,
+        'demo-0',
+        { [Annotations.lifecycleState]: 'hibernated', [Annotations.vmID]: null },
+        { containerRunning: false },
+      );
+      await eventually('Hibernated then Waking', () => phase(world) === 'Waking');
+      expect(world.events.map((e) => e.reason)).toContain('Hibernated');
+      expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBeUndefined();
+    });
+  });
+
+  it('finishes an in-flight wake before a reversed Hibernate desire (test 31)', async () => {
+    await withWorld(env, async (world) => {
+      world.tags.add(`${VM}:hibernate`);
+      await world.putPod(NS, 'demo-0', {
+        annotations: podAnnotations({ [Annotations.lifecycleState]: 'hibernated' }),
+      });
+      await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
+      await eventually('Waking', () => phase(world) === 'Waking');
+      await hibernateCR(world, { desire: 'Hibernate' });
+      await env.sleep(2_000);
+      expect(phase(world)).toBe('Waking');
+      expect(world.calls.some((c) => c.startsWith('DELETE') || c.startsWith('HEAD'))).toBe(false);
+    });
+  });
+
+  it('never demotes Hibernated while the pod is gone (test 20)', async () => {
+    await withWorld(env, async (world) => {
+      world.tags.add(`${VM}:hibernate`);
+      await world.putPod(NS, 'demo-0', {
+        annotations: podAnnotations({
+          [Annotations.hibernate]: 'true',
+          [Annotations.lifecycleState]: 'hibernated',
+        }),
+      });
+      await hibernateCR(world);
+      await eventually('Hibernated', () => phase(world) === 'Hibernated');
+      await world.deletePod(NS, 'demo-0');
+      await env.sleep(2_000);
+      expect(phase(world)).toBe('Hibernated');
+    });
+  });
+
+  it('marks an unknown desire Failed with Go quoting', async () => {
+    await withWorld(env, async (world) => {
+      await world.putPod(NS, 'demo-0', { annotations: podAnnotations() });
+      await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Sleep' });
+      await eventually('Failed', () => phase(world) === 'Failed');
+      expect(world.cr(NS, 'hib')!.status!.conditions![0]!.message).toBe('unknown desire "Sleep"');
+    });
+  });
+
+  it('deletes the tag and the finalizer when the last CR goes (tests 13, 15)', async () => {
+    await withWorld(env, async (world) => {
+      world.tags.add(`${VM}:hibernate`);
+      await world.putPod(NS, 'demo-0', {
+        annotations: podAnnotations({
+          [Annotations.hibernate]: 'true',
+          [Annotations.lifecycleState]: 'hibernated',
+        }),
+      });
+      await hibernateCR(world);
+      await eventually('Hibernated', () => phase(world) === 'Hibernated');
+      await world.deleteCR(NS, 'hib');
+      await eventually('CR gone', () => world.cr(NS, 'hib') === undefined);
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
+    });
+  });
+
+  it('keeps the finalizer removal going when the tag delete fails (test 14)', async () => {
+    await withWorld(env, async (world) => {
+      world.tags.add(`${VM}:hibernate`);
+      world.deleteError = new Error('registry unavailable');
+      await world.putPod(NS, 'demo-0', {
+        annotations: podAnnotations({
+          [Annotations.hibernate]: 'true',
+          [Annotations.lifecycleState]: 'hibernated',
+        }),
+      });
+      await hibernateCR(world);
+      await eventually('Hibernated', () => phase(world) === 'Hibernated');
+      await world.deleteCR(NS, 'hib');
+      await eventually('CR gone', () => world.cr(NS, 'hib') === undefined);
+      expect(world.calls.some((c) => c.startsWith('DELETE'))).toBe(true);
+    });
+  });
+
+  it('keeps the tag while another live CR holds the VM; the last holder drops it (tests 16, 17)', async () => {
+    await withWorld(env, async (world) => {
+      world.tags.add(`${VM}:hibernate`);
+      await world.putPod(NS, 'demo-0', {
+        annotations: podAnnotations({
+          [Annotations.hibernate]: 'true',
+          [Annotations.lifecycleState]: 'hibernated',
+        }),
+      });
+      await world.putCR({ namespace: NS, name: 'a', podRef: 'demo-0', desire: 'Hibernate' });
+      await world.putCR({ namespace: NS, name: 'b', podRef: 'demo-0', desire: 'Hibernate' });
+      await eventually(
+        'both Hibernated',
+        () => phase(world, 'a') === 'Hibernated' && phase(world, 'b') === 'Hibernated',
+      );
+      await world.deleteCR(NS, 'a');
+      await eventually('a gone', () => world.cr(NS, 'a') === undefined);
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+      await world.deleteCR(NS, 'b');
+      await eventually('b gone', () => world.cr(NS, 'b') === undefined);
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
+    });
+  });
+});
