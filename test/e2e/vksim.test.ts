@@ -682,6 +682,79 @@ describe('vk-cocoon simulator on the local stack', () => {
     await waitGone(name);
     expect(await headTag(vmName(name), 'latest')).toBe(404);
   }, 60_000);
+  it('fork-from clones a sub-agent from a per-source fork snapshot of a VM on the same node', async () => {
+    const main = 'fk-0';
+    const sub = 'fk-1';
+    await core.createNamespacedPod({
+      namespace: ns,
+      body: podManifest(main, { [Annotations.snapshotPolicy]: 'never' }),
+    });
+    await waitReady(main);
+    const subPod = podManifest(sub, {
+      [Annotations.mode]: 'clone',
+      [Annotations.forkFrom]: vmName(main),
+      [Annotations.snapshotPolicy]: 'never',
+    });
+    subPod.spec!.nodeName = nodeName;
+    await core.createNamespacedPod({ namespace: ns, body: subPod });
+    await waitReady(sub);
+    const st = await sim.state();
+    expect(st.vms.find((v) => v.name === vmName(sub))?.source).toBe(`fork fork-${vmName(main)}`);
+    expect(st.localSnapshots.map((x) => x.name)).toContain(`fork-${vmName(main)}`);
+
+    // A fork source that is not on the node fails the bring-up.
+    const orphan = podManifest('fk-2', {
+      [Annotations.mode]: 'clone',
+      [Annotations.forkFrom]: vmName('nowhere-0'),
+      [Annotations.snapshotPolicy]: 'never',
+    });
+    await core.createNamespacedPod({ namespace: ns, body: orphan });
+    const failed = await waitFor('fork bring-up failure', async () => {
+      const p = await read('fk-2');
+      return lifecycleOf(p).state === LifecycleStates.failed ? p : undefined;
+    });
+    expect(lifecycleOf(failed).message).toMatch(/fork source VM .* is not on node/);
+    for (const name of [main, sub, 'fk-2']) await core.deleteNamespacedPod({ name, namespace: ns });
+    for (const name of [main, sub, 'fk-2']) await waitGone(name);
+    // Deleting the main (no keep-snapshot-on-delete) drops its fork baseline too.
+    await waitFor('fork snapshot dropped', async () =>
+      (await sim.state()).localSnapshots.some((x) => x.name === `fork-${vmName(main)}`) ? undefined : true,
+    );
+  }, 60_000);
+
+  it('ready.delay keeps a Running pod not Ready in creating; evidence.error fails closed, then the retry boots', async () => {
+    const name = 'slow-0';
+    const vm = vmName(name);
+    await sim.addFault({ vm: `^${vm}$`, op: 'evidence.error', count: 1 });
+    await sim.addFault({ vm: `^${vm}$`, op: 'ready.delay', delayMs: 1500, count: 1 });
+    const rec = await PodRecorder.start(kc, ns, name);
+    try {
+      await core.createNamespacedPod({
+        namespace: ns,
+        body: podManifest(name, { [Annotations.snapshotPolicy]: 'never' }),
+      });
+      await waitReady(name);
+      const failed = rec.seen.find((p) => lifecycleOf(p).state === LifecycleStates.failed);
+      expect(lifecycleOf(failed).message).toMatch(/hibernate evidence.*refusing a fresh boot/);
+      const waiting = rec.seen.filter(
+        (p) => containerRunning(p) && vmIDOf(p) !== '' && !podReady(p) && lifecycleOf(p).state === 'creating',
+      );
+      expect(waiting.length).toBeGreaterThan(0);
+      const reasons = await reasonsOf(name);
+      expect(reasons).toContain(VkEventReasons.hibernateEvidenceFailed);
+      expect(reasons).toContain(VkEventReasons.hibernateEvidenceUnavailable);
+      // Ready=True is published before the `ready` annotation.
+      const firstReadyAnn = rec.seen.findIndex((p) => lifecycleOf(p).state === LifecycleStates.ready);
+      const firstReadyCond = rec.seen.findIndex((p) => podReady(p));
+      expect(firstReadyCond).toBeGreaterThanOrEqual(0);
+      expect(firstReadyCond).toBeLessThan(firstReadyAnn);
+    } finally {
+      rec.stop();
+    }
+    await core.deleteNamespacedPod({ name, namespace: ns });
+    await waitGone(name);
+  }, 60_000);
+
   it('two nodes in one pool: hostname affinity places pods; a restore on the other node pulls from the registry', async () => {
     const poolName = `${ns}-pool`;
     const nodes = [`${ns}-a`, `${ns}-b`];
