@@ -1,0 +1,133 @@
+/**
+ * The seed's concurrency tests (spec/hibernation.md §13.4, seed PR #16), made to bite: a recording
+ * registry that detects overlapping calls per VM (annotation writes count too) and a probe that blocks
+ * until released. Serialization is the VM workflow's own construction, so the per-VM peak must stay 1;
+ * removing it (running the CR passes of one VM concurrently) makes tests (b) and (c) fail — checked by hand.
+ */
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Annotations, CONDITION_CONFLICT, Finalizers } from '../../src/api/keys.js';
+import { createEnv, eventually, withWorld } from './harness.js';
+
+const NS = 'ns';
+let env: TestWorkflowEnvironment;
+
+beforeEach(async () => {
+  env = await createEnv();
+});
+afterEach(async () => {
+  await env?.teardown();
+});
+
+const hibernatedPod = (vm: string) => ({
+  annotations: {
+    [Annotations.vmName]: vm,
+    [Annotations.managed]: 'true',
+    [Annotations.hibernate]: 'true',
+    [Annotations.lifecycleState]: 'hibernated',
+  },
+});
+
+describe('VM workflow concurrency', () => {
+  it('(a) an unrelated VM completes while another VM’s registry probe is wedged', async () => {
+    await withWorld(
+      env,
+      async (world) => {
+        world.tags.add('vk-ns-demo-0:hibernate');
+        world.tags.add('vk-ns-demo-1:hibernate');
+        world.blockProbe('vk-ns-demo-0');
+        await world.putPod(NS, 'demo-0', hibernatedPod('vk-ns-demo-0'));
+        await world.putPod(NS, 'demo-1', hibernatedPod('vk-ns-demo-1'));
+        await world.putCR({ namespace: NS, name: 'a', podRef: 'demo-0', desire: 'Hibernate' });
+        // Wait until the probe really blocks inside the registry, so the test cannot pass serialized.
+        await world.probeBlocked('vk-ns-demo-0');
+        await world.putCR({ namespace: NS, name: 'b', podRef: 'demo-1', desire: 'Hibernate' });
+        await eventually('b Hibernated', () => world.cr(NS, 'b')?.status?.phase === 'Hibernated');
+        expect(world.cr(NS, 'a')?.status?.phase).not.toBe('Hibernated');
+        world.releaseProbe('vk-ns-demo-0');
+        await eventually('a Hibernated', () => world.cr(NS, 'a')?.status?.phase === 'Hibernated');
+      },
+      { registrySlots: 2 },
+    );
+  });
+
+  it('(b) two live CRs on one VM, same then opposing desires, never overlap a registry call or annotation write', async () => {
+    await withWorld(env, async (world) => {
+      world.opDelayMs = 30;
+      world.tags.add('vk-ns-demo-0:hibernate');
+      await world.putPod(NS, 'demo-0', hibernatedPod('vk-ns-demo-0'));
+      await Promise.all([
+        world.putCR({ namespace: NS, name: 'a', podRef: 'demo-0', desire: 'Hibernate' }),
+        world.putCR({ namespace: NS, name: 'b', podRef: 'demo-0', desire: 'Hibernate' }),
+      ]);
+      await eventually(
+        'both Hibernated',
+        () =>
+          world.cr(NS, 'a')?.status?.phase === 'Hibernated' &&
+          world.cr(NS, 'b')?.status?.phase === 'Hibernated',
+      );
+      expect(world.calls.filter((c) => c.startsWith('HEAD')).length).toBeGreaterThanOrEqual(2);
+      // Opposing desire: b loses to the older a and says so; the VM stays hibernated.
+      await world.putCR({ ...world.cr(NS, 'b')!, desire: 'Wake' });
+      await eventually('conflict reported', () =>
+        (world.cr(NS, 'b')?.status?.conditions ?? []).some(
+          (c) => c.type === CONDITION_CONFLICT && c.status === 'True',
+        ),
+      );
+      expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBe('true');
+      // a goes: b's wake proceeds, and the tag outlives a's deletion until b's wake completes.
+      await world.deleteCR(NS, 'a');
+      await eventually('b Waking', () => world.cr(NS, 'b')?.status?.phase === 'Waking');
+      expect(world.tags.has('vk-ns-demo-0:hibernate')).toBe(true);
+      expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBeUndefined();
+      expect((world.cr(NS, 'b')?.status?.conditions ?? []).some((c) => c.type === CONDITION_CONFLICT)).toBe(
+        false,
+      );
+      await world.annotatePod(
+        NS,
+        'demo-0',
+        { [Annotations.vmID]: 'vmid-2', [Annotations.lifecycleState]: 'creating' },
+        { containerRunning: true },
+      );
+      await eventually('b Active', () => world.cr(NS, 'b')?.status?.phase === 'Active');
+      expect(world.tags.has('vk-ns-demo-0:hibernate')).toBe(false);
+      expect(world.maxPeak()).toBe(1);
+    });
+  });
+
+  it('(c) a deleting CR and a live CR on one VM never overlap (uids empty, as the Go fixture has them)', async () => {
+    await withWorld(env, async (world) => {
+      world.opDelayMs = 30;
+      world.tags.add('vk-ns-demo-0:hibernate');
+      await world.putPod(NS, 'demo-0', hibernatedPod('vk-ns-demo-0'));
+      await Promise.all([
+        world.putCR({
+          namespace: NS,
+          name: 'a',
+          uid: '',
+          podRef: 'demo-0',
+          desire: 'Hibernate',
+          finalizers: [Finalizers.cocoonHibernation],
+          deleting: true,
+          deletionTimestamp: new Date().toISOString(),
+          status: { phase: 'Hibernated', vmName: 'vk-ns-demo-0' },
+        }),
+        world.putCR({
+          namespace: NS,
+          name: 'b',
+          uid: '',
+          podRef: 'demo-0',
+          desire: 'Hibernate',
+          finalizers: [Finalizers.cocoonHibernation],
+        }),
+      ]);
+      await eventually('a gone', () => world.cr(NS, 'a') === undefined);
+      await eventually('b settled', () =>
+        ['Hibernated', 'Hibernating'].includes(world.cr(NS, 'b')?.status?.phase ?? ''),
+      );
+      expect(world.calls.some((c) => c.startsWith('DELETE'))).toBe(true);
+      expect(world.calls.some((c) => c.startsWith('HEAD'))).toBe(true);
+      expect(world.maxPeak()).toBe(1);
+    });
+  });
+});
