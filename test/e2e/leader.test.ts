@@ -73,10 +73,16 @@ describe('leader election between two operator processes', () => {
   afterAll(async () => {
     for (const op of procs) {
       if (op.child.exitCode === null && op.child.signalCode === null) {
-        op.child.kill('SIGKILL');
+        op.child.kill('SIGTERM');
+        const timer = setTimeout(() => op.child.kill('SIGKILL'), 15_000);
         await op.exited;
+        clearTimeout(timer);
       }
     }
+    // The stack runs no namespace controller, so delete the Lease itself as well as its namespace.
+    await kube?.coordination
+      .deleteNamespacedLease({ name: LEADER_ELECTION_ID, namespace })
+      .catch(() => undefined);
     await kube?.core.deleteNamespace({ name: namespace }).catch(() => undefined);
   });
 
