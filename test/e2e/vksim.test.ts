@@ -10,6 +10,7 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { CoreV1Api, type KubeConfig, type V1Pod, Watch } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
+  AGENT_CONTAINER_NAME,
   Annotations,
   Labels,
   LifecycleStates,
@@ -110,7 +111,7 @@ describe('vk-cocoon simulator on the local stack', () => {
         terminationGracePeriodSeconds: 1,
         nodeSelector: { [Labels.nodePool]: pool },
         tolerations: [{ key: TOLERATION_KEY, operator: 'Exists' }],
-        containers: [{ name: 'agent', image: IMAGE }],
+        containers: [{ name: AGENT_CONTAINER_NAME, image: IMAGE }],
       },
     };
   }

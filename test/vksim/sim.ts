@@ -29,6 +29,7 @@ import {
   Watch,
 } from '@kubernetes/client-node';
 import {
+  AGENT_CONTAINER_NAME,
   Annotations,
   Labels,
   type LifecycleState,
@@ -89,8 +90,6 @@ const STATUS_DRIFT_REWRITE_MS = 3_000;
 const INFORMER_RESTART_MS = 1_000;
 /** An informer that cannot list for this long makes /healthz fail. */
 const INFORMER_UNHEALTHY_MS = 15_000;
-/** The container name vk reports when the pod spec has none (operator pods name it `agent`). */
-const DEFAULT_CONTAINER = 'agent';
 
 export type SimLogLevel = 'debug' | 'info' | 'warn' | 'error';
 export type SimLogger = (level: SimLogLevel, msg: string, fields?: Record<string, unknown>) => void;
@@ -1393,7 +1392,7 @@ export class VkSimulator {
         cond('Ready', ready),
         cond('ContainersReady', ready),
       ],
-      containerStatuses: (names.length ? names : [DEFAULT_CONTAINER]).map((name) => ({
+      containerStatuses: (names.length ? names : [AGENT_CONTAINER_NAME]).map((name) => ({
         name,
         image: t.pod.spec?.containers?.find((c) => c.name === name)?.image ?? '',
         imageID: '',
@@ -1452,7 +1451,7 @@ export class VkSimulator {
         { type: 'Ready', status: 'False', lastTransitionTime: now },
         { type: 'ContainersReady', status: 'False', lastTransitionTime: now },
       ],
-      containerStatuses: (names.length ? names : [DEFAULT_CONTAINER]).map((name) => ({
+      containerStatuses: (names.length ? names : [AGENT_CONTAINER_NAME]).map((name) => ({
         name,
         image: t.pod.spec?.containers?.find((c) => c.name === name)?.image ?? '',
         imageID: '',
