@@ -94,9 +94,8 @@ async function up(names: string[]): Promise<void> {
       .flatMap((c) => c.binaries())
       .filter((b) => !existsSync(b.path));
     for (const tool of new Set(missing.map((b) => b.tool))) {
-      say(
-        `${tool}: binaries missing (${missing.map((b) => b.path).join(', ')}); running scripts/tools.sh ${tool}`,
-      );
+      const paths = missing.filter((b) => b.tool === tool).map((b) => b.path);
+      say(`${tool}: missing ${paths.join(', ')}; running scripts/tools.sh ${tool}`);
       execFileSync('bash', [join(repoRoot, 'scripts', 'tools.sh'), tool], { stdio: ['ignore', 2, 2] });
     }
     await ensurePki();
