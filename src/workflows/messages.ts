@@ -15,6 +15,8 @@ export interface VMWorkflowInput {
   namespace: string;
   pod: string;
   carried?: unknown;
+  /** Continue as new past this many history events (default 5,000; tests lower it). */
+  historyLimit?: number;
 }
 
 /** The watcher saw the VM's pod change in a field a gate reads, or disappear (`exists: false`). */

@@ -196,14 +196,13 @@ export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
       continue;
     }
     const info = workflowInfo();
-    if (info.continueAsNewSuggested || info.historyLength > MAX_HISTORY_EVENTS) {
+    if (info.continueAsNewSuggested || info.historyLength > (input.historyLimit ?? MAX_HISTORY_EVENTS)) {
+      // A signal racing the continue-as-new can be lost to the carried state (the server rejects the
+      // command, and on the retried task the SDK may finish the body before the handler runs), so the
+      // next run re-reads the world before acting: observations are never trusted across runs.
       await condition(allHandlersFinished);
       if (!dirty)
-        await continueAsNew<typeof vmWorkflow>({
-          namespace: state.namespace,
-          pod: state.pod,
-          carried: state,
-        });
+        await continueAsNew<typeof vmWorkflow>({ ...input, carried: { ...state, needResync: true } });
     }
     const wakeAt = nextWake(state);
     const signalled = await condition(

@@ -53,6 +53,8 @@ export class FakeWorld {
   private uidSeq = 0;
   client?: WorkflowClient;
   taskQueue = '';
+  /** Extra fields of the VM workflow's start argument (e.g. historyLimit). */
+  startExtra: Record<string, unknown> = {};
   /** Workflow ids this world signalled (terminated when the test ends). */
   started = new Set<string>();
 
@@ -124,7 +126,10 @@ export class FakeWorld {
       ...cr,
       resourceVersion: this.nextRV(),
     };
-    if (cur && specChanged && cr.generation === undefined) next.generation = (cur.generation ?? 1) + 1;
+    // Like the apiserver: a spec change bumps metadata.generation (unless the test sets another one).
+    if (cur && specChanged && (cr.generation === undefined || cr.generation === cur.generation)) {
+      next.generation = (cur.generation ?? 1) + 1;
+    }
     this.crs.set(`${cr.namespace}/${cr.name}`, next);
     await this.signalCR(next);
     return next;
@@ -176,13 +181,23 @@ export class FakeWorld {
     if (!this.client) return;
     const [, namespace, pod] = workflowId.split('/');
     this.started.add(workflowId);
-    await this.client.signalWithStart('vmWorkflow', {
-      workflowId,
-      taskQueue: this.taskQueue,
-      args: [{ namespace: namespace!, pod: pod! }],
-      signal,
-      signalArgs: [payload],
-    });
+    // The Java time-skipping server's continue-as-new is not atomic (sdk-java#1538): a signal-with-start
+    // racing it can answer "Completed workflow"; the real server starts or signals the new run.
+    for (let attempt = 0; ; attempt++) {
+      try {
+        await this.client.signalWithStart('vmWorkflow', {
+          workflowId,
+          taskQueue: this.taskQueue,
+          args: [{ namespace: namespace!, pod: pod!, ...this.startExtra }],
+          signal,
+          signalArgs: [payload],
+        });
+        return;
+      } catch (err) {
+        if (attempt >= 20 || (err as Error).name !== 'WorkflowNotFoundError') throw err;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    }
   }
 
   private async signalPod(pod: PodObservation): Promise<void> {

@@ -111,7 +111,7 @@ export async function withWorld<T>(
 }
 
 /** Polls `check` in real time until it returns true (or throws with `what` after `timeoutMs`). */
-export async function eventually(what: string, check: () => boolean, timeoutMs = 15_000): Promise<void> {
+export async function eventually(what: string, check: () => boolean, timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;
   while (!check()) {
     if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);

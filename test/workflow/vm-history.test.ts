@@ -1,0 +1,91 @@
+/**
+ * History hygiene of the VM workflow: it continues as new with its state (and keeps serving), and a
+ * recorded history replays deterministically against the current workflow code.
+ */
+
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { Worker } from '@temporalio/worker';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Annotations } from '../../src/api/keys.js';
+import type { FakeWorld } from './fake-world.js';
+import { createEnv, eventually, withWorld, workflowBundle } from './harness.js';
+
+const NS = 'ns';
+const VM = 'vk-ns-demo-0';
+let env: TestWorkflowEnvironment;
+
+beforeEach(async () => {
+  env = await createEnv();
+});
+afterEach(async () => {
+  await env?.teardown();
+});
+
+/** One hibernate + wake cycle, playing vk-cocoon's part by hand. */
+async function cycle(world: FakeWorld): Promise<void> {
+  await world.putCR({ ...world.cr(NS, 'hib')!, desire: 'Hibernate' });
+  await eventually(
+    'Hibernating',
+    () => world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate] === 'true',
+  );
+  world.tags.add(`${VM}:hibernate`);
+  await world.annotatePod(
+    NS,
+    'demo-0',
+    { [Annotations.lifecycleState]: 'hibernated', [Annotations.vmID]: null },
+    { containerRunning: false },
+  );
+  await eventually('Hibernated', () => world.cr(NS, 'hib')?.status?.phase === 'Hibernated');
+  await world.putCR({ ...world.cr(NS, 'hib')!, desire: 'Wake' });
+  await eventually(
+    'annotation cleared',
+    () => world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate] === undefined,
+  );
+  await world.annotatePod(
+    NS,
+    'demo-0',
+    { [Annotations.lifecycleState]: 'ready', [Annotations.vmID]: `vm-${world.calls.length}` },
+    { containerRunning: true },
+  );
+  await eventually('Active', () => world.cr(NS, 'hib')?.status?.phase === 'Active');
+}
+
+describe('VM workflow history', () => {
+  it('continues as new past its history limit, carrying its state, and keeps serving', async () => {
+    await withWorld(env, async (world) => {
+      world.startExtra = { historyLimit: 120 };
+      await world.putPod(NS, 'demo-0', {
+        annotations: { [Annotations.vmName]: VM, [Annotations.vmID]: 'vm-first' },
+        containerRunning: true,
+      });
+      await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
+      await eventually('Active', () => world.cr(NS, 'hib')?.status?.phase === 'Active');
+      const handle = env.client.workflow.getHandle('vm/ns/demo-0');
+      const firstRun = (await handle.describe()).runId;
+      for (let i = 0; i < 6; i++) await cycle(world);
+      const desc = await handle.describe();
+      expect(desc.runId).not.toBe(firstRun);
+      expect(desc.historyLength).toBeLessThan(200);
+      // The carried state still knows the CR: the query answers without a re-read.
+      const state = (await handle.query('state')) as { hibernations: Array<{ name: string; phase: string }> };
+      expect(state.hibernations).toEqual([expect.objectContaining({ name: 'hib', phase: 'Active' })]);
+      expect(world.events.filter((e) => e.reason === 'Hibernated')).toHaveLength(6);
+      expect(world.events.filter((e) => e.reason === 'WokenActive')).toHaveLength(7);
+    });
+  }, 120_000);
+
+  it('replays a recorded hibernate/wake history deterministically', async () => {
+    await withWorld(env, async (world) => {
+      await world.putPod(NS, 'demo-0', {
+        annotations: { [Annotations.vmName]: VM, [Annotations.vmID]: 'vm-first' },
+        containerRunning: true,
+      });
+      await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
+      await eventually('Active', () => world.cr(NS, 'hib')?.status?.phase === 'Active');
+      await cycle(world);
+      const history = await env.client.workflow.getHandle('vm/ns/demo-0').fetchHistory();
+      expect(history.events?.length ?? 0).toBeGreaterThan(20);
+      await Worker.runReplayHistory({ workflowBundle: await workflowBundle() }, history, 'vm/ns/demo-0');
+    });
+  });
+});
