@@ -323,6 +323,29 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     });
   });
 
+  it('a deleting CR waits for an in-flight vk hibernate round before dropping the tag (deliberate fix)', async () => {
+    await withWorld(env, async (world) => {
+      await world.putPod(NS, 'demo-0', { annotations: podAnnotations(), containerRunning: true });
+      await hibernateCR(world);
+      await eventually('Hibernating', () => phase(world) === 'Hibernating');
+      await world.annotatePod(NS, 'demo-0', { [Annotations.lifecycleState]: 'hibernating' });
+      await world.deleteCR(NS, 'hib');
+      await env.sleep(20_000);
+      expect(world.calls.some((c) => c.startsWith('DELETE'))).toBe(false);
+      expect(world.cr(NS, 'hib')).toBeDefined();
+      // vk finishes the round (tag pushed, then hibernated): now the deletion discards it.
+      world.tags.add(`${VM}:hibernate`);
+      await world.annotatePod(
+        NS,
+        'demo-0',
+        { [Annotations.lifecycleState]: 'hibernated', [Annotations.vmID]: null },
+        { containerRunning: false },
+      );
+      await eventually('CR gone', () => world.cr(NS, 'hib') === undefined);
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
+    });
+  });
+
   it('keeps the tag while another live CR holds the VM; the last holder drops it (tests 16, 17)', async () => {
     await withWorld(env, async (world) => {
       world.tags.add(`${VM}:hibernate`);
