@@ -293,6 +293,9 @@ async function reconcileAll(state: VMState, registry: RegistryActivities): Promi
     if (!state.crs[cr.name]) continue; // removed by an earlier pass this round
     if ((cr.backoffUntil ?? 0) > now) continue;
     cr.backoffUntil = undefined;
+    // A retry time that has come is spent (this pass is the retry); left set, nextWake would return it
+    // for ever and the workflow would wake on a timer every second after a Failed transition recovered.
+    if (cr.retryAt !== undefined && cr.retryAt <= now) cr.retryAt = undefined;
     try {
       await passUntilSettled(state, cr.name, registry);
       const tracked = state.crs[cr.name];
