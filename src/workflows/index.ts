@@ -1,2 +1,4 @@
 /** Every workflow the worker registers (bundled from this file). */
+
+export { cocoonSetWorkflow } from './cocoonset.js';
 export { vmWorkflow } from './vm.js';

@@ -1,0 +1,276 @@
+/**
+ * Kubernetes activities of the CocoonSet workflow: the reads a pass starts from (the CocoonSet and the
+ * pods labelled with its name) and one idempotent write per `planPass` action type (src/cocoonset/plan.ts
+ * `PassAction`; spec/cocoonset-core.md §5, §9–§17). Expected API answers are returned as values
+ * (AlreadyExists on create, NotFound on delete); a gone target of a patch is a non-retryable `NotFound`
+ * failure; any other API error is thrown as-is and retried by Temporal (DESIGN.md §3.1).
+ *
+ * Names carry a `cocoonSet` prefix so they can be merged into one activity object with the VM
+ * workflow's Kubernetes activities (src/activities/kube.ts) on the main worker.
+ */
+import type { V1Pod } from '@kubernetes/client-node';
+import { ApplicationFailure } from '@temporalio/common';
+import {
+  API_VERSION,
+  GROUP,
+  KIND_COCOONSET,
+  Labels,
+  PLURAL_COCOONHIBERNATIONS,
+  PLURAL_COCOONSETS,
+  VERSION,
+} from '../api/keys.js';
+import type { CocoonHibernation, CocoonSet } from '../api/types.js';
+import type { PassMetric } from '../cocoonset/plan.js';
+import { type KubeClients, mergePatch, statusCodeOf } from '../kube/client.js';
+import type { OperatorMetrics } from '../metrics.js';
+import { createKubeActivities } from './kube.js';
+
+/** Dependencies of the CocoonSet activities. `metrics` absent = counters are not incremented. */
+export interface CocoonSetActivityDeps {
+  kube: KubeClients;
+  metrics?: Pick<OperatorMetrics, PassMetric>;
+}
+
+/** What a pass starts from: the CocoonSet (null when gone) and every pod labelled with its name. */
+export interface CocoonSetWorld {
+  cs: CocoonSet | null;
+  pods: V1Pod[];
+}
+
+function notFound(what: string): ApplicationFailure {
+  return ApplicationFailure.create({ type: 'NotFound', message: `${what} not found`, nonRetryable: true });
+}
+
+/** Drops the noisy, never-read managedFields from an object about to cross into workflow history. */
+function trim<T extends { metadata?: { managedFields?: unknown } }>(o: T): T {
+  if (o.metadata?.managedFields !== undefined) o.metadata = { ...o.metadata, managedFields: undefined };
+  return o;
+}
+
+/**
+ * Builds the CocoonSet activities from injected clients. Every activity is idempotent: a retry after a
+ * lost answer converges (create → alreadyExists, delete → notFound, merge patches re-apply, the
+ * finalizer update re-reads and stops when already done, events are keyed).
+ */
+export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
+  const { core, custom } = deps.kube;
+  const emitEvent = createKubeActivities({ kube: deps.kube }).emitEvent;
+
+  async function getCocoonSet(namespace: string, name: string): Promise<CocoonSet | null> {
+    try {
+      return (await custom.getNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace,
+        plural: PLURAL_COCOONSETS,
+        name,
+      })) as CocoonSet;
+    } catch (err) {
+      if (statusCodeOf(err) === 404) return null;
+      throw err;
+    }
+  }
+
+  return {
+    /**
+     * Reads the CocoonSet and the pods in its namespace labelled `cocoonset.cocoonstack.io/name=<name>`
+     * (ownership is filtered by the planner). `cs: null` when the CocoonSet is gone. Used at the start of
+     * every pass and of the deletion flow.
+     */
+    async cocoonSetReadWorld(input: { namespace: string; name: string }): Promise<CocoonSetWorld> {
+      const cs = await getCocoonSet(input.namespace, input.name);
+      if (!cs) return { cs: null, pods: [] };
+      const list = await core.listNamespacedPod({
+        namespace: input.namespace,
+        labelSelector: `${Labels.cocoonSet}=${input.name}`,
+      });
+      return { cs: trim(cs), pods: list.items.map(trim) };
+    },
+
+    /** Creates a pod (§11.1, §12.4, §13): `ok`, or `alreadyExists` on 409. */
+    async cocoonSetCreatePod(input: { namespace: string; pod: V1Pod }): Promise<'ok' | 'alreadyExists'> {
+      try {
+        await core.createNamespacedPod({ namespace: input.namespace, body: input.pod });
+        return 'ok';
+      } catch (err) {
+        if (statusCodeOf(err) === 409) return 'alreadyExists';
+        throw err;
+      }
+    },
+
+    /** Deletes a pod: `ok`, or `notFound` on 404 (§12.2, §17 step 3). */
+    async cocoonSetDeletePod(input: { namespace: string; pod: string }): Promise<'ok' | 'notFound'> {
+      try {
+        await core.deleteNamespacedPod({ name: input.pod, namespace: input.namespace });
+        return 'ok';
+      } catch (err) {
+        if (statusCodeOf(err) === 404) return 'notFound';
+        throw err;
+      }
+    },
+
+    /** Reads one pod (§13 name-collision check). Errors: `NotFound` (non-retryable) when absent. */
+    async cocoonSetGetPod(input: { namespace: string; pod: string }): Promise<V1Pod> {
+      try {
+        return trim(await core.readNamespacedPod({ name: input.pod, namespace: input.namespace }));
+      } catch (err) {
+        if (statusCodeOf(err) === 404) throw notFound(`pods "${input.pod}"`);
+        throw err;
+      }
+    },
+
+    /** JSON merge patch of pod annotations (`null` deletes a key). Errors: `NotFound` when the pod is gone. */
+    async cocoonSetPatchPodAnnotations(input: {
+      namespace: string;
+      pod: string;
+      annotations: Record<string, string | null>;
+    }): Promise<void> {
+      try {
+        await core.patchNamespacedPod(
+          {
+            name: input.pod,
+            namespace: input.namespace,
+            body: { metadata: { annotations: input.annotations } },
+          },
+          mergePatch,
+        );
+      } catch (err) {
+        if (statusCodeOf(err) === 404) throw notFound(`pods "${input.pod}"`);
+        throw err;
+      }
+    },
+
+    /** JSON merge patch of the CocoonSet's annotations, no resourceVersion (§12.3, §17 step 2). */
+    async cocoonSetPatchAnnotations(input: {
+      namespace: string;
+      name: string;
+      annotations: Record<string, string | null>;
+    }): Promise<void> {
+      try {
+        await custom.patchNamespacedCustomObject(
+          {
+            group: GROUP,
+            version: VERSION,
+            namespace: input.namespace,
+            plural: PLURAL_COCOONSETS,
+            name: input.name,
+            body: { metadata: { annotations: input.annotations } },
+          },
+          mergePatch,
+        );
+      } catch (err) {
+        if (statusCodeOf(err) === 404) throw notFound(`cocoonset ${input.namespace}/${input.name}`);
+        throw err;
+      }
+    },
+
+    /**
+     * Adds (`present: true`) or removes `finalizer` with a full Update guarded by resourceVersion,
+     * re-reading on 409 (at most 5 times). Returns false when the CocoonSet is gone (§5 step 3, §17 step 6).
+     */
+    async cocoonSetSetFinalizer(input: {
+      namespace: string;
+      name: string;
+      finalizer: string;
+      present: boolean;
+    }): Promise<boolean> {
+      for (let attempt = 0; ; attempt++) {
+        const cs = await getCocoonSet(input.namespace, input.name);
+        if (!cs) return false;
+        const finalizers = cs.metadata.finalizers ?? [];
+        if (finalizers.includes(input.finalizer) === input.present) return true;
+        cs.metadata.finalizers = input.present
+          ? [...finalizers, input.finalizer]
+          : finalizers.filter((f) => f !== input.finalizer);
+        try {
+          await custom.replaceNamespacedCustomObject({
+            group: GROUP,
+            version: VERSION,
+            namespace: input.namespace,
+            plural: PLURAL_COCOONSETS,
+            name: input.name,
+            body: cs,
+          });
+          return true;
+        } catch (err) {
+          const code = statusCodeOf(err);
+          if (code === 404) return false;
+          if (code === 409 && attempt < 5) continue;
+          throw err;
+        }
+      }
+    },
+
+    /** JSON merge patch on `/status` (§16.3). Errors: `NotFound` when the CocoonSet is gone. */
+    async cocoonSetPatchStatus(input: {
+      namespace: string;
+      name: string;
+      body: { status: Record<string, unknown> };
+    }): Promise<void> {
+      try {
+        await custom.patchNamespacedCustomObjectStatus(
+          {
+            group: GROUP,
+            version: VERSION,
+            namespace: input.namespace,
+            plural: PLURAL_COCOONSETS,
+            name: input.name,
+            body: input.body,
+          },
+          mergePatch,
+        );
+      } catch (err) {
+        if (statusCodeOf(err) === 404) throw notFound(`cocoonset ${input.namespace}/${input.name}`);
+        throw err;
+      }
+    },
+
+    /** Every CocoonHibernation in the namespace (restore intent, §14; asked only when pods are built). */
+    async cocoonSetListHibernations(input: { namespace: string }): Promise<CocoonHibernation[]> {
+      const list = (await custom.listNamespacedCustomObject({
+        group: GROUP,
+        version: VERSION,
+        namespace: input.namespace,
+        plural: PLURAL_COCOONHIBERNATIONS,
+      })) as { items: CocoonHibernation[] };
+      return list.items.map(trim);
+    },
+
+    /**
+     * Records an Event on the CocoonSet once per `key` (§18); the same implementation as the VM
+     * workflow's emitEvent (src/activities/kube.ts).
+     */
+    async cocoonSetEmitEvent(input: {
+      namespace: string;
+      name: string;
+      uid?: string;
+      type: 'Normal' | 'Warning';
+      reason: string;
+      message: string;
+      key: string;
+    }): Promise<void> {
+      await emitEvent({
+        namespace: input.namespace,
+        involved: { kind: KIND_COCOONSET, name: input.name, uid: input.uid, apiVersion: API_VERSION },
+        type: input.type,
+        reason: input.reason,
+        message: input.message,
+        key: input.key,
+      });
+    },
+
+    /**
+     * Increments one of the pass's counters (§18). Not idempotent across a retry after a lost answer
+     * (a counter may then count twice); it cannot fail, so Temporal has no reason to retry it.
+     */
+    async cocoonSetCountMetric(input: { metric: PassMetric; labels: Record<string, string> }): Promise<void> {
+      const counter = deps.metrics?.[input.metric] as
+        | { inc(labels: Record<string, string>): void }
+        | undefined;
+      counter?.inc(input.labels);
+    },
+  };
+}
+
+/** The activity interface the CocoonSet workflow proxies (tests implement it in memory). */
+export type CocoonSetActivities = ReturnType<typeof createCocoonSetActivities>;

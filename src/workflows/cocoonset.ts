@@ -1,0 +1,479 @@
+/**
+ * The CocoonSet entity workflow: one per CocoonSet (`cocoonset/<namespace>/<name>`). It serializes the
+ * set's reconcile passes (the work queue's "never one key twice" of spec/cocoonset-core.md §4), holds their
+ * durable timers (requeue-after, rebuild backoff, error backoff) and executes each pass's I/O as activities.
+ *
+ * Protocol: signals cocoonSetObserved / ownedPodObserved (src/watcher/cocoonset-signals.ts), query `state`.
+ * The body is a loop: read the CocoonSet and its pods, drive `planPass` (src/cocoonset/plan.ts) batch by
+ * batch until it is done, honour its result (§4 "Result semantics", §19), sleep until a signal or the
+ * next timer; continue as new before the history grows large; complete when the CocoonSet is gone.
+ *
+ * Extension points (not implemented here; spec/cocoonset-flows.md): suspend and release-suspend are
+ * logged and end the pass; migration and the released-seat wake decline ("not handled"), so the pass goes
+ * on past their step, as the planner's contract allows. Deletion (§17) is implemented below.
+ */
+import {
+  ActivityFailure,
+  allHandlersFinished,
+  condition,
+  continueAsNew,
+  defineQuery,
+  log,
+  proxyActivities,
+  setHandler,
+  upsertSearchAttributes,
+  workflowInfo,
+} from '@temporalio/workflow';
+import type { CocoonSetActivities } from '../activities/cocoonset.js';
+import type { RegistryActivities } from '../activities/registry.js';
+import { taskQueues } from '../api/ids.js';
+import { Annotations, Finalizers, SearchAttributes, Tags } from '../api/keys.js';
+import { extractAgentSlot, vmNameOf } from '../api/pod.js';
+import type { CocoonSet } from '../api/types.js';
+import { classifyPods, isControlledBy, ownedPods } from '../cocoonset/classify.js';
+import {
+  type ActionOutcome,
+  type DelegatedFlow,
+  type PassAction,
+  type PassInput,
+  type PassResult,
+  planPass,
+  REQUEUE_WAIT_FOR_MAIN_MS,
+} from '../cocoonset/plan.js';
+import type { CocoonSetObservation, OwnedPodObservation } from '../watcher/cocoonset-signals.js';
+import { cocoonSetObservedSignal, ownedPodObservedSignal } from '../watcher/cocoonset-signals.js';
+
+/** Start argument. `carried` is the state handed over by continue-as-new. */
+export interface CocoonSetWorkflowInput {
+  namespace: string;
+  name: string;
+  carried?: unknown;
+  /** Continue as new past this many history events (default 5,000; tests lower it). */
+  historyLimit?: number;
+  /** False when no registry is configured: restore is a no-op, migration/wake are off (§20.6). Default true. */
+  registryConfigured?: boolean;
+}
+
+/** Current state of a CocoonSet workflow, for `temporal workflow query --type state`. */
+export const cocoonSetStateQuery = defineQuery<unknown>('state');
+
+/** Error backoff of a failed pass: 1 s doubling to 5 min (controller-runtime: 5 ms × 2ⁿ to 1000 s, §4). */
+const BACKOFF_BASE_MS = 1_000;
+const BACKOFF_MAX_MS = 300_000;
+/** `Requeue: true` runs the next pass at once this many times in a row, then backs off (rate limit). */
+const IMMEDIATE_REQUEUES = 20;
+/** Continue as new past this many history events (well under Temporal's 51,200 limit). */
+const MAX_HISTORY_EVENTS = 5_000;
+/** Safety bound of `planPass` steps in one pass (a pass of N pods needs O(N) steps). */
+const MAX_STEPS = 10_000;
+
+/** Workflow state; carried across continue-as-new. Plain JSON. */
+export interface CocoonSetState {
+  namespace: string;
+  name: string;
+  /** Latest observations from the watcher (the pass itself re-reads the objects). */
+  csObs?: CocoonSetObservation;
+  pods: Record<string, OwnedPodObservation>;
+  /** Passes run so far (event keys). */
+  passes: number;
+  /** Consecutive failed or `Requeue: true` passes (the rate limiter's per-item counter). */
+  failures: number;
+  /** Epoch ms of a requested next pass (requeue-after / backoff); none = wait for a signal. */
+  nextPassAt?: number;
+  lastResult?: PassResult & { delegated?: DelegatedFlow };
+  /** Roll-up shown in the query and search attributes. */
+  phase?: string;
+  mainVM?: string;
+  published?: string;
+}
+
+const kube = proxyActivities<CocoonSetActivities>({
+  startToCloseTimeout: '30s',
+  retry: {
+    initialInterval: '500ms',
+    maximumInterval: '10s',
+    maximumAttempts: 3,
+    nonRetryableErrorTypes: ['NotFound'],
+  },
+});
+
+function registryActivities(): RegistryActivities {
+  return proxyActivities<RegistryActivities>({
+    taskQueue: taskQueues(workflowInfo().taskQueue).cocoonSetRegistry,
+    startToCloseTimeout: '45s',
+    retry: { initialInterval: '1s', maximumInterval: '5s', maximumAttempts: 3 },
+  });
+}
+
+function errorMessage(err: unknown): string {
+  if (err instanceof ActivityFailure && err.cause) return err.cause.message;
+  return err instanceof Error ? err.message : String(err);
+}
+
+function olderThan(incoming: string | undefined, current: string | undefined): boolean {
+  if (!incoming || !current || !/^\d+$/.test(incoming) || !/^\d+$/.test(current)) return false;
+  return BigInt(incoming) < BigInt(current);
+}
+
+/** Entity workflow for one CocoonSet. See the module comment. */
+export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<void> {
+  const state: CocoonSetState = (input.carried as CocoonSetState | undefined) ?? {
+    namespace: input.namespace,
+    name: input.name,
+    pods: {},
+    passes: 0,
+    failures: 0,
+  };
+  const registry = registryActivities();
+  // Every run starts with a pass: observations are never trusted across runs.
+  let dirty = true;
+
+  setHandler(cocoonSetObservedSignal, (obs) => {
+    if (state.csObs?.uid === obs.uid && olderThan(obs.resourceVersion, state.csObs?.resourceVersion)) return;
+    state.csObs = obs;
+    dirty = true;
+  });
+  setHandler(ownedPodObservedSignal, (obs) => {
+    const cur = state.pods[obs.name];
+    if (cur && cur.uid === obs.uid && olderThan(obs.resourceVersion, cur.resourceVersion)) return;
+    if (obs.exists) state.pods[obs.name] = obs;
+    else delete state.pods[obs.name];
+    dirty = true;
+  });
+  setHandler(cocoonSetStateQuery, () => describe(state));
+
+  for (;;) {
+    const due = state.nextPassAt !== undefined && state.nextPassAt <= Date.now();
+    if (dirty || due) {
+      dirty = false;
+      state.nextPassAt = undefined;
+      const gone = await runPass(state, input, registry);
+      publishSearchAttributes(state);
+      if (gone) {
+        await condition(allHandlersFinished);
+        return;
+      }
+      continue;
+    }
+    const info = workflowInfo();
+    if (info.continueAsNewSuggested || info.historyLength > (input.historyLimit ?? MAX_HISTORY_EVENTS)) {
+      await condition(allHandlersFinished);
+      if (!dirty) await continueAsNew<typeof cocoonSetWorkflow>({ ...input, carried: state });
+    }
+    const at = state.nextPassAt;
+    await condition(() => dirty, at === undefined ? undefined : Math.max(1, at - Date.now()));
+  }
+}
+
+/**
+ * One reconcile (§5): read, drive the planner, record the result and schedule the next pass.
+ * Returns true when the CocoonSet is gone (the workflow completes).
+ */
+async function runPass(
+  state: CocoonSetState,
+  input: CocoonSetWorkflowInput,
+  registry: RegistryActivities,
+): Promise<boolean> {
+  state.passes++;
+  let result: PassResult & { delegated?: DelegatedFlow };
+  try {
+    const world = await kube.cocoonSetReadWorld({ namespace: state.namespace, name: state.name });
+    if (!world.cs) {
+      log.info('cocoonset gone; workflow completes', { namespace: state.namespace, name: state.name });
+      return true;
+    }
+    result = await drive(state, input, world.cs, world.pods, registry);
+  } catch (err) {
+    result = { requeue: false, requeueAfterMs: 0, error: errorMessage(err) };
+  }
+  state.lastResult = result;
+  if (result.error !== undefined) {
+    log.warn('cocoonset pass failed', { namespace: state.namespace, name: state.name, error: result.error });
+    state.failures++;
+    state.nextPassAt = Date.now() + backoffDelay(state.failures);
+  } else if (result.requeue) {
+    state.failures++;
+    state.nextPassAt =
+      Date.now() +
+      (state.failures <= IMMEDIATE_REQUEUES ? 0 : backoffDelay(state.failures - IMMEDIATE_REQUEUES));
+  } else {
+    state.failures = 0;
+    state.nextPassAt = result.requeueAfterMs > 0 ? Date.now() + result.requeueAfterMs : undefined;
+  }
+  return false;
+}
+
+function backoffDelay(failures: number): number {
+  return Math.min(BACKOFF_BASE_MS * 2 ** Math.min(failures - 1, 30), BACKOFF_MAX_MS);
+}
+
+/** Drives `planPass` to its end, executing each batch (module comment of src/cocoonset/plan.ts). */
+async function drive(
+  state: CocoonSetState,
+  input: CocoonSetWorkflowInput,
+  cs: CocoonSet,
+  pods: PassInput['pods'],
+  registry: RegistryActivities,
+): Promise<PassResult & { delegated?: DelegatedFlow }> {
+  const passInput: PassInput = {
+    cs,
+    pods,
+    nowMs: Date.now(),
+    registryConfigured: input.registryConfigured ?? true,
+    declined: {},
+  };
+  const outcomes: Record<string, ActionOutcome> = {};
+  for (let i = 0; i < MAX_STEPS; i++) {
+    const step = planPass(passInput, outcomes);
+    if (step.kind === 'done') {
+      rollUp(state, cs, pods, step.mirror.status?.phase);
+      return step.result;
+    }
+    if (step.kind === 'delegate') {
+      switch (step.flow) {
+        case 'migration':
+        case 'wake':
+          // Extension point (spec/cocoonset-flows.md §4.3, §5): the flow is not implemented yet, so it
+          // answers "not handled" and the pass continues past its step.
+          log.info(`cocoonset ${step.flow} flow not implemented yet: declined`, { name: state.name });
+          passInput.declined = { ...passInput.declined, [step.flow]: true };
+          continue;
+        case 'delete':
+          return await deletionFlow(state, cs, pods, registry);
+        case 'suspend':
+        case 'suspendRelease':
+          // Extension point (spec/cocoonset-flows.md §3–§4): suspend is not implemented yet.
+          log.warn(`cocoonset ${step.flow} flow not implemented yet: pass ends here`, { name: state.name });
+          rollUp(state, cs, pods, cs.status?.phase);
+          return { requeue: false, requeueAfterMs: 0, delegated: step.flow };
+      }
+    }
+    const { actions, concurrent, maxConcurrency } = step;
+    const results = concurrent
+      ? await pool(actions, Math.max(1, maxConcurrency), (a) => execute(state, cs, a, registry))
+      : await sequence(actions, (a) => execute(state, cs, a, registry));
+    actions.forEach((a, k) => {
+      outcomes[a.id] = results[k]!;
+    });
+  }
+  throw new Error(`pass did not finish in ${MAX_STEPS} planner steps`);
+}
+
+async function sequence<T, R>(items: T[], fn: (t: T) => Promise<R>): Promise<R[]> {
+  const out: R[] = [];
+  for (const t of items) out.push(await fn(t));
+  return out;
+}
+
+/** Runs `fn` over `items` with at most `limit` in flight; results in input order. */
+async function pool<T, R>(items: T[], limit: number, fn: (t: T) => Promise<R>): Promise<R[]> {
+  const out: R[] = new Array(items.length);
+  let next = 0;
+  const lane = async () => {
+    for (;;) {
+      const k = next++;
+      if (k >= items.length) return;
+      out[k] = await fn(items[k]!);
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(limit, items.length) }, lane));
+  return out;
+}
+
+/** Executes one planner action as an activity and turns its answer into the outcome the planner reads. */
+async function execute(
+  state: CocoonSetState,
+  cs: CocoonSet,
+  a: PassAction,
+  registry: RegistryActivities,
+): Promise<ActionOutcome> {
+  const namespace = state.namespace;
+  try {
+    switch (a.type) {
+      case 'addFinalizer':
+        await kube.cocoonSetSetFinalizer({
+          namespace,
+          name: state.name,
+          finalizer: a.finalizer,
+          present: true,
+        });
+        return { kind: 'ok' };
+      case 'patchPodAnnotations':
+        await kube.cocoonSetPatchPodAnnotations({ namespace, pod: a.pod, annotations: a.annotations });
+        return { kind: 'ok' };
+      case 'patchCocoonSetAnnotations':
+        await kube.cocoonSetPatchAnnotations({ namespace, name: state.name, annotations: a.annotations });
+        return { kind: 'ok' };
+      case 'deletePod':
+        return { kind: await kube.cocoonSetDeletePod({ namespace, pod: a.pod }) };
+      case 'createPod':
+        return { kind: await kube.cocoonSetCreatePod({ namespace, pod: a.pod }) };
+      case 'getPod':
+        return { kind: 'pod', pod: await kube.cocoonSetGetPod({ namespace, pod: a.pod }) };
+      case 'listHibernations':
+        return {
+          kind: 'hibernations',
+          items: await kube.cocoonSetListHibernations({ namespace: a.namespace }),
+        };
+      case 'probeHibernate':
+        return {
+          kind: 'probe',
+          present: await registry.hasManifest({ vmName: a.vmName, tag: Tags.hibernate }),
+        };
+      case 'patchStatus':
+        await kube.cocoonSetPatchStatus({ namespace, name: state.name, body: a.body });
+        return { kind: 'ok' };
+      case 'event':
+        // Fire and forget (a lost event never fails the pass); one Event per pass and action.
+        try {
+          await kube.cocoonSetEmitEvent({
+            namespace,
+            name: state.name,
+            uid: cs.metadata.uid,
+            type: a.eventType,
+            reason: a.reason,
+            message: a.message,
+            key: `${cs.metadata.uid ?? ''}/${state.passes}/${a.id}`,
+          });
+        } catch (err) {
+          log.warn('cocoonset event not recorded', { reason: a.reason, error: errorMessage(err) });
+        }
+        return { kind: 'ok' };
+      case 'metric':
+        try {
+          await kube.cocoonSetCountMetric({ metric: a.metric, labels: a.labels });
+        } catch (err) {
+          log.warn('cocoonset metric not counted', { metric: a.metric, error: errorMessage(err) });
+        }
+        return { kind: 'ok' };
+    }
+  } catch (err) {
+    return { kind: 'error', message: errorMessage(err) };
+  }
+}
+
+/**
+ * Deletion (§17): stash the VM names on the CocoonSet, delete every owned pod, wait (5 s requeue) until
+ * they are gone, then drop the registry tags (best effort; `:latest` per the snapshot policy) and remove
+ * the finalizer.
+ */
+async function deletionFlow(
+  state: CocoonSetState,
+  cs: CocoonSet,
+  pods: PassInput['pods'],
+  registry: RegistryActivities,
+): Promise<PassResult> {
+  const namespace = state.namespace;
+  const owned = pods.filter((p) => isControlledBy(p, cs.metadata.uid));
+  const names = new Set<string>();
+  for (const a of cs.status?.agents ?? []) if (a.vmName) names.add(a.vmName);
+  for (const t of cs.status?.toolboxes ?? []) if (t.vmName) names.add(t.vmName);
+  for (const n of (cs.metadata.annotations?.[Annotations.deleteVMNames] ?? '').split(',')) {
+    if (n.trim() !== '') names.add(n.trim());
+  }
+  for (const p of owned) if (vmNameOf(p) !== '') names.add(vmNameOf(p));
+  const sorted = [...names].sort();
+  const joined = sorted.join(',');
+  if (sorted.length > 0 && joined !== (cs.metadata.annotations?.[Annotations.deleteVMNames] ?? '')) {
+    try {
+      await kube.cocoonSetPatchAnnotations({
+        namespace,
+        name: state.name,
+        annotations: { [Annotations.deleteVMNames]: joined },
+      });
+    } catch (err) {
+      return { requeue: false, requeueAfterMs: 0, error: `stash vm names: ${errorMessage(err)}` };
+    }
+  }
+  for (const p of owned) {
+    const pod = p.metadata?.name ?? '';
+    try {
+      await kube.cocoonSetDeletePod({ namespace, pod });
+    } catch (err) {
+      return {
+        requeue: false,
+        requeueAfterMs: 0,
+        error: `delete pod ${namespace}/${pod}: ${errorMessage(err)}`,
+      };
+    }
+  }
+  let remaining: number;
+  try {
+    const again = await kube.cocoonSetReadWorld({ namespace, name: state.name });
+    remaining = again.cs ? again.pods.filter((p) => isControlledBy(p, cs.metadata.uid)).length : 0;
+  } catch (err) {
+    return { requeue: false, requeueAfterMs: 0, error: `re-list pods after delete: ${errorMessage(err)}` };
+  }
+  if (remaining > 0) {
+    log.info(`cocoonset deletion waiting for ${remaining} pods`, { name: state.name });
+    return { requeue: false, requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS };
+  }
+  const policy = cs.spec.snapshotPolicy ?? 'always';
+  for (const vmName of sorted) {
+    for (const tag of [Tags.hibernate, Tags.latest]) {
+      if (
+        tag === Tags.latest &&
+        (policy === 'always' ||
+          (policy === 'main-only' && extractAgentSlot(namespace, state.name, vmName) === 0))
+      )
+        continue;
+      try {
+        await registry.deleteManifest({ vmName, tag });
+      } catch (err) {
+        log.error(`delete ${vmName}:${tag}`, { error: errorMessage(err) });
+      }
+    }
+  }
+  try {
+    await kube.cocoonSetSetFinalizer({
+      namespace,
+      name: state.name,
+      finalizer: Finalizers.cocoonSet,
+      present: false,
+    });
+  } catch (err) {
+    return { requeue: false, requeueAfterMs: 0, error: `remove finalizer: ${errorMessage(err)}` };
+  }
+  state.phase = 'Deleting';
+  return { requeue: false, requeueAfterMs: 0 };
+}
+
+/** Records the roll-up shown by the query and the search attributes. */
+function rollUp(
+  state: CocoonSetState,
+  cs: CocoonSet,
+  pods: PassInput['pods'],
+  phase: string | undefined,
+): void {
+  state.phase = phase ?? cs.status?.phase ?? state.phase;
+  const main = classifyPods(ownedPods(cs, pods)).main;
+  if (main && vmNameOf(main) !== '') state.mainVM = vmNameOf(main);
+}
+
+function publishSearchAttributes(state: CocoonSetState): void {
+  const attrs = {
+    [SearchAttributes.namespace]: [state.namespace],
+    [SearchAttributes.vmName]: [state.mainVM ?? ''],
+    [SearchAttributes.phase]: [state.phase || 'Pending'],
+    [SearchAttributes.kind]: ['CocoonSet'],
+  };
+  const key = JSON.stringify(attrs);
+  if (key === state.published) return;
+  state.published = key;
+  upsertSearchAttributes(attrs);
+}
+
+/** The `state` query. */
+function describe(state: CocoonSetState) {
+  return {
+    namespace: state.namespace,
+    name: state.name,
+    phase: state.phase ?? null,
+    mainVM: state.mainVM ?? null,
+    passes: state.passes,
+    failures: state.failures,
+    nextPassAt: state.nextPassAt ? new Date(state.nextPassAt).toISOString() : null,
+    lastResult: state.lastResult ?? null,
+    observedPods: Object.keys(state.pods).sort(),
+  };
+}

@@ -1,0 +1,252 @@
+/**
+ * The CocoonSet entity workflow on the time-skipping test server (spec/cocoonset-core.md §5, §11–§14,
+ * §16, §19; DESIGN.md §4 "a steady pass lists no CocoonHibernations and calls no registry"). Each test
+ * drives the real workflow and planner through the in-memory CocoonSetWorld (activities + watcher signals).
+ */
+import type { V1Pod } from '@kubernetes/client-node';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { Annotations, EventReasons } from '../../src/api/keys.js';
+import type { CocoonSet } from '../../src/api/types.js';
+import { buildAgentPod, buildToolboxPod, toolboxVMName } from '../../src/cocoonset/pods.js';
+import { lastDeletedMs, readRebuildHistory } from '../../src/cocoonset/rebuild.js';
+import { hibernation, IMAGE, newCocoonSet, readyPod, withFinalizer } from '../unit/cocoonset-fixtures.js';
+import { CocoonSetWorld, withCocoonSetWorld } from './cocoonset-world.js';
+import { createEnv, eventually, skipUntil } from './harness.js';
+
+let env: TestWorkflowEnvironment;
+
+// A fresh time-skipping server per test: skipped time and leftover timers never leak between tests.
+beforeEach(async () => {
+  env = await createEnv();
+});
+afterEach(async () => {
+  await env?.teardown();
+});
+
+const MAIN_VM = 'vk-ns-demo-0';
+
+/** demo: main + 2 sub-agents + toolbox `tb`, generation 1. */
+function demoSet(...mods: ((cs: CocoonSet) => void)[]): CocoonSet {
+  return newCocoonSet(
+    'demo',
+    (cs) => {
+      cs.metadata.generation = 1;
+      cs.spec.agent.replicas = 2;
+      cs.spec.toolboxes = [{ name: 'tb', image: IMAGE }];
+    },
+    ...mods,
+  );
+}
+
+/** The pods a converged `demo` has, all Ready (as earlier passes and vk-cocoon left them). */
+function convergedPods(cs: CocoonSet): V1Pod[] {
+  return [
+    readyPod(buildAgentPod(cs, 0, '', '')),
+    readyPod(buildAgentPod(cs, 1, MAIN_VM, '')),
+    readyPod(buildAgentPod(cs, 2, MAIN_VM, '')),
+    readyPod(buildToolboxPod(cs, cs.spec.toolboxes![0]!)),
+  ];
+}
+
+function uids(world: CocoonSetWorld): Record<string, string | undefined> {
+  return Object.fromEntries([...world.pods].map(([n, p]) => [n, p.metadata?.uid]));
+}
+
+async function passes(world: CocoonSetWorld): Promise<number> {
+  return (await world.state()).passes as number;
+}
+
+/** Waits (real time) until the workflow has finished a pass after `after` and has no pass scheduled now. */
+async function settledAfter(world: CocoonSetWorld, after: number): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  for (;;) {
+    const s = await world.state();
+    if ((s.passes as number) > after && s.lastResult !== null) {
+      // a requeue: true pass schedules another pass at once; wait for that one too
+      const r = s.lastResult as { requeue: boolean };
+      if (!r.requeue) return;
+    }
+    if (Date.now() > deadline) throw new Error('workflow did not settle');
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+describe('CocoonSet workflow', () => {
+  it('creates the main first, the sub-agents (forked from the main) only once it is Ready, then the toolbox; rolls status up', async () => {
+    const world = new CocoonSetWorld(demoSet());
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await eventually('main created', () => w.pods.has('demo-0'));
+      expect(w.hasFinalizer()).toBe(true);
+      await eventually('Pending', () => w.cs?.status?.phase === 'Pending');
+      // Several 5 s "wait for main" requeues pass; nothing else is created while the main is not Ready.
+      await env.sleep(16_000);
+      expect(await passes(w)).toBeGreaterThanOrEqual(4);
+      expect([...w.pods.keys()]).toEqual(['demo-0']);
+
+      await w.updatePod('demo-0', (p) => {
+        p.spec!.nodeName = 'node-a';
+      });
+      await w.makeReady('demo-0');
+      await eventually('all pods created', () => w.pods.size === 4);
+      expect(w.creates[0]).toBe('demo-0');
+      expect(new Set(w.creates.slice(1, 3))).toEqual(new Set(['demo-1', 'demo-2']));
+      expect(w.creates[3]).toBe('demo-tb');
+      for (const sub of ['demo-1', 'demo-2']) {
+        const p = w.pod(sub)!;
+        expect(p.metadata?.annotations?.[Annotations.forkFrom]).toBe(MAIN_VM);
+        expect(p.spec?.nodeName).toBe('node-a');
+      }
+      expect(w.pod('demo-tb')!.metadata?.annotations?.[Annotations.forkFrom] ?? '').toBe('');
+
+      for (const p of ['demo-1', 'demo-2', 'demo-tb']) await w.makeReady(p);
+      await eventually('Running', () => w.cs?.status?.phase === 'Running' && w.cs.status.readyAgents === 3);
+      const st = w.cs!.status!;
+      expect(st).toMatchObject({
+        desiredAgents: 3,
+        readyAgents: 3,
+        desiredToolboxes: 1,
+        readyToolboxes: 1,
+        observedGeneration: 1,
+      });
+      expect(st.agents?.map((a) => [a.slot, a.podName, a.forkedFrom ?? ''])).toEqual([
+        [0, 'demo-0', ''],
+        [1, 'demo-1', MAIN_VM],
+        [2, 'demo-2', MAIN_VM],
+      ]);
+      expect(st.toolboxes?.map((t) => t.podName)).toEqual(['demo-tb']);
+      // Pods were generation-stamped; no pass restored anything (no CR in the namespace).
+      expect(w.registryCalls).toBe(0);
+      const s = await w.state();
+      expect(s.phase).toBe('Running');
+      expect(s.mainVM).toBe(MAIN_VM);
+    });
+  });
+
+  it('a steady pass keeps every pod and makes no CocoonHibernation list and no registry call', async () => {
+    const cs = demoSet(withFinalizer);
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    // Restore intent that a needless lookup would find (and probe).
+    world.crs = [hibernation('demo-1', 'Hibernate', 'Hibernated')];
+    world.tags.add('vk-ns-demo-1:hibernate');
+    const before = uids(world);
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await settledAfter(w, 0);
+      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      // A pod event triggers another pass.
+      const n = await passes(w);
+      await w.updatePod('demo-2', (p) => {
+        p.metadata!.labels = { ...p.metadata!.labels, extra: 'x' };
+      });
+      await settledAfter(w, n);
+      expect(uids(w)).toEqual(before);
+      expect(w.calls.filter((c) => c.startsWith('create') || c.startsWith('delete'))).toEqual([]);
+      expect(w.lists).toBe(0);
+      expect(w.registryCalls).toBe(0);
+      expect(w.cs?.status?.readyAgents).toBe(3);
+    });
+  });
+
+  it('a pass with a missing sub-agent and a missing toolbox looks restore intent up exactly once', async () => {
+    const cs = demoSet(withFinalizer);
+    const pods = convergedPods(cs).filter((p) => !['demo-2', 'demo-tb'].includes(p.metadata!.name!));
+    const world = new CocoonSetWorld(cs, pods);
+    const tbVM = toolboxVMName(cs, 'tb');
+    world.crs = [
+      hibernation('demo-2', 'Hibernate', 'Hibernated'),
+      { ...hibernation('demo-tb', 'Hibernate', 'Hibernated'), metadata: { name: 'h-tb', namespace: 'ns' } },
+    ];
+    world.tags.add('vk-ns-demo-2:hibernate');
+    world.tags.add(`${tbVM}:hibernate`);
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await eventually('recreated', () => w.pods.has('demo-2') && w.pods.has('demo-tb'));
+      await settledAfter(w, 0);
+      await eventually('status written', () => w.cs?.status?.desiredAgents === 3);
+      expect(w.lists).toBe(1);
+      expect(w.calls.filter((c) => c.startsWith('probe')).sort()).toEqual(
+        [`probe ${tbVM}:hibernate`, 'probe vk-ns-demo-2:hibernate'].sort(),
+      );
+      for (const p of ['demo-2', 'demo-tb']) {
+        expect(w.pod(p)!.metadata?.annotations?.[Annotations.restoreFromHibernate]).toBe('true');
+      }
+      expect(w.creates.sort()).toEqual(['demo-2', 'demo-tb']);
+      // Later passes (pods coming up) are steady: still one lookup.
+      await w.makeReady('demo-2');
+      await w.makeReady('demo-tb');
+      await eventually('Running', () => w.cs?.status?.readyAgents === 3 && w.cs.status.readyToolboxes === 1);
+      expect(w.lists).toBe(1);
+    });
+  });
+
+  it('rebuilds a terminal sub-agent with 0/1/5/30 s backoff and dead-letters it after 4 rebuilds', async () => {
+    const cs = demoSet(withFinalizer);
+    const pods = convergedPods(cs);
+    pods[1]!.status = { phase: 'Failed' };
+    const world = new CocoonSetWorld(cs, pods);
+    world.failOnCreate.add('demo-1'); // every incarnation of slot 1 crashes
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      const dead = () => w.pod('demo-1')?.metadata?.annotations?.[Annotations.deadLetter] === 'true';
+      await skipUntil(env, 'dead letter', dead, 180_000, 1_000);
+      const rebuilds = w.events.filter((e) => e.reason === EventReasons.subAgentRebuilding);
+      expect(rebuilds.map((e) => e.message)).toEqual([
+        'slot 1 attempt 1/4',
+        'slot 1 attempt 2/4',
+        'slot 1 attempt 3/4',
+        'slot 1 attempt 4/4',
+      ]);
+      const deadLetters = w.events.filter((e) => e.reason === EventReasons.subAgentDeadLetter);
+      expect(deadLetters).toHaveLength(1);
+      expect(deadLetters[0]!.type).toBe('Warning');
+      // Backoff between rebuilds, from the history the workflow wrote (workflow clock).
+      const deletedAt = w.historyWrites.map((h) => {
+        const entry = readRebuildHistory({
+          metadata: { annotations: { [Annotations.rebuildHistory]: h } },
+          spec: { agent: { image: IMAGE, replicas: 2 } },
+        } as CocoonSet).get(1)!;
+        return { count: entry.count, ms: lastDeletedMs(entry) };
+      });
+      expect(deletedAt.map((d) => d.count)).toEqual([1, 2, 3, 4]);
+      const gaps = deletedAt.slice(1).map((d, i) => d.ms - deletedAt[i]!.ms);
+      expect(gaps[0]).toBeGreaterThanOrEqual(1_000);
+      expect(gaps[1]).toBeGreaterThanOrEqual(5_000);
+      expect(gaps[2]).toBeGreaterThanOrEqual(30_000);
+      expect(gaps[2]).toBeLessThan(60_000);
+      // Dead-lettered: the pod is kept and no further rebuild happens.
+      const createsBefore = w.creates.length;
+      await env.sleep(120_000);
+      await new Promise((r) => setTimeout(r, 300));
+      expect(w.pods.has('demo-1')).toBe(true);
+      expect(w.creates.length).toBe(createsBefore);
+      expect(w.creates.filter((n) => n === 'demo-1')).toHaveLength(4);
+      expect(w.events.filter((e) => e.reason === EventReasons.subAgentRebuilding)).toHaveLength(4);
+      // The rest of the set stayed up.
+      expect(uids(w)['demo-0']).toBeDefined();
+    });
+  });
+
+  it('deletes the pods, drops the registry tags per snapshot policy and removes the finalizer; then completes', async () => {
+    const cs = demoSet(withFinalizer, (c) => {
+      c.spec.snapshotPolicy = 'main-only';
+    });
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    const tbVM = toolboxVMName(cs, 'tb');
+    for (const vm of [MAIN_VM, 'vk-ns-demo-1', 'vk-ns-demo-2', tbVM]) {
+      world.tags.add(`${vm}:hibernate`);
+      world.tags.add(`${vm}:latest`);
+    }
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await w.markDeleted();
+      await eventually('gone', () => w.cs === null);
+      expect(w.pods.size).toBe(0);
+      expect([...w.tags].sort()).toEqual([`${MAIN_VM}:latest`]);
+      const handle = env.client.workflow.getHandle(w.workflowId);
+      await handle.result();
+    });
+  });
+});
