@@ -52,6 +52,7 @@ async function loadModules() {
     Worker: worker.Worker,
     Gauge: prom.Gauge,
     createKubeActivities: activities.createKubeActivities,
+    createCocoonSetActivities: activities.createCocoonSetActivities,
     createRegistryActivities: activities.createRegistryActivities,
     taskQueues: ids.taskQueues,
     LEADER_ELECTION_ID: keys.LEADER_ELECTION_ID,
@@ -212,6 +213,7 @@ export async function run(config: Config, log: Logger): Promise<number> {
     Worker,
     Gauge,
     createKubeActivities,
+    createCocoonSetActivities,
     createRegistryActivities,
     taskQueues,
     LEADER_ELECTION_ID,
@@ -351,11 +353,14 @@ export async function run(config: Config, log: Logger): Promise<number> {
       const namespace = config.temporal.namespace;
       if (runsWorker) {
         const registry = new OCIRegistryClient(config.ociRegistry);
-        const kubeActivities = createKubeActivities({
-          kube,
-          log: log.child({ component: 'activity' }),
-          metrics,
-        });
+        const kubeActivities = {
+          ...createKubeActivities({
+            kube,
+            log: log.child({ component: 'activity' }),
+            metrics,
+          }),
+          ...createCocoonSetActivities({ kube, metrics }),
+        };
         const registryActivities = createRegistryActivities({ registry });
         const common = {
           connection,
@@ -413,6 +418,7 @@ export async function run(config: Config, log: Logger): Promise<number> {
                 taskQueue: queues.workflows,
                 namespace: config.watchNamespace,
                 log,
+                cocoonSets: true,
               });
               log.info({ namespace: config.watchNamespace || '(all)' }, 'started watching');
             })
