@@ -209,7 +209,9 @@ export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
       () => dirty,
       wakeAt === undefined ? undefined : Math.max(1, wakeAt - Date.now()),
     );
-    if (!signalled) {
+    // condition() without a timeout resolves to undefined, not true: only `false` means the timer fired.
+    // (Read as a timeout, a signal reaching an idle workflow reset needResync and lost a `resync`.)
+    if (signalled === false) {
       dirty = true;
       if (state.lastResyncAt === undefined || Date.now() - state.lastResyncAt >= FALLBACK_RESYNC_MS) {
         state.needResync = inFlight(state);
