@@ -1,0 +1,433 @@
+/**
+ * CocoonHibernation end to end on the real local stack (spec/hibernation.md §3, §8, §9): the operator
+ * process (`src/worker.ts`, one per file) against the kube-apiserver with the CRDs, the Temporal dev
+ * server, the distribution registry and the vk-cocoon simulator. The operator reaches the registry through
+ * a proxy (test/support/registry-proxy.ts) so the registry can be "down" for the operator alone; the
+ * simulator and these tests use the real registry.
+ *
+ * Scope: the operator watches only this file's namespace (WATCH_NAMESPACE), on its own task queue and
+ * without leader election, so it never acts on other suites' objects; each test uses its own pods and CRs
+ * (own VM workflows `vm/<ns>/<pod>`). Waits are deadline-bounded polls; the "exactly once" Event checks
+ * run after a resync barrier (hibernation-harness.ts `settle`).
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Client, Connection } from '@temporalio/client';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bundleWorkflows } from '../../scripts/bundle-workflows.js';
+import { vmWorkflowId } from '../../src/api/ids.js';
+import { Annotations, EventReasons, Finalizers, LifecycleStates, Tags } from '../../src/api/keys.js';
+import { containerRunning, lifecycleOf, vmIDOf, vmNameForPod } from '../../src/api/pod.js';
+import type { KubeClients } from '../../src/kube/client.js';
+import { RegistryProxy } from '../support/registry-proxy.js';
+import { VkSimClient } from '../vksim/client.js';
+import {
+  dropTag,
+  Hibernations,
+  headTag,
+  NamespaceRecorder,
+  occurrences,
+  operatorEvents,
+  readyOf,
+  settle,
+  simPod,
+  waitFor,
+} from './hibernation-harness.js';
+import {
+  cleanEnv,
+  freePort,
+  type OperatorProcess,
+  stackEnv as operatorStackEnv,
+  startOperator,
+  waitFor200,
+} from './operator-process.js';
+import { kubeClients, stackEnv } from './stack-harness.js';
+
+const ns = `hib-e2e-${randomBytes(3).toString('hex')}`;
+const taskQueue = `hib-e2e-${randomUUID()}`;
+
+/** Bounds of the waits (the simulator hibernates/wakes in well under a second without faults). */
+const QUICK_MS = 45_000;
+
+let kube: KubeClients;
+let crs: Hibernations;
+let rec: NamespaceRecorder;
+let sim: VkSimClient;
+let pool: string;
+/** The real registry (`host:port`); the operator uses `proxy` in front of it. */
+let registry: string;
+let proxy: RegistryProxy;
+let temporal: Client;
+let connection: Connection;
+let env: NodeJS.ProcessEnv;
+let probePort: number;
+let metricsPort: number;
+let op: OperatorProcess | undefined;
+/** Every operator process this file started (their logs are written out in afterAll). */
+const operators: OperatorProcess[] = [];
+const podsMade = new Set<string>();
+let fileStart = 0;
+
+async function startOp(): Promise<OperatorProcess> {
+  // launcher 'node': the pid is the operator itself, so kill -9 really kills it (no tsx parent).
+  const p = startOperator(env, [], { probePort, metricsPort, launcher: 'node' });
+  op = p;
+  operators.push(p);
+  await waitFor200(`${p.probeUrl}/readyz`, 90_000).catch((err) => {
+    throw new Error(
+      `${(err as Error).message}\nstderr: ${p.stderr()}\nstdout tail: ${p.stdout().slice(-2000)}`,
+    );
+  });
+  return p;
+}
+
+async function stopOp(signal: NodeJS.Signals): Promise<void> {
+  const p = op;
+  if (!p || p.child.exitCode !== null || p.child.signalCode !== null) return;
+  p.child.kill(signal);
+  await p.exited;
+}
+
+const vmOf = (pod: string) => vmNameForPod(ns, pod);
+
+async function readPod(name: string) {
+  return kube.core.readNamespacedPod({ name, namespace: ns });
+}
+
+/** Creates a simulator pod and waits until its VM runs (Running container, VM id, lifecycle ready). */
+async function runningVM(name: string): Promise<{ vm: string; id: string }> {
+  const vm = vmOf(name);
+  podsMade.add(name);
+  await kube.core.createNamespacedPod({ namespace: ns, body: simPod(ns, name, vm, pool) });
+  const pod = await waitFor(
+    `pod ${name} running with a VM id`,
+    async () => {
+      const p = await readPod(name);
+      return containerRunning(p) && vmIDOf(p) !== '' && lifecycleOf(p).state === LifecycleStates.ready
+        ? p
+        : undefined;
+    },
+    QUICK_MS,
+  );
+  return { vm, id: vmIDOf(pod) };
+}
+
+async function eventCount(cr: string, reason: string): Promise<number> {
+  return occurrences(await operatorEvents(kube, ns, cr, reason));
+}
+
+describe('CocoonHibernation end to end (operator process, local stack)', () => {
+  beforeAll(async () => {
+    fileStart = Date.now();
+    const stack = await stackEnv();
+    kube = kubeClients(stack.kubeconfig);
+    registry = stack.ociRegistry;
+    sim = new VkSimClient(stack.vksimUrl);
+    await waitFor('simulator /healthz', async () => sim.healthy(), 30_000, { intervalMs: 250 });
+    ({ pool } = await sim.state());
+
+    await kube.core.createNamespace({ body: { metadata: { name: ns } } });
+    crs = new Hibernations(kube, ns);
+    rec = await NamespaceRecorder.start(kube.kc, ns);
+
+    proxy = new RegistryProxy({ upstream: registry });
+    const proxied = await proxy.start();
+
+    connection = await Connection.connect({ address: stack.temporalAddress });
+    temporal = new Client({ connection, namespace: stack.temporalNamespace });
+
+    // A prebuilt bundle keeps each operator start short (the worker prefers it while newer than src/).
+    await bundleWorkflows();
+    probePort = await freePort();
+    metricsPort = await freePort();
+    env = cleanEnv({
+      ...operatorStackEnv(),
+      OCI_REGISTRY: proxied,
+      TEMPORAL_TASK_QUEUE: taskQueue,
+      WATCH_NAMESPACE: ns,
+      LEADER_ELECT: 'false',
+      PROBE_ADDR: `127.0.0.1:${probePort}`,
+      METRICS_ADDR: `127.0.0.1:${metricsPort}`,
+      OPERATOR_LOG_LEVEL: 'info',
+    });
+    await startOp();
+  });
+
+  afterAll(async () => {
+    rec?.stop();
+    await sim?.clearFaults().catch(() => undefined);
+    await stopOp('SIGTERM').catch(() => undefined);
+    for (const pod of podsMade) {
+      await temporal?.workflow
+        .getHandle(vmWorkflowId(ns, pod))
+        .terminate('hibernation e2e teardown')
+        .catch(() => undefined);
+    }
+    for (const cr of (await crs?.list().catch(() => [])) ?? []) await crs.forceDelete(cr.metadata.name!);
+    for (const pod of podsMade) {
+      await kube.core
+        .deleteNamespacedPod({ name: pod, namespace: ns, gracePeriodSeconds: 0 })
+        .catch(() => undefined);
+      await dropTag(registry, vmOf(pod), Tags.hibernate).catch(() => undefined);
+    }
+    await kube?.core.deleteNamespace({ name: ns }).catch(() => undefined);
+    await proxy?.stop();
+    await connection?.close();
+    const logFile = join(tmpdir(), `${ns}-operator.log`);
+    writeFileSync(logFile, operators.map((p) => p.stdout() + p.stderr()).join('\n--- restart ---\n'));
+    console.log(`[hibernation e2e] operator logs in ${logFile}`);
+    console.log(`[hibernation e2e] file wall time ${((Date.now() - fileStart) / 1000).toFixed(1)} s`);
+  });
+
+  it('hibernate: phase Hibernated, the :hibernate tag in the registry, one Hibernated event', async () => {
+    const { vm } = await runningVM('t1');
+    await crs.create('t1', 't1', 'Hibernate');
+
+    const cr = await crs.waitPhase('t1', 'Hibernated', QUICK_MS);
+    expect(cr.status?.vmName).toBe(vm);
+    expect(cr.metadata.finalizers).toContain(Finalizers.cocoonHibernation);
+    expect(readyOf(cr)).toMatchObject({ status: 'True', reason: 'Done', message: 'Hibernated' });
+    expect(rec.phases('t1')).toEqual(['', 'Hibernating', 'Hibernated']);
+
+    expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
+    const pod = await readPod('t1');
+    expect(pod.metadata?.annotations?.[Annotations.hibernate]).toBe('true');
+    expect(lifecycleOf(pod).state).toBe(LifecycleStates.hibernated);
+    expect(vmIDOf(pod)).toBe('');
+
+    await settle(temporal, vmWorkflowId(ns, 't1'));
+    const events = await operatorEvents(kube, ns, 't1', EventReasons.hibernated);
+    expect(occurrences(events)).toBe(1);
+    expect(events[0]).toMatchObject({ type: 'Normal', message: `snapshot ${vm} pushed to the registry` });
+  });
+
+  it('wake: phase Active, the tag gone, a new VM id, one WokenActive event', async () => {
+    const { vm, id: firstId } = await runningVM('t2');
+    await crs.create('t2', 't2', 'Hibernate');
+    await crs.waitPhase('t2', 'Hibernated', QUICK_MS);
+    expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
+
+    await crs.setDesire('t2', 'Wake');
+    const cr = await crs.waitPhase('t2', 'Active', QUICK_MS);
+    expect(cr.status).toMatchObject({ vmName: vm, observedGeneration: cr.metadata.generation });
+    expect(readyOf(cr)).toMatchObject({ status: 'True', reason: 'Done', message: 'Active' });
+    expect(rec.phases('t2')).toEqual(['', 'Hibernating', 'Hibernated', 'Waking', 'Active']);
+
+    expect(await headTag(registry, vm, Tags.hibernate)).toBe(404);
+    const pod = await readPod('t2');
+    expect(containerRunning(pod)).toBe(true);
+    expect(vmIDOf(pod)).not.toBe('');
+    expect(vmIDOf(pod)).not.toBe(firstId);
+    expect(pod.metadata?.annotations).not.toHaveProperty(Annotations.hibernate);
+
+    await settle(temporal, vmWorkflowId(ns, 't2'));
+    const events = await operatorEvents(kube, ns, 't2', EventReasons.wokenActive);
+    expect(occurrences(events)).toBe(1);
+    expect(events[0]).toMatchObject({ type: 'Normal', message: `pod ${ns}/t2 is running` });
+    expect(await eventCount('t2', EventReasons.hibernated)).toBe(1);
+  });
+
+  it('desire reversed mid-hibernate: Hibernated first (tag present), then Active; the tag goes only after the VM runs', async () => {
+    const { vm, id: firstId } = await runningVM('t3');
+    await sim.addFault({ vm: `^${vm}$`, op: 'hibernate.push.delay', delayMs: 8_000, count: 1 });
+    // A slow wake keeps the window between Hibernated and the VM running again wide enough to poll.
+    await sim.addFault({ vm: `^${vm}$`, op: 'wake.pull.delay', delayMs: 2_000, count: 1 });
+    await crs.create('t3', 't3', 'Hibernate');
+
+    // Flip while the simulator is still pushing (lifecycle `hibernating`, CR Hibernating).
+    await crs.waitPhase('t3', 'Hibernating', QUICK_MS);
+    await waitFor(
+      'simulator hibernating t3',
+      async () => lifecycleOf(await readPod('t3')).state === LifecycleStates.hibernating,
+      QUICK_MS,
+    );
+    expect(await headTag(registry, vm, Tags.hibernate)).toBe(404);
+    await crs.setDesire('t3', 'Wake');
+
+    // Until Active: once the snapshot exists (tag seen, or the CR read before the HEAD was already past
+    // Hibernating), an absent tag needs a running VM (the pod is read after the HEAD).
+    const violations: string[] = [];
+    let armed = false;
+    let sawTagAfterHibernated = false;
+    await waitFor(
+      't3 Active',
+      async () => {
+        const reachedHibernated = rec.phases('t3').includes('Hibernated');
+        const phase = (await crs.get('t3'))?.status?.phase ?? '';
+        const tag = await headTag(registry, vm, Tags.hibernate);
+        const pod = await readPod('t3');
+        armed ||= tag === 200 || ['Hibernated', 'Waking', 'Active'].includes(phase);
+        if (tag === 200 && reachedHibernated) sawTagAfterHibernated = true;
+        if (armed && tag === 404 && !(containerRunning(pod) && vmIDOf(pod) !== '')) {
+          violations.push(`tag absent, VM not running (CR ${phase}, pod ${lifecycleOf(pod).state})`);
+        }
+        return phase === 'Active';
+      },
+      QUICK_MS,
+      { intervalMs: 50 },
+    );
+    expect(violations).toEqual([]);
+
+    const phases = rec.phases('t3');
+    expect(phases).toEqual(['', 'Hibernating', 'Hibernated', 'Waking', 'Active']);
+    // The tag was there after the CR had reached Hibernated (a HEAD issued after the watch reported it).
+    expect(sawTagAfterHibernated).toBe(true);
+    const hibernated = await operatorEvents(kube, ns, 't3', EventReasons.hibernated);
+    expect(hibernated.map((e) => e.message)).toEqual([`snapshot ${vm} pushed to the registry`]);
+
+    // The operator kept `hibernate=true` until the simulator reported `hibernated`.
+    const podVersions = rec.podHistory('t3');
+    const cleared = podVersions.findIndex(
+      (p, i) => i > 0 && p.hibernate === undefined && podVersions[i - 1]?.hibernate === 'true',
+    );
+    expect(cleared).toBeGreaterThan(0);
+    expect(podVersions.slice(0, cleared).some((p) => p.lifecycle === LifecycleStates.hibernated)).toBe(true);
+
+    expect(await headTag(registry, vm, Tags.hibernate)).toBe(404);
+    const pod = await readPod('t3');
+    expect(vmIDOf(pod)).not.toBe('');
+    expect(vmIDOf(pod)).not.toBe(firstId);
+
+    await settle(temporal, vmWorkflowId(ns, 't3'));
+    expect(await eventCount('t3', EventReasons.hibernated)).toBe(1);
+    expect(await eventCount('t3', EventReasons.wokenActive)).toBe(1);
+  }, 90_000);
+
+  it('delete: the tag is GCed and the finalizer removed; with two live CRs the tag stays until the last goes', async () => {
+    // One CR.
+    const single = await runningVM('t4a');
+    await crs.create('t4a', 't4a', 'Hibernate');
+    await crs.waitPhase('t4a', 'Hibernated', QUICK_MS);
+    expect(await headTag(registry, single.vm, Tags.hibernate)).toBe(200);
+    await crs.delete('t4a');
+    await crs.waitGone('t4a', QUICK_MS);
+    expect(
+      rec.crHistory('t4a').some((s) => s.deleting && s.finalizers.includes(Finalizers.cocoonHibernation)),
+    ).toBe(true);
+    expect(await headTag(registry, single.vm, Tags.hibernate)).toBe(404);
+
+    // Two CRs on one pod (no webhook on this stack to forbid it).
+    const shared = await runningVM('t4b');
+    await crs.create('t4b-one', 't4b', 'Hibernate');
+    await crs.create('t4b-two', 't4b', 'Hibernate');
+    await crs.waitPhase('t4b-one', 'Hibernated', QUICK_MS);
+    await crs.waitPhase('t4b-two', 'Hibernated', QUICK_MS);
+    expect(await headTag(registry, shared.vm, Tags.hibernate)).toBe(200);
+
+    await crs.delete('t4b-one');
+    await crs.waitGone('t4b-one', QUICK_MS);
+    // The finalizer came off only after the holder check, so the kept tag is final, not a race.
+    expect(await headTag(registry, shared.vm, Tags.hibernate)).toBe(200);
+    expect((await crs.get('t4b-two'))?.status?.phase).toBe('Hibernated');
+
+    await crs.delete('t4b-two');
+    await crs.waitGone('t4b-two', QUICK_MS);
+    expect(await headTag(registry, shared.vm, Tags.hibernate)).toBe(404);
+  }, 90_000);
+
+  it('pod created after the CR: Pending "pod <ns>/<pod> not yet present", then Hibernated', async () => {
+    await crs.create('t5', 't5', 'Hibernate');
+    const pending = await crs.waitPhase('t5', 'Pending', QUICK_MS);
+    expect(readyOf(pending)).toMatchObject({
+      status: 'False',
+      reason: 'Pending',
+      message: `pod ${ns}/t5 not yet present`,
+    });
+
+    const vm = vmOf('t5');
+    podsMade.add('t5');
+    await kube.core.createNamespacedPod({ namespace: ns, body: simPod(ns, 't5', vm, pool) });
+    const cr = await crs.waitPhase('t5', 'Hibernated', QUICK_MS);
+    expect(cr.status?.vmName).toBe(vm);
+    expect(rec.phases('t5')).toEqual(['', 'Pending', 'Hibernating', 'Hibernated']);
+    expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
+    await settle(temporal, vmWorkflowId(ns, 't5'));
+    expect(await eventCount('t5', EventReasons.hibernated)).toBe(1);
+  });
+
+  it('registry down for the operator: Hibernating with retries, Failed at the 3-minute deadline, Hibernated once it is back', async () => {
+    const { vm } = await runningVM('t6');
+    // Down before the simulator can report: the operator's first probe (gate open) already fails.
+    proxy.down = true;
+    const headsBefore = proxy.counts.get('HEAD') ?? 0;
+    await crs.create('t6', 't6', 'Hibernate');
+    const hibernating = await crs.waitPhase('t6', 'Hibernating', QUICK_MS);
+    const attemptStart = Date.parse(readyOf(hibernating)!.lastTransitionTime!);
+
+    // The simulator (real registry) completes its part; the operator cannot confirm it.
+    await waitFor(
+      'simulator reports t6 hibernated',
+      async () => lifecycleOf(await readPod('t6')).state === LifecycleStates.hibernated,
+      QUICK_MS,
+    );
+    expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
+    await waitFor('several failed probes', () => (proxy.counts.get('HEAD') ?? 0) - headsBefore >= 3, 60_000);
+    expect((await crs.get('t6'))?.status?.phase).toBe('Hibernating');
+
+    const failed = await crs.waitPhase('t6', 'Failed', 300_000);
+    const failedAt = Date.now();
+    expect(readyOf(failed)).toMatchObject({
+      status: 'False',
+      reason: 'Failed',
+      message: 'hibernate not confirmed within 3m0s',
+    });
+    // Not before the deadline (3 min after the attempt's start, second precision).
+    expect(failedAt - attemptStart).toBeGreaterThan(180_000);
+    expect(rec.phases('t6')).toEqual(['', 'Hibernating', 'Failed']);
+    expect((proxy.counts.get('HEAD') ?? 0) - headsBefore).toBeGreaterThanOrEqual(3);
+    const timedOut = await operatorEvents(kube, ns, 't6', EventReasons.hibernateTimedOut);
+    expect(occurrences(timedOut)).toBe(1);
+    expect(timedOut[0]).toMatchObject({
+      type: 'Warning',
+      message: `snapshot ${vm} not confirmed in the registry within 3m0s`,
+    });
+    expect(await eventCount('t6', EventReasons.hibernated)).toBe(0);
+
+    proxy.down = false;
+    const back = await crs.waitPhase('t6', 'Hibernated', 90_000);
+    expect(back.status?.vmName).toBe(vm);
+    expect(await eventCount('t6', EventReasons.retryRequested)).toBeGreaterThanOrEqual(1);
+    await settle(temporal, vmWorkflowId(ns, 't6'));
+    expect(await eventCount('t6', EventReasons.hibernated)).toBe(1);
+    expect(await eventCount('t6', EventReasons.hibernateTimedOut)).toBe(1);
+  }, 360_000);
+
+  it('worker killed (-9) mid-hibernate and restarted: the transition completes, nothing lost', async () => {
+    const { vm } = await runningVM('t7');
+    await sim.addFault({ vm: `^${vm}$`, op: 'hibernate.push.delay', delayMs: 8_000, count: 1 });
+    await crs.create('t7', 't7', 'Hibernate');
+    await crs.waitPhase('t7', 'Hibernating', QUICK_MS);
+    await waitFor(
+      'simulator hibernating t7',
+      async () => lifecycleOf(await readPod('t7')).state === LifecycleStates.hibernating,
+      QUICK_MS,
+    );
+    const handle = temporal.workflow.getHandle(vmWorkflowId(ns, 't7'));
+    const runBefore = (await handle.describe()).runId;
+
+    const killed = op!;
+    killed.child.kill('SIGKILL');
+    expect(await killed.exited).toBe('SIGKILL');
+
+    // With no operator the simulator finishes its part, and the CR cannot move.
+    await waitFor(
+      'simulator reports t7 hibernated',
+      async () => lifecycleOf(await readPod('t7')).state === LifecycleStates.hibernated,
+      QUICK_MS,
+    );
+    expect((await crs.get('t7'))?.status?.phase).toBe('Hibernating');
+
+    await startOp();
+    const cr = await crs.waitPhase('t7', 'Hibernated', 60_000);
+    expect(cr.status?.vmName).toBe(vm);
+    expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
+    expect(rec.phases('t7')).toEqual(['', 'Hibernating', 'Hibernated']);
+    // The same workflow run carried on (its state survived the process).
+    expect((await handle.describe()).runId).toBe(runBefore);
+
+    await settle(temporal, vmWorkflowId(ns, 't7'));
+    expect(await eventCount('t7', EventReasons.hibernated)).toBe(1);
+  }, 150_000);
+});
