@@ -1,0 +1,108 @@
+/**
+ * What every benchmark scenario shares: the local stack's endpoints (checked up once), the Temporal
+ * runtime (installed once per process, with a Prometheus endpoint so worker task counts can be read),
+ * one connection and client, the workflow bundle (built once from src/workflows), and uncounted admin
+ * Kubernetes clients for the benchmark's own setup and observation.
+ */
+import { createServer } from 'node:net';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Client, Connection } from '@temporalio/client';
+import { bundleWorkflowCode, DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
+import pino, { type Logger } from 'pino';
+import { type KubeClients, loadKubeConfig, makeKubeClients } from '../../src/kube/client.js';
+import { type StackEnv, stackEnv } from '../../test/e2e/stack-harness.js';
+
+const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
+
+export interface BenchEnv {
+  stack: StackEnv;
+  /** Admin clients for setup/teardown and completion tracking (not counted as operator traffic). */
+  admin: KubeClients;
+  connection: NativeConnection;
+  clientConnection: Connection;
+  client: Client;
+  workflowBundle: { code: string };
+  /** `host:port` of the worker runtime's Prometheus endpoint. */
+  metricsAddr: string;
+  log: Logger;
+  close(): Promise<void>;
+}
+
+function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const s = createServer();
+    s.once('error', reject);
+    s.listen(0, '127.0.0.1', () => {
+      const { port } = s.address() as { port: number };
+      s.close(() => resolve(port));
+    });
+  });
+}
+
+/**
+ * Connects to the stack (throws naming the components that are down), installs the Temporal runtime and
+ * bundles the workflows. Call once per process.
+ */
+export async function openBenchEnv(): Promise<BenchEnv> {
+  const stack = await stackEnv();
+  const metricsAddr = `127.0.0.1:${await freePort()}`;
+  Runtime.install({
+    logger: new DefaultLogger('WARN'),
+    telemetryOptions: {
+      logging: { filter: { core: 'WARN', other: 'WARN' }, forward: {} },
+      metrics: { prometheus: { bindAddress: metricsAddr } },
+    },
+  });
+  const connection = await NativeConnection.connect({ address: stack.temporalAddress });
+  const clientConnection = await Connection.connect({ address: stack.temporalAddress });
+  const client = new Client({ connection: clientConnection, namespace: stack.temporalNamespace });
+  const { code } = await bundleWorkflowCode({
+    workflowsPath: join(ROOT, 'src', 'workflows', 'index.ts'),
+    logger: new DefaultLogger('WARN'),
+  });
+  const log = pino({ level: process.env.BENCH_LOG_LEVEL ?? 'warn' });
+  return {
+    stack,
+    admin: makeKubeClients(loadKubeConfig(stack.kubeconfig)),
+    connection,
+    clientConnection,
+    client,
+    workflowBundle: { code },
+    metricsAddr,
+    log,
+    async close() {
+      await connection.close().catch(() => undefined);
+      await clientConnection.close().catch(() => undefined);
+    },
+  };
+}
+
+/**
+ * Sums of the worker runtime's Prometheus counters and histogram counts whose name contains one of
+ * `names`, keyed by metric name (labels summed over). Used for workflow/activity task counts.
+ */
+export async function scrapeWorkerMetrics(metricsAddr: string): Promise<Record<string, number>> {
+  const res = await fetch(`http://${metricsAddr}/metrics`);
+  const text = await res.text();
+  const out: Record<string, number> = {};
+  for (const line of text.split('\n')) {
+    if (!line || line.startsWith('#')) continue;
+    const m = /^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+([-+\deE.]+|NaN)/.exec(line);
+    if (!m) continue;
+    const name = m[1]!;
+    if (!(name.endsWith('_total') || name.endsWith('_count'))) continue;
+    out[name] = (out[name] ?? 0) + Number(m[3]);
+  }
+  return out;
+}
+
+/** Per-key `after − before` of two metric scrapes (keys with no change omitted). */
+export function metricsDelta(after: Record<string, number>, before: Record<string, number>) {
+  const out: Record<string, number> = {};
+  for (const [k, v] of Object.entries(after)) {
+    const d = v - (before[k] ?? 0);
+    if (d !== 0) out[k] = d;
+  }
+  return out;
+}

@@ -1,0 +1,143 @@
+/**
+ * The system under test, run in-process the way src/worker.ts wires it: a Worker on the base task queue
+ * with the VM workflow and the real Kubernetes activities, a Worker on `taskQueues(base).hibernationRegistry`
+ * with the real registry activities and maxConcurrentActivityTaskExecutions = C (the concurrency knob,
+ * DESIGN.md §2), and the real watcher scoped to the run's namespace. The operator's Kubernetes requests go
+ * through a {@link CountingKubeConfig}; its registry client points at a {@link RegistryProxy}.
+ *
+ * The only addition is an activity timing hook (a wrapper recording start/end of each call), used by the
+ * latency scenario to time the first pod patch.
+ */
+import { randomBytes } from 'node:crypto';
+import { Worker } from '@temporalio/worker';
+import { createKubeActivities } from '../../src/activities/kube.js';
+import { createRegistryActivities } from '../../src/activities/registry.js';
+import { taskQueues } from '../../src/api/ids.js';
+import { makeKubeClients } from '../../src/kube/client.js';
+import { OCIRegistryClient } from '../../src/registry/client.js';
+import { startWatcher, type Watcher } from '../../src/watcher/index.js';
+import { RegistryProxy } from '../../test/support/registry-proxy.js';
+import type { BenchEnv } from './env.js';
+import { CountingKubeConfig } from './kube-count.js';
+
+/** One activity call as the timing hook saw it (local epoch ms). */
+export interface ActivityCall {
+  name: string;
+  input: unknown;
+  start: number;
+  end: number;
+  ok: boolean;
+}
+
+export interface OperatorOptions {
+  /** Kubernetes namespace the watcher is scoped to. */
+  namespace: string;
+  /** Registry activity slots (maxConcurrentActivityTaskExecutions of the registry worker). */
+  concurrency: number;
+  /** Added latency per registry request, ms. */
+  latencyMs: number;
+  /** Extra uniform random latency per registry request, ms. */
+  jitterMs?: number;
+  /** Called after every activity call. */
+  onActivity?: (call: ActivityCall) => void;
+}
+
+export interface RunningOperator {
+  taskQueue: string;
+  proxy: RegistryProxy;
+  kubeConfig: CountingKubeConfig;
+  watcher: Watcher;
+  /** Stops the watcher, then the workers (graceful), then the proxy. */
+  stop(): Promise<void>;
+}
+
+function timed<T extends Record<string, (input: never) => Promise<unknown>>>(
+  acts: T,
+  hook: ((call: ActivityCall) => void) | undefined,
+): T {
+  if (!hook) return acts;
+  const out: Record<string, (input: never) => Promise<unknown>> = {};
+  for (const [name, fn] of Object.entries(acts)) {
+    out[name] = async (input: never) => {
+      const start = Date.now();
+      try {
+        const r = await fn(input);
+        hook({ name, input, start, end: Date.now(), ok: true });
+        return r;
+      } catch (err) {
+        hook({ name, input, start, end: Date.now(), ok: false });
+        throw err;
+      }
+    };
+  }
+  return out as T;
+}
+
+/**
+ * Starts proxy, registry client (warmed up: its one-time `/v2/` ping and a HEAD of a throwaway repository
+ * are done, then the proxy's counters are cleared, so the counts afterwards are the workload's alone),
+ * workers on a fresh task queue, and the watcher (synced before this resolves).
+ */
+export async function startOperator(env: BenchEnv, opts: OperatorOptions): Promise<RunningOperator> {
+  const taskQueue = `bench-${randomBytes(6).toString('hex')}`;
+  const proxy = new RegistryProxy({
+    upstream: env.stack.ociRegistry,
+    latencyMs: opts.latencyMs,
+    jitterMs: opts.jitterMs ?? 0,
+  });
+  const registryAddr = await proxy.start();
+  const registry = new OCIRegistryClient(registryAddr);
+  await registry.hasManifest('bench-warmup', 'hibernate');
+  proxy.counts.clear();
+
+  const kubeConfig = new CountingKubeConfig();
+  kubeConfig.loadFromFile(env.stack.kubeconfig);
+  const kube = makeKubeClients(kubeConfig);
+  const queues = taskQueues(taskQueue);
+  const common = { connection: env.connection, namespace: env.stack.temporalNamespace };
+  const workers = [
+    await Worker.create({
+      ...common,
+      taskQueue: queues.workflows,
+      workflowBundle: env.workflowBundle,
+      activities: timed(createKubeActivities({ kube }), opts.onActivity),
+    }),
+    await Worker.create({
+      ...common,
+      taskQueue: queues.hibernationRegistry,
+      activities: timed(createRegistryActivities({ registry }), opts.onActivity),
+      maxConcurrentActivityTaskExecutions: opts.concurrency,
+    }),
+  ];
+  const runs = workers.map((w) => w.run());
+  let watcher: Watcher | undefined;
+  try {
+    watcher = await startWatcher({
+      kube,
+      client: env.client,
+      taskQueue: queues.workflows,
+      namespace: opts.namespace,
+      log: env.log,
+    });
+    await watcher.waitForSync();
+  } catch (err) {
+    for (const w of workers) w.shutdown();
+    await Promise.allSettled(runs);
+    await proxy.stop();
+    throw err;
+  }
+  const w = watcher;
+  return {
+    taskQueue,
+    proxy,
+    kubeConfig,
+    watcher: w,
+    async stop() {
+      await w.stop();
+      for (const wk of workers) if (wk.getState() === 'RUNNING') wk.shutdown();
+      await Promise.allSettled(runs);
+      registry.close();
+      await proxy.stop();
+    },
+  };
+}

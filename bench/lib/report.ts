@@ -1,0 +1,241 @@
+/**
+ * Plain-text reports of benchmark results: Markdown pipe tables, so they paste into the README as-is.
+ */
+import type { FleetResult } from '../scenarios/fleet.js';
+import type { HistoryResult } from '../scenarios/history.js';
+import type { LatencyResult } from '../scenarios/latency.js';
+import type { SeedResult } from '../scenarios/seed.js';
+
+/** Formats a number with `digits` decimals; NaN/undefined → `n/a`. */
+export function fmt(x: number | undefined, digits = 0): string {
+  return x === undefined || Number.isNaN(x) ? 'n/a' : x.toFixed(digits);
+}
+
+/** A Markdown table from a header row and data rows. */
+export function table(header: string[], rows: string[][]): string {
+  const line = (cells: string[]) => `| ${cells.join(' | ')} |`;
+  return [line(header), line(header.map(() => '---')), ...rows.map(line)].join('\n');
+}
+
+function write(s: string): void {
+  process.stdout.write(`${s}\n`);
+}
+
+/** The machine line: cores, memory, load averages at start and end. */
+export function printMachine(result: Record<string, unknown>): void {
+  const m = result.machine as {
+    cpus: number;
+    memGiB: number;
+    node: string;
+    loadavgAtStart: number[];
+    loadavgAtEnd?: number[];
+  };
+  const la = (xs?: number[]) => (xs ? xs.map((x) => x.toFixed(1)).join('/') : 'n/a');
+  write(
+    `\nMachine: ${m.cpus} cores, ${m.memGiB} GiB, Node ${m.node}; load average (1/5/15 min) ${la(m.loadavgAtStart)} at start, ${la(m.loadavgAtEnd)} at end. Command: \`${String(result.command)}\`.`,
+  );
+}
+
+/** Prints the seed-shape tables: wall figures, then where the time and CPU went. */
+export function printSeed(r: SeedResult): void {
+  const reps = Math.max(...r.cells.map((c) => c.wallMs.n));
+  write(`\n### Seed shape: N=${r.n} VMs, one Hibernate transition each, ${reps} repetitions (times in ms)\n`);
+  write(
+    table(
+      ['L', 'C', 'wall median', 'min–max', 'speedup vs C=1', 'probes/transition', 'ideal', 'wall/ideal'],
+      r.cells.map((c) => [
+        String(c.latencyMs),
+        String(c.concurrency),
+        fmt(c.wallMs.median),
+        `${fmt(c.wallMs.min)}–${fmt(c.wallMs.max)}`,
+        fmt(c.speedup, 2),
+        fmt(c.probesPerTransition, 2),
+        fmt(c.idealMs),
+        fmt(c.ratioToIdeal, 1),
+      ]),
+    ),
+  );
+  write('\nideal = ceil(N/C)·L·probes per transition (HEADs counted at the proxy after a 1 s settle).');
+  write(
+    '\nWhere one transition’s time went (medians over VMs, then over repetitions; ms), and CPU per transition:\n',
+  );
+  write(
+    table(
+      [
+        'L',
+        'C',
+        'create→wf start',
+        'wf start→probe',
+        'probe queued',
+        'probe run',
+        'probe→done',
+        'total',
+        'CPU ms/transition: bench proc',
+        'Temporal',
+        'apiserver',
+        'etcd',
+        'other load share',
+      ],
+      r.cells.map((c) => [
+        String(c.latencyMs),
+        String(c.concurrency),
+        fmt(c.medianBreakdown.createToWorkflowStart),
+        fmt(c.medianBreakdown.workflowStartToProbe),
+        fmt(c.medianBreakdown.probeQueued),
+        fmt(c.medianBreakdown.probeRun),
+        fmt(c.medianBreakdown.probeToDone),
+        fmt(c.medianBreakdown.total),
+        fmt(c.cpuMsPerTransition.bench),
+        fmt(c.cpuMsPerTransition.temporal),
+        fmt(c.cpuMsPerTransition.apiserver),
+        fmt(c.cpuMsPerTransition.etcd),
+        `${fmt(100 * c.otherLoadShare)} %`,
+      ]),
+    ),
+  );
+  const run = r.runs[0];
+  if (run) {
+    write(
+      `\nPer VM (median): ${fmt(run.perVM.workflowTasks)} workflow tasks, ${fmt(run.perVM.activities)} activities (${Object.keys(run.activityMix).join(', ')}), ${fmt(run.perVM.events)} history events; operator Kubernetes requests per transition: ${fmt(run.kube.total / r.n, 1)} (${Object.entries(
+        run.kube.byKey,
+      )
+        .map(([k, v]) => `${k} ${fmt(v / r.n, 1)}`)
+        .join(', ')}).`,
+    );
+  }
+}
+
+/** Prints the scale and idle tables. */
+export function printFleet(f: FleetResult): void {
+  if (f.scale) {
+    write(`\n### Scale: N=${f.n} VMs hibernate then wake, L=${f.latencyMs} ms, C=${f.concurrency}\n`);
+    write(
+      table(
+        [
+          'phase',
+          'wall ms',
+          'issue ms',
+          'transitions/s',
+          'registry calls/transition',
+          'ideal ms',
+          'wall/ideal',
+          'bench proc peak RSS MiB',
+          'CPU s: Temporal',
+          'bench proc',
+          'apiserver',
+          'etcd',
+          'other load share',
+        ],
+        f.scale.map((p) => [
+          p.phase,
+          fmt(p.wallMs),
+          fmt(p.issueMs),
+          fmt(p.transitionsPerSecond, 1),
+          fmt(p.registryCallsPerTransition, 2),
+          fmt(p.idealMs),
+          fmt(p.ratioToIdeal, 1),
+          fmt(p.peakRssMiB),
+          fmt(p.cpuSeconds.stack.temporal, 1),
+          fmt(p.cpuSeconds.self, 1),
+          fmt(p.cpuSeconds.stack['kube-apiserver'], 1),
+          fmt(p.cpuSeconds.stack.etcd, 1),
+          `${fmt(100 * p.cpuSeconds.otherShare)} %`,
+        ]),
+      ),
+    );
+    write(
+      '\nissue = time to send all N creates (hibernate) or desire edits (wake), part of wall; the RSS is the whole benchmark process (workers, watcher, harness).',
+    );
+  }
+  if (f.idle) {
+    const i = f.idle;
+    write(`\n### Idle: ${i.vms} VMs at rest for ${fmt(i.windowMs / 1000)} s (per minute)\n`);
+    write(
+      table(
+        [
+          'Kubernetes requests',
+          'of which Lists',
+          'registry requests',
+          'workflow tasks',
+          'activities',
+          'history events',
+        ],
+        [
+          [
+            fmt(i.perMinute.kubeRequests, 1),
+            fmt(i.perMinute.kubeLists, 1),
+            fmt(i.perMinute.registryRequests, 1),
+            fmt(i.perMinute.workflowTasks, 1),
+            fmt(i.perMinute.activities, 1),
+            fmt(i.perMinute.historyEvents, 1),
+          ],
+        ],
+      ),
+    );
+    write(
+      `\nKubernetes requests by kind in the window: ${JSON.stringify(i.kube.byKey)}; CPU seconds in the window: Temporal ${fmt(i.cpuSeconds.stack.temporal, 2)}, bench process ${fmt(i.cpuSeconds.self, 2)}.`,
+    );
+  }
+}
+
+/** Prints the latency table. */
+export function printLatency(r: LatencyResult): void {
+  write(`\n### Latency: ${r.edits} desire edits, one at a time over ${r.vms} VMs (ms)\n`);
+  write(
+    table(
+      ['measure', 'p50', 'p95', 'p99', 'max'],
+      [
+        [
+          'edit → first pod patch',
+          fmt(r.editToPatchMs.p50),
+          fmt(r.editToPatchMs.p95),
+          fmt(r.editToPatchMs.p99),
+          fmt(r.editToPatchMs.max),
+        ],
+        [
+          'edit → terminal phase',
+          fmt(r.editToDoneMs.p50),
+          fmt(r.editToDoneMs.p95),
+          fmt(r.editToDoneMs.p99),
+          fmt(r.editToDoneMs.max),
+        ],
+      ],
+    ),
+  );
+  write(
+    `\nStalled edits (no terminal phase within 30 s; nudged with a resync signal; excluded above): ${r.stalls.length}` +
+      (r.stalls.length
+        ? ` (recovered: ${r.stalls.filter((s) => s.recovered).length}; records in the JSON).`
+        : '.'),
+  );
+}
+
+/** Prints the history table. */
+export function printHistory(h: HistoryResult): void {
+  write(
+    `\n### History: one VM through ${h.cyclesDone} hibernate+wake cycles (of ${h.cyclesRequested} requested)\n`,
+  );
+  write(
+    table(
+      [
+        'events/cycle (median, min–max)',
+        'runs (continue-as-new)',
+        'max run length (events)',
+        'max run size (KiB)',
+        'limits',
+      ],
+      [
+        [
+          `${fmt(h.eventsPerCycle)} (${fmt(h.eventsPerCycleMin)}–${fmt(h.eventsPerCycleMax)})`,
+          `${h.runs} (${h.continuedAsNew})`,
+          fmt(h.maxRunLength),
+          fmt(h.maxRunSizeBytes / 1024),
+          `${h.limits.events} events / ${fmt(h.limits.bytes / 2 ** 20)} MiB (warn ${h.warnThresholds.events} / ${fmt(h.warnThresholds.bytes / 2 ** 20)} MiB)`,
+        ],
+      ],
+    ),
+  );
+  write(
+    `\nStalled transitions (nudged with a resync signal after 30 s): ${h.stalls.length}; wall ${fmt(h.wallMs / 1000)} s.`,
+  );
+}

@@ -1,0 +1,351 @@
+/**
+ * The benchmark's world in the real apiserver and registry: a fresh namespace per run, pods already in the
+ * state vk-cocoon reports at the end of a round, `:hibernate` snapshot tags in the real registry, the
+ * CocoonHibernation CRs, a phase tracker fed by a watch, and cleanup (including the namespace, which the
+ * local stack has no controller to finalize).
+ *
+ * vk-cocoon's part is pre-played: every pod already carries `hibernate=true` and
+ * `lifecycle-state=hibernated` (the hibernate gate of spec/hibernation.md §3.1 is open) and, with
+ * `running: true`, a running container and a VM id (the wake gate of §3.2 is open too). The pods are
+ * unbound and select the node pool `bench-none`, which no node has, so the simulator never touches them.
+ */
+import { randomBytes } from 'node:crypto';
+import type { V1Pod } from '@kubernetes/client-node';
+import type { Logger } from 'pino';
+import {
+  Annotations,
+  GROUP,
+  KIND_COCOONHIBERNATION,
+  Labels,
+  LifecycleStates,
+  PLURAL_COCOONHIBERNATIONS,
+  SnapshotArtifact,
+  Tags,
+  VERSION,
+} from '../../src/api/keys.js';
+import type { CocoonHibernation, HibernationDesire, HibernationPhase } from '../../src/api/types.js';
+import { type KubeClients, mergePatch, statusCodeOf } from '../../src/kube/client.js';
+import { Informer } from '../../src/watcher/informer.js';
+import { hibernationSource } from '../../src/watcher/kube-source.js';
+import { OciClient } from '../../test/vksim/oci.js';
+import { pool } from './stats.js';
+
+/** Node pool label value no node carries (keeps the simulator away from the benchmark's pods). */
+export const UNMATCHED_POOL = 'bench-none';
+/** Parallel setup/teardown requests. */
+const SETUP_PARALLELISM = 16;
+
+const crApi = (namespace: string) => ({
+  group: GROUP,
+  version: VERSION,
+  namespace,
+  plural: PLURAL_COCOONHIBERNATIONS,
+});
+
+/** A CR's phase as last seen by the tracker, with the local time it was first seen at that generation. */
+interface Seen {
+  phase: string;
+  observedGeneration: number;
+  generation: number;
+  at: number;
+}
+
+/** See the module comment. */
+export class BenchWorld {
+  readonly pods: string[] = [];
+  private readonly oci: OciClient;
+  private tracker?: Informer<CocoonHibernation & { metadata: { name?: string } }>;
+  private readonly seen = new Map<string, Seen>();
+  private readonly waiters = new Set<() => void>();
+
+  private constructor(
+    readonly kube: KubeClients,
+    readonly namespace: string,
+    registry: string,
+    private readonly log: Logger,
+  ) {
+    this.oci = new OciClient(registry);
+  }
+
+  /** Creates a fresh namespace `<prefix>-<random>`. */
+  static async create(kube: KubeClients, registry: string, prefix: string, log: Logger): Promise<BenchWorld> {
+    const ns = `${prefix}-${randomBytes(4).toString('hex')}`;
+    await kube.core.createNamespace({
+      body: { metadata: { name: ns, labels: { 'cocoonstack.io/bench': 'true' } } },
+    });
+    return new BenchWorld(kube, ns, registry, log);
+  }
+
+  /** Pod name of VM `i`. */
+  static podName(i: number): string {
+    return `vm-${String(i).padStart(4, '0')}`;
+  }
+
+  /** The VM name (and registry repository) the pod's `vm.cocoonstack.io/name` annotation carries. */
+  vmName(pod: string): string {
+    return `vk-${this.namespace}-${pod}`;
+  }
+
+  /**
+   * Creates `n` pods in the vk-reported hibernated state (see the module comment); with `running`, also
+   * a running container status and a VM id, so a wake completes without vk-cocoon acting.
+   */
+  async createPods(n: number, opts: { running?: boolean } = {}): Promise<string[]> {
+    const names = Array.from({ length: n }, (_, i) => BenchWorld.podName(i));
+    await pool(names, SETUP_PARALLELISM, async (name) => {
+      const annotations: Record<string, string> = {
+        [Annotations.vmName]: this.vmName(name),
+        [Annotations.hibernate]: 'true',
+        [Annotations.lifecycleState]: LifecycleStates.hibernated,
+      };
+      if (opts.running) annotations[Annotations.vmID] = `vmid-${randomBytes(4).toString('hex')}`;
+      const body: V1Pod = {
+        metadata: { name, namespace: this.namespace, annotations },
+        spec: {
+          nodeSelector: { [Labels.nodePool]: UNMATCHED_POOL },
+          containers: [{ name: 'vm', image: 'example.invalid/bench:latest' }],
+        },
+      };
+      await this.kube.core.createNamespacedPod({ namespace: this.namespace, body });
+      if (opts.running) {
+        const now = new Date();
+        await this.kube.core.patchNamespacedPodStatus(
+          {
+            name,
+            namespace: this.namespace,
+            body: {
+              status: {
+                phase: 'Running',
+                containerStatuses: [
+                  {
+                    name: 'vm',
+                    image: 'example.invalid/bench:latest',
+                    imageID: '',
+                    ready: true,
+                    restartCount: 0,
+                    state: { running: { startedAt: now } },
+                  },
+                ],
+              },
+            },
+          },
+          mergePatch,
+        );
+      }
+    });
+    this.pods.push(...names);
+    return names;
+  }
+
+  /**
+   * Pushes the `:hibernate` snapshot artifact of each pod's VM to the real registry (deterministic content
+   * per VM, so a re-push after a wake deleted the tag only re-PUTs the manifest).
+   */
+  async pushHibernateTags(pods: readonly string[]): Promise<void> {
+    await pool(pods, SETUP_PARALLELISM, (pod) => this.pushHibernateTag(pod));
+  }
+
+  /** See pushHibernateTags. */
+  async pushHibernateTag(pod: string): Promise<void> {
+    const repo = this.vmName(pod);
+    const layer = Buffer.from(JSON.stringify({ vm: repo, bench: true }));
+    const layerDesc = await this.oci.putBlob(repo, layer, SnapshotArtifact.vmStateMediaType);
+    const created = '2026-01-01T00:00:00Z';
+    const config = Buffer.from(
+      JSON.stringify({
+        schemaVersion: 'v1',
+        snapshotId: `bench-${repo}`,
+        image: 'example.invalid/bench:latest',
+        hypervisor: 'cloud-hypervisor',
+        files: { 'state.json': { mode: 0o644, size: layer.byteLength } },
+        createdAt: created,
+      }),
+    );
+    const configDesc = await this.oci.putBlob(repo, config, SnapshotArtifact.configMediaType);
+    const manifest = {
+      schemaVersion: 2,
+      mediaType: SnapshotArtifact.manifestMediaType,
+      artifactType: SnapshotArtifact.artifactType,
+      config: configDesc,
+      layers: [{ ...layerDesc, annotations: { [SnapshotArtifact.annotationTitle]: 'state.json' } }],
+      annotations: {
+        [SnapshotArtifact.annotationCreated]: created,
+        [SnapshotArtifact.annotationBaseImage]: 'example.invalid/bench:latest',
+        [SnapshotArtifact.annotationFromNode]: 'bench',
+      },
+    };
+    await this.oci.putManifest(
+      repo,
+      Tags.hibernate,
+      JSON.stringify(manifest),
+      SnapshotArtifact.manifestMediaType,
+    );
+  }
+
+  /** Whether the pod's VM has its `:hibernate` tag in the registry (asked of the registry directly). */
+  hasHibernateTag(pod: string): Promise<boolean> {
+    return this.oci.hasManifest(this.vmName(pod), Tags.hibernate);
+  }
+
+  /** CR name targeting `pod`. */
+  static crName(pod: string): string {
+    return `h-${pod}`;
+  }
+
+  /**
+   * Creates one CocoonHibernation per pod with `desire`, at most `parallel` requests in flight. Resolves
+   * with each create's local start time (ms) in pod order.
+   */
+  async createCRs(pods: readonly string[], desire: HibernationDesire, parallel: number): Promise<number[]> {
+    return pool(pods, parallel, async (pod) => {
+      const at = Date.now();
+      const body: CocoonHibernation = {
+        apiVersion: `${GROUP}/${VERSION}`,
+        kind: KIND_COCOONHIBERNATION,
+        metadata: { name: BenchWorld.crName(pod), namespace: this.namespace },
+        spec: { podRef: { name: pod }, desire },
+      };
+      await this.kube.custom.createNamespacedCustomObject({ ...crApi(this.namespace), body });
+      return at;
+    });
+  }
+
+  /** Merge-patches a CR's desire; resolves with the new metadata.generation. */
+  async setDesire(pod: string, desire: HibernationDesire): Promise<number> {
+    const cr = (await this.kube.custom.patchNamespacedCustomObject(
+      { ...crApi(this.namespace), name: BenchWorld.crName(pod), body: { spec: { desire } } },
+      mergePatch,
+    )) as CocoonHibernation;
+    return cr.metadata.generation ?? 0;
+  }
+
+  /** Starts the watch that tracks every CR's phase (call before creating CRs). */
+  async track(): Promise<void> {
+    const inf = new Informer<CocoonHibernation & { metadata: { name?: string } }>({
+      name: 'bench-tracker',
+      source: hibernationSource(this.kube, this.namespace) as never,
+      log: this.log,
+    });
+    const onObj = (cr: CocoonHibernation) => {
+      const name = cr.metadata.name ?? '';
+      const phase = cr.status?.phase ?? '';
+      const observedGeneration = cr.status?.observedGeneration ?? 0;
+      const generation = cr.metadata.generation ?? 0;
+      const prev = this.seen.get(name);
+      if (prev && prev.phase === phase && prev.observedGeneration === observedGeneration) return;
+      this.seen.set(name, { phase, observedGeneration, generation, at: Date.now() });
+      for (const w of this.waiters) w();
+    };
+    inf.on('add', onObj);
+    inf.on('update', onObj);
+    inf.start();
+    await inf.waitForSync();
+    this.tracker = inf;
+  }
+
+  /**
+   * Waits until every CR of `pods` shows `phase` with status.observedGeneration ≥ `minGeneration` (per
+   * pod, default 1). Resolves with the local time each was first seen so; rejects after `timeoutMs` with
+   * how many got there.
+   */
+  async waitPhase(
+    pods: readonly string[],
+    phase: HibernationPhase,
+    timeoutMs: number,
+    minGeneration: (pod: string) => number = () => 1,
+  ): Promise<number[]> {
+    const done = () =>
+      pods.every((p) => {
+        const s = this.seen.get(BenchWorld.crName(p));
+        return s?.phase === phase && s.observedGeneration >= minGeneration(p);
+      });
+    if (!done()) {
+      await new Promise<void>((resolve, reject) => {
+        const timer = setTimeout(() => {
+          this.waiters.delete(check);
+          const ok = pods.filter((p) => this.seen.get(BenchWorld.crName(p))?.phase === phase).length;
+          const phases = new Map<string, number>();
+          for (const p of pods) {
+            const ph = this.seen.get(BenchWorld.crName(p))?.phase || '(none)';
+            phases.set(ph, (phases.get(ph) ?? 0) + 1);
+          }
+          reject(
+            new Error(
+              `timed out after ${timeoutMs} ms: ${ok}/${pods.length} CRs ${phase} (phases: ${JSON.stringify(Object.fromEntries(phases))})`,
+            ),
+          );
+        }, timeoutMs);
+        const check = () => {
+          if (!done()) return;
+          clearTimeout(timer);
+          this.waiters.delete(check);
+          resolve();
+        };
+        this.waiters.add(check);
+      });
+    }
+    return pods.map((p) => this.seen.get(BenchWorld.crName(p))!.at);
+  }
+
+  /** The pod's CR as the API holds it now: desire, phase, observed generation, resource version. */
+  async readCR(
+    pod: string,
+  ): Promise<{ desire?: string; phase?: string; observedGeneration?: number; resourceVersion?: string }> {
+    const cr = (await this.kube.custom.getNamespacedCustomObject({
+      ...crApi(this.namespace),
+      name: BenchWorld.crName(pod),
+    })) as CocoonHibernation;
+    return {
+      desire: cr.spec?.desire,
+      phase: cr.status?.phase,
+      observedGeneration: cr.status?.observedGeneration,
+      resourceVersion: cr.metadata.resourceVersion,
+    };
+  }
+
+  /** Current phase of the pod's CR as last seen by the tracker. */
+  phaseOf(pod: string): string | undefined {
+    return this.seen.get(BenchWorld.crName(pod))?.phase;
+  }
+
+  /**
+   * Removes everything the run created: CRs (finalizers dropped first, so no operator is needed), Events,
+   * pods, the `:hibernate` tags, and the namespace (finalized by hand: the stack has no namespace
+   * controller). Best effort; failures are logged.
+   */
+  async cleanup(): Promise<void> {
+    await this.tracker?.stop();
+    const ns = this.namespace;
+    const warn = (what: string) => (err: unknown) => {
+      if (statusCodeOf(err) !== 404) this.log.warn({ err: String(err), ns }, `cleanup: ${what}`);
+    };
+    const crs = (await this.kube.custom
+      .listNamespacedCustomObject(crApi(ns))
+      .catch(() => ({ items: [] }))) as {
+      items: CocoonHibernation[];
+    };
+    await pool(crs.items, SETUP_PARALLELISM, async (cr) => {
+      const name = cr.metadata.name!;
+      if ((cr.metadata.finalizers ?? []).length) {
+        await this.kube.custom
+          .patchNamespacedCustomObject(
+            { ...crApi(ns), name, body: { metadata: { finalizers: null } } },
+            mergePatch,
+          )
+          .catch(warn('drop finalizers'));
+      }
+      await this.kube.custom.deleteNamespacedCustomObject({ ...crApi(ns), name }).catch(warn('delete CR'));
+    });
+    await this.kube.core.deleteCollectionNamespacedEvent({ namespace: ns }).catch(warn('delete events'));
+    await this.kube.core
+      .deleteCollectionNamespacedPod({ namespace: ns, gracePeriodSeconds: 0 })
+      .catch(warn('delete pods'));
+    await pool(this.pods, SETUP_PARALLELISM, (pod) =>
+      this.oci.deleteManifest(this.vmName(pod), Tags.hibernate).catch(warn('delete tag')),
+    );
+    await this.kube.core.deleteNamespace({ name: ns }).catch(warn('delete namespace'));
+    await this.kube.core
+      .replaceNamespaceFinalize({ name: ns, body: { metadata: { name: ns }, spec: { finalizers: [] } } })
+      .catch(warn('finalize namespace'));
+  }
+}

@@ -1,0 +1,152 @@
+/**
+ * `npm run bench [-- --quick] [--only seed,scale,idle,latency,history] [--reps N] [--scale-n N]
+ *  [--idle-s S] [--edits N] [--cycles N] [--out FILE]`
+ *
+ * Benchmarks of the operator against the real local stack (`npm run stack -- up`): Temporal dev server,
+ * kube-apiserver + etcd, the OCI registry behind a latency-injecting proxy (test/support/registry-proxy.ts).
+ * Prints one Markdown table per scenario and writes every figure to bench/results/<timestamp>.json.
+ * Nothing here asserts a timing.
+ *
+ * Default (full): all five scenarios at the sizes of the "Benchmarks" issue. `--quick`: the seed shape
+ * only, 2 repetitions, C ∈ {1,4,8,32}; other scenarios named with --only run at reduced sizes (printed).
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { cpus, loadavg, totalmem } from 'node:os';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { openBenchEnv } from './lib/env.js';
+import { printFleet, printHistory, printLatency, printMachine, printSeed } from './lib/report.js';
+import { runFleet } from './scenarios/fleet.js';
+import { runHistory } from './scenarios/history.js';
+import { runLatency } from './scenarios/latency.js';
+import { runSeed } from './scenarios/seed.js';
+
+const HERE = dirname(fileURLToPath(import.meta.url));
+const SCENARIOS = ['seed', 'scale', 'idle', 'latency', 'history'] as const;
+type Scenario = (typeof SCENARIOS)[number];
+
+function log(msg: string): void {
+  process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
+}
+
+function int(v: string | undefined, name: string): number | undefined {
+  if (v === undefined) return undefined;
+  const n = Number(v);
+  if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} must be a positive integer, got ${v}`);
+  return n;
+}
+
+async function main(): Promise<void> {
+  const { values } = parseArgs({
+    options: {
+      quick: { type: 'boolean', default: false },
+      only: { type: 'string' },
+      reps: { type: 'string' },
+      'scale-n': { type: 'string' },
+      'idle-s': { type: 'string' },
+      edits: { type: 'string' },
+      cycles: { type: 'string' },
+      out: { type: 'string' },
+    },
+  });
+  const quick = values.quick ?? false;
+  const only = (values.only ?? (quick ? 'seed' : SCENARIOS.join(','))).split(',').map((s) => s.trim());
+  for (const s of only) {
+    if (!(SCENARIOS as readonly string[]).includes(s)) {
+      throw new Error(`unknown scenario ${s} (known: ${SCENARIOS.join(', ')})`);
+    }
+  }
+  const want = (s: Scenario) => only.includes(s);
+  const sizes = {
+    seedReps: int(values.reps, 'reps') ?? (quick ? 2 : 5),
+    seedConcurrencies: quick ? [1, 4, 8, 32] : [1, 4, 8, 16, 32],
+    scaleN: int(values['scale-n'], 'scale-n') ?? (quick ? 200 : 1000),
+    idleS: int(values['idle-s'], 'idle-s') ?? (quick ? 30 : 120),
+    edits: int(values.edits, 'edits') ?? (quick ? 50 : 200),
+    cycles: int(values.cycles, 'cycles') ?? (quick ? 100 : 1000),
+  };
+  const started = new Date();
+  const result: Record<string, unknown> = {
+    startedAt: started.toISOString(),
+    command: `npm run bench -- ${process.argv.slice(2).join(' ')}`.trim(),
+    quick,
+    scenarios: only,
+    sizes,
+    machine: {
+      cpus: cpus().length,
+      cpuModel: cpus()[0]?.model,
+      memGiB: Math.round(totalmem() / 2 ** 30),
+      node: process.version,
+      loadavgAtStart: loadavg(),
+    },
+  };
+  const out = values.out ?? join(HERE, 'results', `${started.toISOString().replace(/[:.]/g, '-')}.json`);
+  const save = () => {
+    mkdirSync(dirname(out), { recursive: true });
+    writeFileSync(out, `${JSON.stringify(result, null, 2)}\n`);
+  };
+  log(`scenarios ${only.join(', ')}; sizes ${JSON.stringify(sizes)}`);
+  const env = await openBenchEnv();
+  try {
+    if (want('seed')) {
+      result.seed = await runSeed(env, {
+        n: 24,
+        concurrencies: sizes.seedConcurrencies,
+        latencies: [5, 50],
+        reps: sizes.seedReps,
+        progress: log,
+      });
+      save();
+    }
+    if (want('scale') || want('idle')) {
+      result.fleet = await runFleet(env, {
+        n: sizes.scaleN,
+        latencyMs: 50,
+        concurrency: 64,
+        scale: want('scale'),
+        idleMs: want('idle') ? sizes.idleS * 1000 : 0,
+        progress: log,
+      });
+      save();
+    }
+    if (want('latency')) {
+      result.latency = await runLatency(env, {
+        edits: sizes.edits,
+        vms: 8,
+        latencyMs: 5,
+        concurrency: 4,
+        progress: log,
+      });
+      save();
+    }
+    if (want('history')) {
+      result.history = await runHistory(env, {
+        cycles: sizes.cycles,
+        latencyMs: 5,
+        concurrency: 4,
+        progress: log,
+      });
+      save();
+    }
+  } finally {
+    await env.close();
+    (result.machine as Record<string, unknown>).loadavgAtEnd = loadavg();
+    result.finishedAt = new Date().toISOString();
+    save();
+  }
+  printMachine(result);
+  if (result.seed) printSeed(result.seed as Parameters<typeof printSeed>[0]);
+  if (result.fleet) printFleet(result.fleet as Parameters<typeof printFleet>[0]);
+  if (result.latency) printLatency(result.latency as Parameters<typeof printLatency>[0]);
+  if (result.history) printHistory(result.history as Parameters<typeof printHistory>[0]);
+  log(`results written to ${out}`);
+}
+
+main().then(
+  () => process.exit(0),
+  (err) => {
+    process.stderr.write(`bench failed: ${(err as Error)?.stack ?? String(err)}\n`);
+    process.exit(1);
+  },
+);

@@ -1,0 +1,243 @@
+/**
+ * Scenarios 2 and 3 on one fleet of VMs.
+ *
+ * Scale: N VMs hibernate, then wake, at registry latency L and concurrency C. Each hibernate completes
+ * after one HEAD, each wake after one DELETE of the `:hibernate` tag (vk-cocoon's part is pre-played, see
+ * lib/world.ts). Per phase: wall from the first CR create (hibernate) or desire edit (wake) to the last
+ * terminal phase, throughput, ratio to the ideal ceil(N/C)·L·(registry calls per transition), this
+ * process's peak RSS (the in-process workers and watcher), CPU seconds of the Temporal server and the rest.
+ *
+ * Idle: the same fleet at rest for a window: the operator's Kubernetes requests (Lists apart), registry
+ * requests, workflow tasks and activities, per minute.
+ */
+import { vmWorkflowId } from '../../src/api/ids.js';
+import { type BenchEnv, metricsDelta, scrapeWorkerMetrics } from '../lib/env.js';
+import { historyFigures, terminateAll } from '../lib/history.js';
+import { diffCounts, type KubeRequestCounts } from '../lib/kube-count.js';
+import { type RunningOperator, startOperator } from '../lib/operator.js';
+import { type CpuWindow, sampleRss, startCpuWindow } from '../lib/procstat.js';
+import { pool } from '../lib/stats.js';
+import { BenchWorld } from '../lib/world.js';
+
+export interface FleetOptions {
+  n: number;
+  latencyMs: number;
+  concurrency: number;
+  /** Run the scale measurement (else the fleet is only brought to rest, unmeasured). */
+  scale: boolean;
+  /** Idle window in ms (0 = no idle measurement). */
+  idleMs: number;
+  /** Wait between the end of the scale phases and the idle window, ms. */
+  settleMs?: number;
+  /** CR creates / desire edits in flight at once. */
+  parallel?: number;
+  progress?: (msg: string) => void;
+}
+
+export interface ScalePhase {
+  phase: 'hibernate' | 'wake';
+  wallMs: number;
+  /** Time to issue all N creates/edits (part of wall). */
+  issueMs: number;
+  transitionsPerSecond: number;
+  registry: Record<string, number>;
+  registryCallsPerTransition: number;
+  idealMs: number;
+  ratioToIdeal: number;
+  peakRssMiB: number;
+  cpuSeconds: CpuWindow;
+  kube: KubeRequestCounts;
+  workerMetrics: Record<string, number>;
+}
+
+export interface IdleResult {
+  windowMs: number;
+  vms: number;
+  perMinute: {
+    kubeRequests: number;
+    kubeLists: number;
+    registryRequests: number;
+    workflowTasks: number;
+    activities: number;
+    historyEvents: number;
+  };
+  kube: KubeRequestCounts;
+  registry: Record<string, number>;
+  workerMetrics: Record<string, number>;
+  /** Sum over the fleet of history-length growth during the window (every workflow task adds events). */
+  historyEventsAdded: number;
+  cpuSeconds: CpuWindow;
+}
+
+export interface FleetResult {
+  n: number;
+  latencyMs: number;
+  concurrency: number;
+  setupMs: number;
+  scale?: ScalePhase[];
+  idle?: IdleResult;
+}
+
+/** Worker-runtime metric names whose deltas count workflow tasks and activity tasks. */
+const WFT_METRIC = /workflow_task_execution_latency_count$/;
+const ACT_METRIC = /activity_execution_latency_count$/;
+
+function sumMatching(m: Record<string, number>, re: RegExp): number {
+  return Object.entries(m)
+    .filter(([k]) => re.test(k))
+    .reduce((a, [, v]) => a + v, 0);
+}
+
+async function measurePhase(
+  env: BenchEnv,
+  world: BenchWorld,
+  op: RunningOperator,
+  opts: FleetOptions,
+  phase: 'hibernate' | 'wake',
+): Promise<ScalePhase> {
+  const pods = world.pods;
+  const parallel = opts.parallel ?? 32;
+  const kube0 = op.kubeConfig.snapshot();
+  const reg0 = Object.fromEntries(op.proxy.counts);
+  const met0 = await scrapeWorkerMetrics(env.metricsAddr);
+  const rss = sampleRss();
+  const cpu = startCpuWindow();
+  const t0 = Date.now();
+  let doneAt: number[];
+  let issueMs: number;
+  if (phase === 'hibernate') {
+    await world.createCRs(pods, 'Hibernate', parallel);
+    issueMs = Date.now() - t0;
+    doneAt = await world.waitPhase(pods, 'Hibernated', 60 * 60_000);
+  } else {
+    const gens = new Map<string, number>();
+    await pool(pods, parallel, async (p) => {
+      gens.set(p, await world.setDesire(p, 'Wake'));
+    });
+    issueMs = Date.now() - t0;
+    doneAt = await world.waitPhase(pods, 'Active', 60 * 60_000, (p) => gens.get(p) ?? 1);
+  }
+  const wallMs = Math.max(...doneAt) - t0;
+  const cpuSeconds = cpu.stop();
+  const peak = rss.stop();
+  const met1 = await scrapeWorkerMetrics(env.metricsAddr);
+  const registry: Record<string, number> = {};
+  for (const [k, v] of op.proxy.counts) {
+    const d = v - (reg0[k] ?? 0);
+    if (d) registry[k] = d;
+  }
+  const calls = (phase === 'hibernate' ? registry.HEAD : registry.DELETE) ?? 0;
+  const perTransition = calls / pods.length;
+  const idealMs = Math.ceil(pods.length / opts.concurrency) * opts.latencyMs * perTransition;
+  return {
+    phase,
+    wallMs,
+    issueMs,
+    transitionsPerSecond: (pods.length * 1000) / wallMs,
+    registry,
+    registryCallsPerTransition: perTransition,
+    idealMs,
+    ratioToIdeal: wallMs / idealMs,
+    peakRssMiB: peak / 2 ** 20,
+    cpuSeconds,
+    kube: diffCounts(op.kubeConfig.snapshot(), kube0),
+    workerMetrics: metricsDelta(met1, met0),
+  };
+}
+
+async function historyTotal(env: BenchEnv, ids: readonly string[]): Promise<number> {
+  const lens = await pool(ids, 16, (id) => historyFigures(env.client, id).then((f) => f.length));
+  return lens.reduce((a, b) => a + b, 0);
+}
+
+/** Brings up the fleet, runs the scale phases and/or the idle window, cleans up. */
+export async function runFleet(env: BenchEnv, opts: FleetOptions): Promise<FleetResult> {
+  const say = opts.progress ?? (() => undefined);
+  const t0 = Date.now();
+  const world = await BenchWorld.create(env.admin, env.stack.ociRegistry, 'bench-fleet', env.log);
+  const ids: string[] = [];
+  const result: FleetResult = {
+    n: opts.n,
+    latencyMs: opts.latencyMs,
+    concurrency: opts.concurrency,
+    setupMs: 0,
+  };
+  try {
+    const pods = await world.createPods(opts.n, { running: true });
+    ids.push(...pods.map((p) => vmWorkflowId(world.namespace, p)));
+    await world.pushHibernateTags(pods);
+    await world.track();
+    const op = await startOperator(env, {
+      namespace: world.namespace,
+      concurrency: opts.concurrency,
+      latencyMs: opts.latencyMs,
+    });
+    result.setupMs = Date.now() - t0;
+    say(`fleet of ${opts.n} VMs set up in ${result.setupMs} ms`);
+    try {
+      if (opts.scale) {
+        result.scale = [];
+        for (const phase of ['hibernate', 'wake'] as const) {
+          const r = await measurePhase(env, world, op, opts, phase);
+          result.scale.push(r);
+          say(
+            `scale ${phase}: wall ${r.wallMs} ms, ${r.transitionsPerSecond.toFixed(1)}/s, registry ${JSON.stringify(r.registry)}`,
+          );
+        }
+      } else {
+        await world.createCRs(pods, 'Hibernate', opts.parallel ?? 32);
+        await world.waitPhase(pods, 'Hibernated', 60 * 60_000);
+        say(`fleet hibernated (unmeasured; scale not requested)`);
+      }
+      if (opts.idleMs > 0) {
+        await new Promise((r) => setTimeout(r, opts.settleMs ?? 10_000));
+        await op.watcher.idle();
+        const hist0 = await historyTotal(env, ids);
+        const kube0 = op.kubeConfig.snapshot();
+        const reg0 = Object.fromEntries(op.proxy.counts);
+        const met0 = await scrapeWorkerMetrics(env.metricsAddr);
+        const cpu = startCpuWindow();
+        const w0 = Date.now();
+        say(`idle window of ${opts.idleMs / 1000} s started`);
+        await new Promise((r) => setTimeout(r, opts.idleMs));
+        const windowMs = Date.now() - w0;
+        const cpuSeconds = cpu.stop();
+        const met1 = await scrapeWorkerMetrics(env.metricsAddr);
+        const kube = diffCounts(op.kubeConfig.snapshot(), kube0);
+        const registry: Record<string, number> = {};
+        for (const [k, v] of op.proxy.counts) {
+          const d = v - (reg0[k] ?? 0);
+          if (d) registry[k] = d;
+        }
+        const hist1 = await historyTotal(env, ids);
+        const workerMetrics = metricsDelta(met1, met0);
+        const perMin = (x: number) => (x * 60_000) / windowMs;
+        const regTotal = Object.values(registry).reduce((a, b) => a + b, 0);
+        result.idle = {
+          windowMs,
+          vms: opts.n,
+          perMinute: {
+            kubeRequests: perMin(kube.total),
+            kubeLists: perMin(kube.lists),
+            registryRequests: perMin(regTotal),
+            workflowTasks: perMin(sumMatching(workerMetrics, WFT_METRIC)),
+            activities: perMin(sumMatching(workerMetrics, ACT_METRIC)),
+            historyEvents: perMin(hist1 - hist0),
+          },
+          kube,
+          registry,
+          workerMetrics,
+          historyEventsAdded: hist1 - hist0,
+          cpuSeconds,
+        };
+        say(`idle: ${JSON.stringify(result.idle.perMinute)}`);
+      }
+    } finally {
+      await op.stop();
+    }
+  } finally {
+    await terminateAll(env.client, ids);
+    await world.cleanup();
+  }
+  return result;
+}

@@ -1,0 +1,240 @@
+/**
+ * Scenario 1, the seed shape (seed/pr16-reconcile-throughput.txt, spec/cocoonset-core.md §21.8, on the
+ * real stack): N independent VMs, one Hibernate transition each whose completion needs exactly one
+ * registry probe (HEAD of `<vm>:hibernate`), for each registry latency L and registry concurrency C.
+ * The clock starts when the N CocoonHibernations are created (all requests issued at once) and stops
+ * when the last one reports phase Hibernated. Ideal = ceil(N/C)·L·(probes per transition).
+ */
+import { vmWorkflowId } from '../../src/api/ids.js';
+import type { BenchEnv } from '../lib/env.js';
+import { runTimeline, terminateAll } from '../lib/history.js';
+import { diffCounts, type KubeRequestCounts } from '../lib/kube-count.js';
+import { startOperator } from '../lib/operator.js';
+import { type CpuWindow, startCpuWindow } from '../lib/procstat.js';
+import { median, pool, type Summary, summarize } from '../lib/stats.js';
+import { BenchWorld } from '../lib/world.js';
+
+export interface SeedOptions {
+  n: number;
+  concurrencies: number[];
+  latencies: number[];
+  reps: number;
+  /** Per-run completion timeout, ms. */
+  timeoutMs?: number;
+  progress?: (msg: string) => void;
+}
+
+/** Where one VM's time went (ms), from its workflow history and the tracker. */
+export interface Breakdown {
+  /** CR create request issued → VM workflow started (apiserver, watch, watcher, signal-with-start). */
+  createToWorkflowStart: number;
+  /** Workflow started → registry probe scheduled (world read, finalizer add, workflow tasks). */
+  workflowStartToProbe: number;
+  /** Probe scheduled → picked up by a registry slot (waiting for a free slot). */
+  probeQueued: number;
+  /** Probe started → completed (HTTP through the latency proxy). */
+  probeRun: number;
+  /** Probe completed → CR seen Hibernated (Event, status patch, watch delivery). */
+  probeToDone: number;
+  /** CR create issued → CR seen Hibernated. */
+  total: number;
+}
+
+export interface SeedRun {
+  concurrency: number;
+  latencyMs: number;
+  rep: number;
+  wallMs: number;
+  /** Registry requests by method at completion, and after the post-run settle. */
+  registryAtDone: Record<string, number>;
+  registryAfterSettle: Record<string, number>;
+  /** HEADs per transition, after settle. */
+  probesPerTransition: number;
+  kube: KubeRequestCounts;
+  /** CPU seconds from the first create to the last Hibernated, per process and for the whole machine. */
+  cpuSeconds: CpuWindow;
+  /** Durations of the unmeasured parts of the run (world setup, operator start), ms. */
+  setupMs: Record<string, number>;
+  /** Longest wait of a probe for a free registry slot, ms. */
+  maxProbeQueuedMs: number;
+  /** Medians over the N VMs. */
+  medianBreakdown: Breakdown;
+  /** The VM that finished last. */
+  lastBreakdown: Breakdown;
+  /** Medians per VM: workflow tasks, activities, history events. */
+  perVM: { workflowTasks: number; activities: number; events: number; kubeActivityMs: number };
+  activityMix: Record<string, number>;
+}
+
+export interface SeedCell {
+  concurrency: number;
+  latencyMs: number;
+  wallMs: Summary;
+  /** Median wall at C=1 (same L) ÷ median wall here. */
+  speedup: number;
+  probesPerTransition: number;
+  /** ceil(N/C)·L·probes per transition, ms. */
+  idealMs: number;
+  /** Median wall ÷ ideal. */
+  ratioToIdeal: number;
+  /** Median wall − ideal: the part no registry wait explains, ms. */
+  overheadMs: number;
+  /** Median CPU milliseconds per transition: this process (workers + watcher), Temporal, apiserver, etcd. */
+  cpuMsPerTransition: { bench: number; temporal: number; apiserver: number; etcd: number };
+  /** Median share of the machine's CPU busy in the window that none of the above used (other load). */
+  otherLoadShare: number;
+  medianBreakdown: Breakdown;
+}
+
+export interface SeedResult {
+  n: number;
+  runs: SeedRun[];
+  cells: SeedCell[];
+}
+
+const BREAKDOWN_KEYS: (keyof Breakdown)[] = [
+  'createToWorkflowStart',
+  'workflowStartToProbe',
+  'probeQueued',
+  'probeRun',
+  'probeToDone',
+  'total',
+];
+
+function medianOf(rows: Breakdown[]): Breakdown {
+  const out = {} as Breakdown;
+  for (const k of BREAKDOWN_KEYS) out[k] = median(rows.map((r) => r[k]));
+  return out;
+}
+
+/** Time after completion during which late registry calls would still be counted, ms. */
+const SETTLE_MS = 1_000;
+
+/** One run: fresh namespace, pods, tags, task queue and workers; cleaned up afterwards. */
+async function seedRun(env: BenchEnv, n: number, c: number, l: number, rep: number, timeoutMs: number) {
+  const tSetup = Date.now();
+  const phases: Record<string, number> = {};
+  const world = await BenchWorld.create(env.admin, env.stack.ociRegistry, 'bench-seed', env.log);
+  const ids: string[] = [];
+  try {
+    const pods = await world.createPods(n);
+    ids.push(...pods.map((p) => vmWorkflowId(world.namespace, p)));
+    await world.pushHibernateTags(pods);
+    await world.track();
+    phases.world = Date.now() - tSetup;
+    const tOp = Date.now();
+    const op = await startOperator(env, { namespace: world.namespace, concurrency: c, latencyMs: l });
+    phases.operatorStart = Date.now() - tOp;
+    try {
+      const kubeBefore = op.kubeConfig.snapshot();
+      const cpu = startCpuWindow();
+      const t0 = Date.now();
+      const createdAt = await world.createCRs(pods, 'Hibernate', n);
+      const doneAt = await world.waitPhase(pods, 'Hibernated', timeoutMs);
+      const wallMs = Math.max(...doneAt) - t0;
+      const cpuSeconds = cpu.stop();
+      const registryAtDone = Object.fromEntries(op.proxy.counts);
+      const timelines = await pool(ids, 8, (id) => runTimeline(env.client, id));
+      await new Promise((r) => setTimeout(r, SETTLE_MS));
+      const registryAfterSettle = Object.fromEntries(op.proxy.counts);
+      const kube = diffCounts(op.kubeConfig.snapshot(), kubeBefore);
+      const rows: Breakdown[] = timelines.map((tl, i) => {
+        const reg = tl.registry;
+        return {
+          createToWorkflowStart: tl.started - createdAt[i]!,
+          workflowStartToProbe: (reg?.scheduled ?? Number.NaN) - tl.started,
+          probeQueued: (reg?.started ?? Number.NaN) - (reg?.scheduled ?? Number.NaN),
+          probeRun: (reg?.completed ?? Number.NaN) - (reg?.started ?? Number.NaN),
+          probeToDone: doneAt[i]! - (reg?.completed ?? Number.NaN),
+          total: doneAt[i]! - createdAt[i]!,
+        };
+      });
+      const last = doneAt.indexOf(Math.max(...doneAt));
+      const mix: Record<string, number> = {};
+      for (const tl of timelines)
+        for (const [k, v] of Object.entries(tl.activities)) mix[k] = (mix[k] ?? 0) + v / timelines.length;
+      const run: SeedRun = {
+        concurrency: c,
+        latencyMs: l,
+        rep,
+        wallMs,
+        registryAtDone,
+        registryAfterSettle,
+        probesPerTransition: (registryAfterSettle.HEAD ?? 0) / n,
+        kube,
+        cpuSeconds,
+        setupMs: phases,
+        maxProbeQueuedMs: Math.max(...rows.map((r) => r.probeQueued)),
+        medianBreakdown: medianOf(rows),
+        lastBreakdown: rows[last]!,
+        perVM: {
+          workflowTasks: median(timelines.map((t) => t.workflowTasks)),
+          activities: median(timelines.map((t) => Object.values(t.activities).reduce((a, b) => a + b, 0))),
+          events: median(timelines.map((t) => t.events)),
+          kubeActivityMs: median(timelines.map((t) => t.kubeActivityMs)),
+        },
+        activityMix: mix,
+      };
+      return run;
+    } finally {
+      const tStop = Date.now();
+      await op.stop();
+      phases.operatorStop = Date.now() - tStop;
+    }
+  } finally {
+    const tClean = Date.now();
+    await terminateAll(env.client, ids);
+    await world.cleanup();
+    phases.cleanup = Date.now() - tClean;
+    env.log.info({ phases }, 'seed run phases (ms)');
+  }
+}
+
+/** Runs the matrix (repetitions outermost, so slow drift of the machine spreads over all cells). */
+export async function runSeed(env: BenchEnv, opts: SeedOptions): Promise<SeedResult> {
+  const runs: SeedRun[] = [];
+  const timeoutMs = opts.timeoutMs ?? 120_000;
+  // One small unrecorded run first, so the first recorded cell does not pay JIT and connection warm-up.
+  const warm = await seedRun(env, Math.min(4, opts.n), 4, opts.latencies[0] ?? 5, -1, timeoutMs);
+  opts.progress?.(`seed warm-up (N=${Math.min(4, opts.n)}, not recorded): wall ${warm.wallMs.toFixed(0)} ms`);
+  for (let rep = 0; rep < opts.reps; rep++) {
+    for (const l of opts.latencies) {
+      for (const c of opts.concurrencies) {
+        const r = await seedRun(env, opts.n, c, l, rep, timeoutMs);
+        runs.push(r);
+        opts.progress?.(
+          `seed rep ${rep + 1}/${opts.reps} L=${l}ms C=${c}: wall ${r.wallMs.toFixed(0)} ms, HEAD ${r.registryAfterSettle.HEAD ?? 0}`,
+        );
+      }
+    }
+  }
+  const cells: SeedCell[] = [];
+  for (const l of opts.latencies) {
+    const base = median(runs.filter((r) => r.latencyMs === l && r.concurrency === 1).map((r) => r.wallMs));
+    for (const c of opts.concurrencies) {
+      const mine = runs.filter((r) => r.latencyMs === l && r.concurrency === c);
+      const wall = summarize(mine.map((r) => r.wallMs));
+      const probes = median(mine.map((r) => r.probesPerTransition));
+      const idealMs = Math.ceil(opts.n / c) * l * probes;
+      cells.push({
+        concurrency: c,
+        latencyMs: l,
+        wallMs: wall,
+        speedup: base / wall.median,
+        probesPerTransition: probes,
+        idealMs,
+        ratioToIdeal: wall.median / idealMs,
+        overheadMs: wall.median - idealMs,
+        cpuMsPerTransition: {
+          bench: median(mine.map((r) => (1000 * r.cpuSeconds.self) / opts.n)),
+          temporal: median(mine.map((r) => (1000 * r.cpuSeconds.stack.temporal) / opts.n)),
+          apiserver: median(mine.map((r) => (1000 * r.cpuSeconds.stack['kube-apiserver']) / opts.n)),
+          etcd: median(mine.map((r) => (1000 * r.cpuSeconds.stack.etcd) / opts.n)),
+        },
+        otherLoadShare: median(mine.map((r) => r.cpuSeconds.otherShare)),
+        medianBreakdown: medianOf(mine.map((r) => r.medianBreakdown)),
+      });
+    }
+  }
+  return { n: opts.n, runs, cells };
+}
