@@ -151,7 +151,8 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
       publishSearchAttributes(state);
       if (gone) {
         await condition(allHandlersFinished);
-        return;
+        if (!dirty) return; // the CocoonSet is gone
+        continue; // a signal came in meanwhile (a re-created set?): look again
       }
       continue;
     }
@@ -239,7 +240,12 @@ async function drive(
           passInput.declined = { ...passInput.declined, [step.flow]: true };
           continue;
         case 'delete':
-          return await deletionFlow(state, cs, pods, registry);
+          return await deletionFlow(
+            state,
+            cs,
+            pods,
+            (input.registryConfigured ?? true) ? registry : undefined,
+          );
         case 'suspend':
         case 'suspendRelease':
           // Extension point (spec/cocoonset-flows.md §3–§4): suspend is not implemented yet.
@@ -355,13 +361,13 @@ async function execute(
 /**
  * Deletion (§17): stash the VM names on the CocoonSet, delete every owned pod, wait (5 s requeue) until
  * they are gone, then drop the registry tags (best effort; `:latest` per the snapshot policy) and remove
- * the finalizer.
+ * the finalizer. Without a registry (`registry` undefined) the GC is skipped with a warning.
  */
 async function deletionFlow(
   state: CocoonSetState,
   cs: CocoonSet,
   pods: PassInput['pods'],
-  registry: RegistryActivities,
+  registry: RegistryActivities | undefined,
 ): Promise<PassResult> {
   const namespace = state.namespace;
   const owned = pods.filter((p) => isControlledBy(p, cs.metadata.uid));
@@ -409,7 +415,9 @@ async function deletionFlow(
     return { requeue: false, requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS };
   }
   const policy = cs.spec.snapshotPolicy ?? 'always';
-  for (const vmName of sorted) {
+  if (!registry) log.warn('no registry configured: skipping snapshot GC', { name: state.name });
+  for (const vmName of registry ? sorted : []) {
+    if (!registry) break;
     for (const tag of [Tags.hibernate, Tags.latest]) {
       if (
         tag === Tags.latest &&

@@ -70,6 +70,8 @@ export class CocoonSetWorld {
   /** Counters of the reads the steady path must not make. */
   lists = 0;
   registryCalls = 0;
+  /** When true, a pod delete only marks the pod terminating; `finishDeletes()` removes them. */
+  slowDeletes = false;
   /** Pods (by name) that come up `Failed` when created, as vk-cocoon reports a crashed VM. */
   readonly failOnCreate = new Set<string>();
   client?: WorkflowClient;
@@ -183,7 +185,15 @@ export class CocoonSetWorld {
       },
       cocoonSetDeletePod: async ({ pod }) => {
         this.calls.push(`delete ${pod}`);
-        if (!this.pods.delete(pod)) return 'notFound';
+        const p = this.pods.get(pod);
+        if (!p) return 'notFound';
+        if (this.slowDeletes) {
+          p.metadata!.deletionTimestamp ??= new Date() as unknown as Date;
+          this.storePod(p);
+          await this.signalPod(p);
+          return 'ok';
+        }
+        this.pods.delete(pod);
         await this.signalGone(pod);
         return 'ok';
       },
@@ -283,6 +293,15 @@ export class CocoonSetWorld {
         this.cs ? observeCocoonSet(this.cs) : { exists: false, namespace: this.namespace, name: this.name },
       )
       .catch(() => undefined);
+  }
+
+  /** Removes every terminating pod (vk-cocoon finished the deletes) and signals. */
+  async finishDeletes(): Promise<void> {
+    for (const [name, p] of [...this.pods]) {
+      if (p.metadata?.deletionTimestamp == null) continue;
+      this.pods.delete(name);
+      await this.signalGone(name);
+    }
   }
 
   /** The finalizer is on the CocoonSet. */

@@ -67,7 +67,7 @@ async function settledAfter(world: CocoonSetWorld, after: number): Promise<void>
       const r = s.lastResult as { requeue: boolean };
       if (!r.requeue) return;
     }
-    if (Date.now() > deadline) throw new Error('workflow did not settle');
+    if (Date.now() > deadline) throw new Error(`workflow did not settle: ${JSON.stringify(s)}`);
     await new Promise((r) => setTimeout(r, 50));
   }
 }
@@ -225,6 +225,63 @@ describe('CocoonSet workflow', () => {
       expect(w.events.filter((e) => e.reason === EventReasons.subAgentRebuilding)).toHaveLength(4);
       // The rest of the set stayed up.
       expect(uids(w)['demo-0']).toBeDefined();
+    });
+  });
+
+  it('continues as new past its history limit and keeps reconciling', async () => {
+    const cs = demoSet(withFinalizer);
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    // Progress is read from the world (each pass reads it once), not by query: a query racing the
+    // continue-as-new can hang on the time-skipping test server.
+    const reads = () => world.calls.filter((c) => c === 'read').length;
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start({ historyLimit: 60 });
+      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      const handle = env.client.workflow.getHandle(w.workflowId);
+      const firstRun = (await handle.describe()).runId;
+      for (let i = 0; i < 12; i++) {
+        const r = reads();
+        await w.updatePod('demo-1', (p) => {
+          p.metadata!.labels = { ...p.metadata!.labels, tick: String(i) };
+        });
+        await eventually(`pass ${i}`, () => reads() > r);
+        await new Promise((res) => setTimeout(res, 100));
+      }
+      const desc = await handle.describe();
+      expect(desc.runId).not.toBe(firstRun);
+      expect(desc.status.name).toBe('RUNNING');
+      // The new run still reconciles: a deleted toolbox pod comes back.
+      w.pods.delete('demo-tb');
+      await w.updatePod('demo-1', (p) => {
+        p.metadata!.labels = { ...p.metadata!.labels, tick: 'last' };
+      });
+      await eventually('toolbox recreated', () => w.pods.has('demo-tb'));
+      expect(w.creates).toEqual(['demo-tb']);
+    });
+  });
+
+  it('deletion waits (5 s requeue) while owned pods are still terminating, then collects', async () => {
+    const cs = demoSet(withFinalizer);
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    world.slowDeletes = true;
+    world.tags.add('vk-ns-demo-1:hibernate');
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await w.markDeleted();
+      await eventually('pods terminating', () =>
+        [...w.pods.values()].every((p) => p.metadata?.deletionTimestamp != null),
+      );
+      await env.sleep(11_000);
+      expect(w.hasFinalizer()).toBe(true);
+      expect(w.registryCalls).toBe(0);
+      await w.finishDeletes();
+      await skipUntil(env, 'finalizer removed', () => w.cs === null, 30_000, 2_000);
+      expect(w.tags.size).toBe(0);
+      // snapshotPolicy unset = always: every :latest is kept, only :hibernate tags are deleted.
+      expect(
+        w.calls.filter((c) => c.startsWith('registry-delete')).every((c) => c.endsWith(':hibernate')),
+      ).toBe(true);
     });
   });
 
