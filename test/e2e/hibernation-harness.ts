@@ -357,9 +357,11 @@ export async function dropTag(registry: string, repo: string, tag: string): Prom
 
 /**
  * Barrier: signals `resync` to VM workflow `workflowId` and waits until the workflow has re-read the world
- * after that signal (a `readVMWorld` activity completed after it) and is idle again (no pending activity
- * or workflow task). Everything the workflow would do on a full re-pass has then been done, so counting
- * Events after it checks for duplicates without a fixed sleep.
+ * after that signal (a `readVMWorld` activity completed after it) and is idle again: no pending activity
+ * or workflow task, and its last history event a completed workflow task (no timer started after it, as
+ * a VM whose CRs are all steady Hibernated/Active waits for signals only). Everything the workflow would do
+ * on a full re-pass has then been done, so counting Events after it checks for duplicates without a fixed
+ * sleep. Throws after `timeoutMs` (also when the workflow keeps a timer, e.g. a stale retry).
  */
 export async function settle(client: Client, workflowId: string, timeoutMs = 30_000): Promise<void> {
   const handle = client.workflow.getHandle(workflowId);

@@ -6,8 +6,10 @@
  * simulator and these tests use the real registry.
  *
  * Scope: the operator watches only this file's namespace (WATCH_NAMESPACE), on its own task queue and
- * without leader election, so it never acts on other suites' objects; each test uses its own pods and CRs
- * (own VM workflows `vm/<ns>/<pod>`). Waits are deadline-bounded polls; the "exactly once" Event checks
+ * without leader election, so it never acts on other suites' objects (an all-namespaces watch would add
+ * finalizers to, and start VM workflows for, e.g. watcher.test.ts's CRs). WATCH_NAMESPACE takes one
+ * namespace, so with one operator per file the tests share that namespace and keep apart by their own pods
+ * and CRs (own VM workflows `vm/<ns>/<pod>`). Waits are deadline-bounded polls; the "exactly once" Event checks
  * run after a resync barrier (hibernation-harness.ts `settle`).
  */
 import { randomBytes, randomUUID } from 'node:crypto';
@@ -15,7 +17,7 @@ import { writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client, Connection } from '@temporalio/client';
-import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { bundleWorkflows } from '../../scripts/bundle-workflows.js';
 import { vmWorkflowId } from '../../src/api/ids.js';
 import { Annotations, EventReasons, Finalizers, LifecycleStates, Tags } from '../../src/api/keys.js';
@@ -153,6 +155,11 @@ describe('CocoonHibernation end to end (operator process, local stack)', () => {
       OPERATOR_LOG_LEVEL: 'info',
     });
     await startOp();
+  });
+
+  afterEach(() => {
+    // A test that failed half-way must not leave the registry down for the next one.
+    if (proxy) proxy.down = false;
   });
 
   afterAll(async () => {
