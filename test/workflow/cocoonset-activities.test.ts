@@ -1,0 +1,181 @@
+/**
+ * The CocoonSet activities (src/activities/cocoonset.ts) against the local stack's real kube-apiserver:
+ * the expected answers each planner action relies on (create → alreadyExists, delete → notFound, merge
+ * patches with null deleting a key, the finalizer update, the /status subresource, the label-selected read,
+ * keyed Events). Needs `npm run stack -- up` (npm test brings it up).
+ */
+import { ApplicationFailure } from '@temporalio/common';
+import { beforeAll, describe, expect, it } from 'vitest';
+import { createCocoonSetActivities } from '../../src/activities/cocoonset.js';
+import {
+  Annotations,
+  EventReasons,
+  Finalizers,
+  GROUP,
+  PLURAL_COCOONSETS,
+  VERSION,
+} from '../../src/api/keys.js';
+import type { CocoonSet } from '../../src/api/types.js';
+import { buildAgentPod } from '../../src/cocoonset/pods.js';
+import type { KubeClients } from '../../src/kube/client.js';
+import { kubeClients, stackEnv } from '../e2e/stack-harness.js';
+import { IMAGE } from '../unit/cocoonset-fixtures.js';
+
+const NS = `cs-act-${process.pid}-${Date.now() % 100000}`;
+let kube: KubeClients;
+let acts: ReturnType<typeof createCocoonSetActivities>;
+let cs: CocoonSet;
+
+beforeAll(async () => {
+  await stackEnv();
+  kube = kubeClients();
+  acts = createCocoonSetActivities({ kube });
+  await kube.core.createNamespace({ body: { metadata: { name: NS } } });
+  cs = (await kube.custom.createNamespacedCustomObject({
+    group: GROUP,
+    version: VERSION,
+    namespace: NS,
+    plural: PLURAL_COCOONSETS,
+    body: {
+      apiVersion: `${GROUP}/${VERSION}`,
+      kind: 'CocoonSet',
+      metadata: { name: 'demo', namespace: NS },
+      spec: { agent: { image: IMAGE, replicas: 1 } },
+    },
+  })) as CocoonSet;
+}, 60_000);
+
+describe('CocoonSet activities on a real apiserver', () => {
+  it('creates, reads by label, patches and deletes pods with the outcomes the planner expects', async () => {
+    const pod = buildAgentPod(cs, 0, '', '');
+    expect(await acts.cocoonSetCreatePod({ namespace: NS, pod })).toBe('ok');
+    expect(await acts.cocoonSetCreatePod({ namespace: NS, pod })).toBe('alreadyExists');
+    // A pod without the set's label is not part of the world.
+    await kube.core.createNamespacedPod({
+      namespace: NS,
+      body: { metadata: { name: 'stranger' }, spec: { containers: [{ name: 'c', image: IMAGE }] } },
+    });
+    const world = await acts.cocoonSetReadWorld({ namespace: NS, name: 'demo' });
+    expect(world.cs?.metadata.uid).toBe(cs.metadata.uid);
+    expect(world.pods.map((p) => p.metadata?.name)).toEqual(['demo-0']);
+    expect(world.pods[0]!.metadata?.managedFields).toBeUndefined();
+
+    await acts.cocoonSetPatchPodAnnotations({
+      namespace: NS,
+      pod: 'demo-0',
+      annotations: { [Annotations.cocoonSetGeneration]: '7' },
+    });
+    let got = await acts.cocoonSetGetPod({ namespace: NS, pod: 'demo-0' });
+    expect(got.metadata?.annotations?.[Annotations.cocoonSetGeneration]).toBe('7');
+    await acts.cocoonSetPatchPodAnnotations({
+      namespace: NS,
+      pod: 'demo-0',
+      annotations: { [Annotations.cocoonSetGeneration]: null },
+    });
+    got = await acts.cocoonSetGetPod({ namespace: NS, pod: 'demo-0' });
+    expect(got.metadata?.annotations?.[Annotations.cocoonSetGeneration]).toBeUndefined();
+    expect(got.metadata?.annotations?.[Annotations.vmName]).toBe(`vk-${NS}-demo-0`);
+
+    expect(await acts.cocoonSetDeletePod({ namespace: NS, pod: 'demo-0' })).toBe('ok');
+    // The pod may linger terminating (the stack's vk-cocoon simulator may have bound it): finish it.
+    await kube.core
+      .deleteNamespacedPod({ name: 'demo-0', namespace: NS, gracePeriodSeconds: 0 })
+      .catch(() => undefined);
+    expect(await acts.cocoonSetDeletePod({ namespace: NS, pod: 'demo-0' })).toBe('notFound');
+    const missing = await acts.cocoonSetGetPod({ namespace: NS, pod: 'demo-0' }).catch((e) => e);
+    expect(missing).toBeInstanceOf(ApplicationFailure);
+    expect((missing as ApplicationFailure).type).toBe('NotFound');
+    const patchMissing = await acts
+      .cocoonSetPatchPodAnnotations({ namespace: NS, pod: 'demo-0', annotations: { a: 'b' } })
+      .catch((e) => e);
+    expect((patchMissing as ApplicationFailure).type).toBe('NotFound');
+  });
+
+  it('writes CocoonSet annotations, the finalizer and /status', async () => {
+    await acts.cocoonSetPatchAnnotations({
+      namespace: NS,
+      name: 'demo',
+      annotations: { [Annotations.rebuildHistory]: 'x' },
+    });
+    expect(
+      await acts.cocoonSetSetFinalizer({
+        namespace: NS,
+        name: 'demo',
+        finalizer: Finalizers.cocoonSet,
+        present: true,
+      }),
+    ).toBe(true);
+    // Idempotent: a second add is a no-op.
+    expect(
+      await acts.cocoonSetSetFinalizer({
+        namespace: NS,
+        name: 'demo',
+        finalizer: Finalizers.cocoonSet,
+        present: true,
+      }),
+    ).toBe(true);
+    await acts.cocoonSetPatchStatus({
+      namespace: NS,
+      name: 'demo',
+      body: {
+        status: {
+          phase: 'Pending',
+          desiredAgents: 2,
+          readyAgents: 0,
+          readyToolboxes: 0,
+          desiredToolboxes: 0,
+        },
+      },
+    });
+    let world = await acts.cocoonSetReadWorld({ namespace: NS, name: 'demo' });
+    expect(world.cs?.metadata.annotations?.[Annotations.rebuildHistory]).toBe('x');
+    expect(world.cs?.metadata.finalizers).toEqual([Finalizers.cocoonSet]);
+    expect(world.cs?.status?.phase).toBe('Pending');
+    expect(world.cs?.status?.desiredAgents).toBe(2);
+
+    expect(
+      await acts.cocoonSetSetFinalizer({
+        namespace: NS,
+        name: 'demo',
+        finalizer: Finalizers.cocoonSet,
+        present: false,
+      }),
+    ).toBe(true);
+    world = await acts.cocoonSetReadWorld({ namespace: NS, name: 'demo' });
+    expect(world.cs?.metadata.finalizers ?? []).toEqual([]);
+    expect(await acts.cocoonSetListHibernations({ namespace: NS })).toEqual([]);
+  });
+
+  it('records one Event per key, and reports a gone CocoonSet as cs: null', async () => {
+    const ev = {
+      namespace: NS,
+      name: 'demo',
+      uid: cs.metadata.uid,
+      type: 'Normal' as const,
+      reason: EventReasons.subAgentRebuilding,
+      message: 'slot 1 attempt 1/4',
+      key: 'k1',
+    };
+    await acts.cocoonSetEmitEvent(ev);
+    await acts.cocoonSetEmitEvent(ev);
+    const events = await kube.core.listNamespacedEvent({ namespace: NS });
+    expect(events.items.filter((e) => e.reason === EventReasons.subAgentRebuilding)).toHaveLength(1);
+
+    await kube.custom.deleteNamespacedCustomObject({
+      group: GROUP,
+      version: VERSION,
+      namespace: NS,
+      plural: PLURAL_COCOONSETS,
+      name: 'demo',
+    });
+    expect(await acts.cocoonSetReadWorld({ namespace: NS, name: 'demo' })).toEqual({ cs: null, pods: [] });
+    expect(
+      await acts.cocoonSetSetFinalizer({
+        namespace: NS,
+        name: 'demo',
+        finalizer: Finalizers.cocoonSet,
+        present: true,
+      }),
+    ).toBe(false);
+  });
+});
