@@ -64,6 +64,8 @@ const BACKOFF_MAX_MS = 300_000;
 const IMMEDIATE_REQUEUES = 20;
 /** Continue as new past this many history events (well under Temporal's 51,200 limit). */
 const MAX_HISTORY_EVENTS = 5_000;
+/** With nothing scheduled, pass again after this long anyway (controller-runtime's default SyncPeriod). */
+const FALLBACK_PASS_MS = 10 * 60 * 60 * 1000;
 /** Safety bound of `planPass` steps in one pass (a pass of N pods needs O(N) steps). */
 const MAX_STEPS = 10_000;
 
@@ -162,7 +164,11 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
       if (!dirty) await continueAsNew<typeof cocoonSetWorkflow>({ ...input, carried: state });
     }
     const at = state.nextPassAt;
-    await condition(() => dirty, at === undefined ? undefined : Math.max(1, at - Date.now()));
+    const signalled = await condition(
+      () => dirty,
+      at === undefined ? FALLBACK_PASS_MS : Math.max(1, at - Date.now()),
+    );
+    if (!signalled && at === undefined) dirty = true; // the slow fallback re-read
   }
 }
 

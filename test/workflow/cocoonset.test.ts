@@ -191,6 +191,10 @@ describe('CocoonSet workflow', () => {
       await w.start();
       const dead = () => w.pod('demo-1')?.metadata?.annotations?.[Annotations.deadLetter] === 'true';
       await skipUntil(env, 'dead letter', dead, 180_000, 1_000);
+      // The pass sends its event after the dead-letter patch.
+      await eventually('dead-letter event', () =>
+        w.events.some((e) => e.reason === EventReasons.subAgentDeadLetter),
+      );
       const rebuilds = w.events.filter((e) => e.reason === EventReasons.subAgentRebuilding);
       expect(rebuilds.map((e) => e.message)).toEqual([
         'slot 1 attempt 1/4',
