@@ -89,6 +89,8 @@ export interface VMState {
   vmName?: string;
   /** Epoch ms of the last full re-read. */
   lastResyncAt?: number;
+  /** Epoch ms when the last reconcile round started (wake-up times up to it are spent). */
+  lastPassAt?: number;
   /** Search attributes last upserted, to upsert only on change. */
   published?: string;
   /** Consecutive failed re-reads, and when to try the next one. */
@@ -234,16 +236,23 @@ function inFlight(state: VMState): boolean {
 /** Earliest time any CR wants a pass without a signal: deadlines, retries, fallback re-reads. */
 function nextWake(state: VMState): number | undefined {
   let at: number | undefined;
-  const consider = (t: number | undefined) => {
-    if (t !== undefined && (at === undefined || t < at)) at = t;
+  // A time at or before the last pass's start was already served by it: never sleep on a past time again
+  // (a CR whose deadline passed while it waits on something else would otherwise spin on 1 ms timers).
+  const spent = state.lastPassAt ?? Number.NEGATIVE_INFINITY;
+  const consider = (t: number | undefined, floor = Number.NEGATIVE_INFINITY) => {
+    if (t === undefined) return;
+    const when = Math.max(t, floor);
+    if (when > spent && (at === undefined || when < at)) at = when;
   };
   // Deadlines are strict (now − LTT > timeout) at second precision: look one second after.
   const after = (t: number | undefined) => (t === undefined ? undefined : t + 1_000);
   for (const cr of Object.values(state.crs)) {
+    // A CR backing off after a failed pass gets no pass before backoffUntil, whatever else is due.
+    const floor = cr.backoffUntil ?? Number.NEGATIVE_INFINITY;
     consider(cr.backoffUntil);
-    consider(cr.retryAt);
-    consider(after(deadlineOf(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS)));
-    consider(after(deadlineOf(cr.status, 'Waking', WAKE_TIMEOUT_MS)));
+    consider(cr.retryAt, floor);
+    consider(after(deadlineOf(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS)), floor);
+    consider(after(deadlineOf(cr.status, 'Waking', WAKE_TIMEOUT_MS)), floor);
   }
   if (state.needResync) consider(state.resyncAt);
   if (inFlight(state)) consider((state.lastResyncAt ?? Date.now()) + FALLBACK_RESYNC_MS);
@@ -280,6 +289,7 @@ async function resync(state: VMState): Promise<void> {
 }
 
 async function reconcileAll(state: VMState, registry: RegistryActivities): Promise<void> {
+  state.lastPassAt = Date.now();
   if (state.needResync) {
     try {
       await resync(state);

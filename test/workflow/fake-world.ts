@@ -181,8 +181,8 @@ export class FakeWorld {
     if (!this.client) return;
     const [, namespace, pod] = workflowId.split('/');
     this.started.add(workflowId);
-    // The Java time-skipping server's continue-as-new is not atomic (sdk-java#1538): a signal-with-start
-    // racing it can answer "Completed workflow"; the real server starts or signals the new run.
+    // The Java time-skipping server's signal-with-start is not atomic (sdk-java#1538): racing a
+    // continue-as-new it can answer "Completed workflow"; the real server starts or signals the new run.
     for (let attempt = 0; ; attempt++) {
       try {
         await this.client.signalWithStart('vmWorkflow', {
@@ -194,7 +194,14 @@ export class FakeWorld {
         });
         return;
       } catch (err) {
-        if (attempt >= 20 || (err as Error).name !== 'WorkflowNotFoundError') throw err;
+        // Two concurrent signal-with-starts can also race there ("already started"); the real server
+        // signals the running workflow instead.
+        const name = (err as Error).name;
+        if (
+          attempt >= 20 ||
+          (name !== 'WorkflowNotFoundError' && name !== 'WorkflowExecutionAlreadyStartedError')
+        )
+          throw err;
         await new Promise((r) => setTimeout(r, 50));
       }
     }
