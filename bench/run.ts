@@ -114,6 +114,8 @@ async function main(): Promise<void> {
       result.latency = await runLatency(env, {
         edits: sizes.edits,
         vms: 8,
+        backToBackPerVM: quick ? 6 : 12,
+        backToBackVMs: 8,
         latencyMs: 5,
         concurrency: 4,
         progress: log,

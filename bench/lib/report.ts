@@ -146,6 +146,12 @@ export function printFleet(f: FleetResult): void {
     write(
       '\nissue = time to send all N creates (hibernate) or desire edits (wake), part of wall; the RSS is the whole benchmark process (workers, watcher, harness).',
     );
+    for (const p of f.scale) {
+      if (p.nudged.length)
+        write(
+          `\n${p.phase}: ${p.nudged.length} VMs stopped progressing and were nudged with a resync signal.`,
+        );
+    }
   }
   if (f.idle) {
     const i = f.idle;
@@ -203,11 +209,17 @@ export function printLatency(r: LatencyResult): void {
     ),
   );
   write(
-    `\nStalled edits (no terminal phase within 30 s; nudged with a resync signal; excluded above): ${r.stalls.length}` +
+    `\nStalled edits (no terminal phase within 10 s; nudged with a resync signal; excluded above): ${r.stalls.length}` +
       (r.stalls.length
         ? ` (recovered: ${r.stalls.filter((s) => s.recovered).length}; records in the JSON).`
         : '.'),
   );
+  const b = r.backToBack;
+  if (b) {
+    write(
+      `\nBack-to-back edits (next edit as soon as the previous terminal phase is seen, ${b.vms} VMs in parallel): ${b.lost} of ${b.edits} edits lost (the VM workflow kept the old desire; recovered with a resync signal), ${b.slow} slow (>10 s) but not lost.`,
+    );
+  }
 }
 
 /** Prints the history table. */
@@ -236,6 +248,6 @@ export function printHistory(h: HistoryResult): void {
     ),
   );
   write(
-    `\nStalled transitions (nudged with a resync signal after 30 s): ${h.stalls.length}; wall ${fmt(h.wallMs / 1000)} s.`,
+    `\nStalled transitions (nudged with a resync signal after 10 s): ${h.stalls.length}; wall ${fmt(h.wallMs / 1000)} s.`,
   );
 }

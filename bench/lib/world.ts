@@ -57,6 +57,8 @@ export class BenchWorld {
   private tracker?: Informer<CocoonHibernation & { metadata: { name?: string } }>;
   private readonly seen = new Map<string, Seen>();
   private readonly waiters = new Set<() => void>();
+  /** Local time of the last phase/observedGeneration change the tracker saw. */
+  lastChangeAt = Date.now();
 
   private constructor(
     readonly kube: KubeClients,
@@ -234,6 +236,7 @@ export class BenchWorld {
       const prev = this.seen.get(name);
       if (prev && prev.phase === phase && prev.observedGeneration === observedGeneration) return;
       this.seen.set(name, { phase, observedGeneration, generation, at: Date.now() });
+      this.lastChangeAt = Date.now();
       for (const w of this.waiters) w();
     };
     inf.on('add', onObj);
@@ -301,6 +304,14 @@ export class BenchWorld {
       observedGeneration: cr.status?.observedGeneration,
       resourceVersion: cr.metadata.resourceVersion,
     };
+  }
+
+  /** Pods whose CR is not yet in `phase` at generation ≥ minGeneration(pod). */
+  notYet(pods: readonly string[], phase: HibernationPhase, minGeneration: (pod: string) => number): string[] {
+    return pods.filter((p) => {
+      const s = this.seen.get(BenchWorld.crName(p));
+      return !(s?.phase === phase && s.observedGeneration >= minGeneration(p));
+    });
   }
 
   /** Current phase of the pod's CR as last seen by the tracker. */

@@ -11,6 +11,8 @@
  * requests, workflow tasks and activities, per minute.
  */
 import { vmWorkflowId } from '../../src/api/ids.js';
+import type { HibernationPhase } from '../../src/api/types.js';
+import { resyncSignal } from '../../src/workflows/messages.js';
 import { type BenchEnv, metricsDelta, scrapeWorkerMetrics } from '../lib/env.js';
 import { historyFigures, terminateAll } from '../lib/history.js';
 import { diffCounts, type KubeRequestCounts } from '../lib/kube-count.js';
@@ -48,6 +50,8 @@ export interface ScalePhase {
   cpuSeconds: CpuWindow;
   kube: KubeRequestCounts;
   workerMetrics: Record<string, number>;
+  /** VMs that had to be nudged with a resync signal after the fleet stopped progressing (should be none). */
+  nudged: string[];
 }
 
 export interface IdleResult {
@@ -88,6 +92,38 @@ function sumMatching(m: Record<string, number>, re: RegExp): number {
     .reduce((a, [, v]) => a + v, 0);
 }
 
+/** With no CR changing phase for this long, the still-pending VMs are nudged with a resync signal. */
+const FLEET_STALL_MS = 60_000;
+/** Give up after this many nudge rounds without completion. */
+const MAX_NUDGES = 3;
+
+/**
+ * Waits for the whole fleet like BenchWorld.waitPhase, but when no CR has changed for FLEET_STALL_MS,
+ * sends the pending VMs' workflows a resync signal (recorded in `nudged`) instead of waiting forever.
+ */
+async function waitFleet(
+  env: BenchEnv,
+  world: BenchWorld,
+  phase: HibernationPhase,
+  minGeneration: (pod: string) => number,
+  nudged: string[],
+): Promise<number[]> {
+  let nudges = 0;
+  for (;;) {
+    try {
+      return await world.waitPhase(world.pods, phase, FLEET_STALL_MS, minGeneration);
+    } catch (err) {
+      if (Date.now() - world.lastChangeAt < FLEET_STALL_MS) continue; // still moving
+      if (++nudges > MAX_NUDGES) throw err;
+      const pending = world.notYet(world.pods, phase, minGeneration);
+      nudged.push(...pending);
+      await pool(pending, 16, (p) =>
+        env.client.workflow.getHandle(vmWorkflowId(world.namespace, p)).signal(resyncSignal),
+      );
+    }
+  }
+}
+
 async function measurePhase(
   env: BenchEnv,
   world: BenchWorld,
@@ -103,19 +139,20 @@ async function measurePhase(
   const rss = sampleRss();
   const cpu = startCpuWindow();
   const t0 = Date.now();
+  const nudged: string[] = [];
   let doneAt: number[];
   let issueMs: number;
   if (phase === 'hibernate') {
     await world.createCRs(pods, 'Hibernate', parallel);
     issueMs = Date.now() - t0;
-    doneAt = await world.waitPhase(pods, 'Hibernated', 60 * 60_000);
+    doneAt = await waitFleet(env, world, 'Hibernated', () => 1, nudged);
   } else {
     const gens = new Map<string, number>();
     await pool(pods, parallel, async (p) => {
       gens.set(p, await world.setDesire(p, 'Wake'));
     });
     issueMs = Date.now() - t0;
-    doneAt = await world.waitPhase(pods, 'Active', 60 * 60_000, (p) => gens.get(p) ?? 1);
+    doneAt = await waitFleet(env, world, 'Active', (p) => gens.get(p) ?? 1, nudged);
   }
   const wallMs = Math.max(...doneAt) - t0;
   const cpuSeconds = cpu.stop();
@@ -142,6 +179,7 @@ async function measurePhase(
     cpuSeconds,
     kube: diffCounts(op.kubeConfig.snapshot(), kube0),
     workerMetrics: metricsDelta(met1, met0),
+    nudged,
   };
 }
 
@@ -186,7 +224,7 @@ export async function runFleet(env: BenchEnv, opts: FleetOptions): Promise<Fleet
         }
       } else {
         await world.createCRs(pods, 'Hibernate', opts.parallel ?? 32);
-        await world.waitPhase(pods, 'Hibernated', 60 * 60_000);
+        await waitFleet(env, world, 'Hibernated', () => 1, []);
         say(`fleet hibernated (unmeasured; scale not requested)`);
       }
       if (opts.idleMs > 0) {

@@ -1,35 +1,54 @@
 /**
  * Scenario 4: latency from a CocoonHibernation desire edit to the operator's first pod patch (the
- * hibernate annotation set or cleared), at low load: one edit at a time over a few VMs, each edit waiting
- * for the previous transition to reach its terminal phase. The edit time is taken just before the CR
- * merge patch is sent; the patch time when the patchPodAnnotations activity got the apiserver's answer.
+ * hibernate annotation set or cleared), at low load: one edit at a time, rotating over a few VMs; before
+ * the next edit the benchmark waits for the terminal phase and for the VM workflow to report it (its
+ * `state` query), outside the timing. The edit time is taken just before the CR merge patch is sent, the
+ * patch time when the patchPodAnnotations activity got the apiserver's answer.
+ *
+ * Then a back-to-back part: each of a few VMs gets its next edit as soon as the benchmark's watch sees
+ * the previous terminal phase (as a user script would). Edits the VM workflow never acts on are counted
+ * as lost (workflow view of the desire ≠ the API's after the stall guard), then recovered with a resync
+ * signal. This measures a race, not a latency.
  */
 import { vmWorkflowId } from '../../src/api/ids.js';
-import type { HibernationDesire } from '../../src/api/types.js';
+import type { HibernationDesire, HibernationPhase } from '../../src/api/types.js';
 import type { BenchEnv } from '../lib/env.js';
 import { terminateAll } from '../lib/history.js';
 import { type ActivityCall, startOperator } from '../lib/operator.js';
-import { percentile } from '../lib/stats.js';
-import { awaitTransition, type StallRecord } from '../lib/transition.js';
+import { percentile, pool } from '../lib/stats.js';
+import { awaitTransition, type StallRecord, workflowSettled } from '../lib/transition.js';
 import { BenchWorld } from '../lib/world.js';
+
+/** An edit not finished after this long is a stall (recorded, then nudged with a resync signal). */
+const STALL_MS = 10_000;
 
 export interface LatencyOptions {
   edits: number;
   vms: number;
+  /** Edits per VM in the back-to-back part (0 = skip it). */
+  backToBackPerVM: number;
+  backToBackVMs: number;
   latencyMs: number;
   concurrency: number;
   progress?: (msg: string) => void;
+}
+
+export interface Quantiles {
+  p50: number;
+  p95: number;
+  p99: number;
+  max: number;
 }
 
 export interface LatencyResult {
   edits: number;
   vms: number;
   latencyMs: number;
-  /** Edit → first pod patch, ms. */
-  editToPatchMs: { p50: number; p95: number; p99: number; max: number };
+  /** Edit → first pod patch, ms (edits that stalled excluded). */
+  editToPatchMs: Quantiles;
   /** Edit → terminal phase (Hibernated / Active) seen by the benchmark's watch, ms. */
-  editToDoneMs: { p50: number; p95: number; p99: number; max: number };
-  /** Edits that did not complete within STALL_MS and needed a resync signal (excluded from the quantiles). */
+  editToDoneMs: Quantiles;
+  /** Low-load edits that did not finish within STALL_MS and needed a resync signal. */
   stalls: StallRecord[];
   samples: {
     pod: string;
@@ -38,22 +57,29 @@ export interface LatencyResult {
     toDoneMs: number;
     stalled: boolean;
   }[];
+  backToBack?: { edits: number; vms: number; lost: number; slow: number; stalls: StallRecord[] };
 }
 
-/** An edit not finished after this long is a stall (recorded, then nudged with a resync signal). */
-const STALL_MS = 30_000;
-
-function quantiles(xs: number[]) {
-  return { p50: percentile(xs, 50), p95: percentile(xs, 95), p99: percentile(xs, 99), max: Math.max(...xs) };
+function quantiles(xs: number[]): Quantiles {
+  return {
+    p50: percentile(xs, 50),
+    p95: percentile(xs, 95),
+    p99: percentile(xs, 99),
+    max: xs.length ? Math.max(...xs) : Number.NaN,
+  };
 }
+
+const target = (d: HibernationDesire): HibernationPhase => (d === 'Wake' ? 'Active' : 'Hibernated');
+const flip = (d: HibernationDesire): HibernationDesire => (d === 'Hibernate' ? 'Wake' : 'Hibernate');
 
 /** Runs the edits and returns the distributions. */
 export async function runLatency(env: BenchEnv, opts: LatencyOptions): Promise<LatencyResult> {
   const world = await BenchWorld.create(env.admin, env.stack.ociRegistry, 'bench-latency', env.log);
   const ids: string[] = [];
   const patches: ActivityCall[] = [];
+  const nVMs = Math.max(opts.vms, opts.backToBackVMs);
   try {
-    const pods = await world.createPods(opts.vms, { running: true });
+    const pods = await world.createPods(nVMs, { running: true });
     ids.push(...pods.map((p) => vmWorkflowId(world.namespace, p)));
     await world.pushHibernateTags(pods);
     await world.track();
@@ -67,26 +93,28 @@ export async function runLatency(env: BenchEnv, opts: LatencyOptions): Promise<L
     });
     const samples: LatencyResult['samples'] = [];
     const stalls: StallRecord[] = [];
+    const desire = new Map<string, HibernationDesire>(pods.map((p) => [p, 'Hibernate']));
+    let backToBack: LatencyResult['backToBack'];
     try {
       await world.createCRs(pods, 'Hibernate', pods.length);
       await world.waitPhase(pods, 'Hibernated', 120_000);
-      const desire = new Map<string, HibernationDesire>(pods.map((p) => [p, 'Hibernate']));
+      for (const p of pods) await workflowSettled(env, world, p, 'Hibernated');
+      const lowLoad = pods.slice(0, opts.vms);
       for (let i = 0; i < opts.edits; i++) {
-        const pod = pods[i % pods.length]!;
-        const next: HibernationDesire = desire.get(pod) === 'Hibernate' ? 'Wake' : 'Hibernate';
+        const pod = lowLoad[i % lowLoad.length]!;
+        const next = flip(desire.get(pod)!);
         // A wake dropped the tag; the next hibernate needs the snapshot vk-cocoon would push again.
         if (next === 'Hibernate') await world.pushHibernateTag(pod);
         const seen = patches.length;
         const t0 = Date.now();
         const gen = await world.setDesire(pod, next);
-        const want = next === 'Wake' ? 'Active' : 'Hibernated';
-        const { doneAt, stall } = await awaitTransition(env, world, pod, want, gen, {
+        const { doneAt, stall } = await awaitTransition(env, world, pod, target(next), gen, {
           stallMs: STALL_MS,
           timeoutMs: 120_000,
         });
         if (stall) {
           stalls.push(stall);
-          opts.progress?.(`latency: edit ${i + 1} stalled ${STALL_MS} ms (${JSON.stringify(stall)})`);
+          opts.progress?.(`latency: edit ${i + 1} stalled (lost edit: ${stall.lostEdit})`);
         }
         const patch = patches.slice(seen).find((c) => (c.input as { pod?: string }).pod === pod);
         desire.set(pod, next);
@@ -97,7 +125,34 @@ export async function runLatency(env: BenchEnv, opts: LatencyOptions): Promise<L
           toDoneMs: doneAt - t0,
           stalled: stall !== undefined,
         });
+        await workflowSettled(env, world, pod, target(next));
         if ((i + 1) % 50 === 0) opts.progress?.(`latency: ${i + 1}/${opts.edits} edits`);
+      }
+      if (opts.backToBackPerVM > 0) {
+        const b2b: StallRecord[] = [];
+        const vms = pods.slice(0, opts.backToBackVMs);
+        await pool(vms, vms.length, async (pod) => {
+          for (let k = 0; k < opts.backToBackPerVM; k++) {
+            const next = flip(desire.get(pod)!);
+            if (next === 'Hibernate') await world.pushHibernateTag(pod);
+            const gen = await world.setDesire(pod, next);
+            const { stall } = await awaitTransition(env, world, pod, target(next), gen, {
+              stallMs: STALL_MS,
+              timeoutMs: 120_000,
+            });
+            desire.set(pod, next);
+            if (stall) b2b.push(stall);
+          }
+        });
+        const lost = b2b.filter((s) => s.lostEdit).length;
+        backToBack = {
+          edits: vms.length * opts.backToBackPerVM,
+          vms: vms.length,
+          lost,
+          slow: b2b.length - lost,
+          stalls: b2b,
+        };
+        opts.progress?.(`latency: back-to-back ${backToBack.edits} edits, ${lost} lost`);
       }
     } finally {
       await op.stop();
@@ -115,6 +170,7 @@ export async function runLatency(env: BenchEnv, opts: LatencyOptions): Promise<L
       editToDoneMs: quantiles(clean.map((s) => s.toDoneMs)),
       stalls,
       samples,
+      backToBack,
     };
   } finally {
     await terminateAll(env.client, ids);

@@ -110,12 +110,26 @@ function medianOf(rows: Breakdown[]): Breakdown {
 /** Time after completion during which late registry calls would still be counted, ms. */
 const SETTLE_MS = 1_000;
 
-/** One run: fresh namespace, pods, tags, task queue and workers; cleaned up afterwards. */
-async function seedRun(env: BenchEnv, n: number, c: number, l: number, rep: number, timeoutMs: number) {
+/**
+ * One run: fresh namespace, pods, tags, task queue and workers. The clock starts only after `previous`
+ * (the last run's cleanup, which overlaps this run's setup) has finished. Resolves with the run and its
+ * own cleanup, already started.
+ */
+async function seedRun(
+  env: BenchEnv,
+  n: number,
+  c: number,
+  l: number,
+  rep: number,
+  timeoutMs: number,
+  previous: Promise<void>,
+): Promise<{ run: SeedRun; cleanup: Promise<void> }> {
   const tSetup = Date.now();
   const phases: Record<string, number> = {};
   const world = await BenchWorld.create(env.admin, env.stack.ociRegistry, 'bench-seed', env.log);
   const ids: string[] = [];
+  let run: SeedRun | undefined;
+  let failure: unknown;
   try {
     const pods = await world.createPods(n);
     ids.push(...pods.map((p) => vmWorkflowId(world.namespace, p)));
@@ -125,6 +139,9 @@ async function seedRun(env: BenchEnv, n: number, c: number, l: number, rep: numb
     const tOp = Date.now();
     const op = await startOperator(env, { namespace: world.namespace, concurrency: c, latencyMs: l });
     phases.operatorStart = Date.now() - tOp;
+    const tPrev = Date.now();
+    await previous;
+    phases.previousCleanupWait = Date.now() - tPrev;
     try {
       const kubeBefore = op.kubeConfig.snapshot();
       const cpu = startCpuWindow();
@@ -153,7 +170,7 @@ async function seedRun(env: BenchEnv, n: number, c: number, l: number, rep: numb
       const mix: Record<string, number> = {};
       for (const tl of timelines)
         for (const [k, v] of Object.entries(tl.activities)) mix[k] = (mix[k] ?? 0) + v / timelines.length;
-      const run: SeedRun = {
+      run = {
         concurrency: c,
         latencyMs: l,
         rep,
@@ -175,19 +192,25 @@ async function seedRun(env: BenchEnv, n: number, c: number, l: number, rep: numb
         },
         activityMix: mix,
       };
-      return run;
     } finally {
       const tStop = Date.now();
       await op.stop();
       phases.operatorStop = Date.now() - tStop;
     }
-  } finally {
+  } catch (err) {
+    failure = err;
+  }
+  const cleanup = (async () => {
     const tClean = Date.now();
     await terminateAll(env.client, ids);
     await world.cleanup();
     phases.cleanup = Date.now() - tClean;
-    env.log.info({ phases }, 'seed run phases (ms)');
+  })().catch((err) => env.log.warn({ err: String(err) }, 'seed cleanup failed'));
+  if (failure !== undefined || !run) {
+    await cleanup;
+    throw failure ?? new Error('seed run produced no result');
   }
+  return { run, cleanup };
 }
 
 /** Runs the matrix (repetitions outermost, so slow drift of the machine spreads over all cells). */
@@ -195,12 +218,24 @@ export async function runSeed(env: BenchEnv, opts: SeedOptions): Promise<SeedRes
   const runs: SeedRun[] = [];
   const timeoutMs = opts.timeoutMs ?? 120_000;
   // One small unrecorded run first, so the first recorded cell does not pay JIT and connection warm-up.
-  const warm = await seedRun(env, Math.min(4, opts.n), 4, opts.latencies[0] ?? 5, -1, timeoutMs);
-  opts.progress?.(`seed warm-up (N=${Math.min(4, opts.n)}, not recorded): wall ${warm.wallMs.toFixed(0)} ms`);
+  const warm = await seedRun(
+    env,
+    Math.min(4, opts.n),
+    4,
+    opts.latencies[0] ?? 5,
+    -1,
+    timeoutMs,
+    Promise.resolve(),
+  );
+  let pending = warm.cleanup;
+  opts.progress?.(
+    `seed warm-up (N=${Math.min(4, opts.n)}, not recorded): wall ${warm.run.wallMs.toFixed(0)} ms`,
+  );
   for (let rep = 0; rep < opts.reps; rep++) {
     for (const l of opts.latencies) {
       for (const c of opts.concurrencies) {
-        const r = await seedRun(env, opts.n, c, l, rep, timeoutMs);
+        const { run: r, cleanup } = await seedRun(env, opts.n, c, l, rep, timeoutMs, pending);
+        pending = cleanup;
         runs.push(r);
         opts.progress?.(
           `seed rep ${rep + 1}/${opts.reps} L=${l}ms C=${c}: wall ${r.wallMs.toFixed(0)} ms, HEAD ${r.registryAfterSettle.HEAD ?? 0}`,
@@ -208,6 +243,7 @@ export async function runSeed(env: BenchEnv, opts: SeedOptions): Promise<SeedRes
       }
     }
   }
+  await pending;
   const cells: SeedCell[] = [];
   for (const l of opts.latencies) {
     const base = median(runs.filter((r) => r.latencyMs === l && r.concurrency === 1).map((r) => r.wallMs));
