@@ -5,11 +5,23 @@
  * the operator gracefully; the stack keeps running, `npm run stack -- down` stops it).
  */
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
-import { existsSync } from 'node:fs';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+
+/** Pushes every `image:` named in the sample manifests to the stack's registry as a simulator base image. */
+async function seedSampleImages(dir: string, registry: string): Promise<void> {
+  if (!registry) return;
+  const { pushBaseImage } = await import('../test/vksim/oci.js');
+  const images = new Set<string>();
+  for (const f of readdirSync(dir).filter((n) => n.endsWith('.yaml'))) {
+    for (const m of readFileSync(join(dir, f), 'utf8').matchAll(/^\s*image:\s*(\S+)\s*$/gm))
+      images.add(m[1]!);
+  }
+  for (const image of images) await pushBaseImage(registry, image);
+}
 
 /**
  * The environment after evaluating `npm run -s stack -- env` in bash (its lines are shell `export`s,
@@ -73,8 +85,13 @@ async function main(): Promise<void> {
   if (!stopping && operator.exitCode === null) {
     // The stack has applied the CRDs already.
     step('applying config/samples/');
-    if (existsSync(join(ROOT, 'config', 'samples')))
-      kubectl(env, ['apply', '-k', join(ROOT, 'config', 'samples')]);
+    const samples = join(ROOT, 'config', 'samples');
+    if (existsSync(samples)) {
+      // Clone-mode VMs clone from a base image in the registry, as with the real vk-cocoon: seed the images
+      // the samples name (idempotent), or the sample CocoonSet's pods fail with "image … not found".
+      await seedSampleImages(samples, env.OCI_REGISTRY ?? '');
+      kubectl(env, ['apply', '-k', samples]);
+    }
     console.log(`
 cocoon-operator is running against the local stack.
   Temporal UI   http://127.0.0.1:8233

@@ -139,3 +139,24 @@ export async function skipUntil(
   }
   return skipped;
 }
+
+/**
+ * Like `eventually`, but when the condition stalls for `realMs` it advances the time-skipping server by
+ * `stepMs` (up to `maxSkipMs`), letting durable timers — the workflow's slow fallback re-read — fire. For
+ * waits where the test server itself can drop a signal (its signal-with-start racing a continue-as-new is
+ * not atomic, sdk-java#1538) and the product's designed recovery is that fallback.
+ */
+export async function eventuallyOrFallback(
+  env: { sleep(ms: number): Promise<void> },
+  what: string,
+  check: () => boolean,
+  { realMs = 5_000, stepMs = 20_000, maxSkipMs = 180_000 } = {},
+): Promise<void> {
+  for (let skipped = 0; ; skipped += stepMs) {
+    const deadline = Date.now() + realMs;
+    while (!check() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
+    if (check()) return;
+    if (skipped >= maxSkipMs) throw new Error(`timed out waiting for ${what} (skipped ${skipped} ms)`);
+    await env.sleep(stepMs);
+  }
+}

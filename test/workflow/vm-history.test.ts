@@ -8,7 +8,7 @@ import { Worker } from '@temporalio/worker';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Annotations } from '../../src/api/keys.js';
 import type { FakeWorld } from './fake-world.js';
-import { createEnv, eventually, withWorld, workflowBundle } from './harness.js';
+import { createEnv, eventually, eventuallyOrFallback, withWorld, workflowBundle } from './harness.js';
 
 const NS = 'ns';
 const VM = 'vk-ns-demo-0';
@@ -23,6 +23,7 @@ afterEach(async () => {
 
 /** One hibernate + wake cycle, playing vk-cocoon's part by hand. */
 async function cycle(world: FakeWorld): Promise<void> {
+  const eventually = (what: string, check: () => boolean) => eventuallyOrFallback(env, what, check);
   await world.putCR({ ...world.cr(NS, 'hib')!, desire: 'Hibernate' });
   await eventually(
     'Hibernating',
