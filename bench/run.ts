@@ -134,6 +134,7 @@ async function main(): Promise<void> {
   } finally {
     await env.close();
     (result.machine as Record<string, unknown>).loadavgAtEnd = loadavg();
+    result.temporalSdkWarnings = Object.fromEntries(env.sdkWarnings);
     result.finishedAt = new Date().toISOString();
     save();
   }
@@ -142,6 +143,10 @@ async function main(): Promise<void> {
   if (result.fleet) printFleet(result.fleet as Parameters<typeof printFleet>[0]);
   if (result.latency) printLatency(result.latency as Parameters<typeof printLatency>[0]);
   if (result.history) printHistory(result.history as Parameters<typeof printHistory>[0]);
+  if (env.sdkWarnings.size) {
+    process.stdout.write('\nTemporal SDK warnings during the run (count, message):\n');
+    for (const [msg, n] of env.sdkWarnings) process.stdout.write(`- ${n} × ${msg}\n`);
+  }
   log(`results written to ${out}`);
 }
 

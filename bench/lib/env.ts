@@ -15,6 +15,7 @@ import { type StackEnv, stackEnv } from '../../test/e2e/stack-harness.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
+/** Shared handles of one benchmark process (see the module comment). */
 export interface BenchEnv {
   stack: StackEnv;
   /** Admin clients for setup/teardown and completion tracking (not counted as operator traffic). */
@@ -25,6 +26,8 @@ export interface BenchEnv {
   workflowBundle: { code: string };
   /** `host:port` of the worker runtime's Prometheus endpoint. */
   metricsAddr: string;
+  /** Warnings (and errors) the Temporal runtime logged, counted by message; printed once at the end. */
+  sdkWarnings: Map<string, number>;
   log: Logger;
   close(): Promise<void>;
 }
@@ -47,8 +50,15 @@ function freePort(): Promise<number> {
 export async function openBenchEnv(): Promise<BenchEnv> {
   const stack = await stackEnv();
   const metricsAddr = `127.0.0.1:${await freePort()}`;
+  const sdkWarnings = new Map<string, number>();
+  // Overload shows up as SDK warnings (activity timeouts, slow workflow tasks): count them instead of
+  // flooding the terminal, and report the counts with the results.
+  const countingLogger = new DefaultLogger('WARN', (entry) => {
+    const key = `${entry.level} ${entry.message.replace(/^\S+:\d+:\d+ /, '')}`.slice(0, 160);
+    sdkWarnings.set(key, (sdkWarnings.get(key) ?? 0) + 1);
+  });
   Runtime.install({
-    logger: new DefaultLogger('WARN'),
+    logger: countingLogger,
     telemetryOptions: {
       logging: { filter: { core: 'WARN', other: 'WARN' }, forward: {} },
       metrics: { prometheus: { bindAddress: metricsAddr } },
@@ -70,6 +80,7 @@ export async function openBenchEnv(): Promise<BenchEnv> {
     client,
     workflowBundle: { code },
     metricsAddr,
+    sdkWarnings,
     log,
     async close() {
       await connection.close().catch(() => undefined);

@@ -29,6 +29,7 @@ export interface ActivityCall {
   ok: boolean;
 }
 
+/** What varies per run: the watched namespace, the registry concurrency and latency, the timing hook. */
 export interface OperatorOptions {
   /** Kubernetes namespace the watcher is scoped to. */
   namespace: string;
@@ -42,6 +43,7 @@ export interface OperatorOptions {
   onActivity?: (call: ActivityCall) => void;
 }
 
+/** A started in-process operator and the counters the scenarios read. */
 export interface RunningOperator {
   taskQueue: string;
   proxy: RegistryProxy;

@@ -11,6 +11,7 @@ const CLOCK_TICKS_PER_S = 100;
 
 /** Stack components whose CPU the benchmarks report. */
 export const STACK_COMPONENTS = ['temporal', 'kube-apiserver', 'etcd', 'registry', 'vksim'] as const;
+/** Name of a stack component whose CPU is read. */
 export type StackComponent = (typeof STACK_COMPONENTS)[number];
 
 /** User + system CPU seconds of one pid (its exited, waited-for children included), or NaN. */

@@ -21,6 +21,7 @@ import { type CpuWindow, sampleRss, startCpuWindow } from '../lib/procstat.js';
 import { pool } from '../lib/stats.js';
 import { BenchWorld } from '../lib/world.js';
 
+/** Size and knobs of the fleet, and which of its measurements to take. */
 export interface FleetOptions {
   n: number;
   latencyMs: number;
@@ -36,6 +37,7 @@ export interface FleetOptions {
   progress?: (msg: string) => void;
 }
 
+/** Figures of one scale phase (all N hibernates, or all N wakes). */
 export interface ScalePhase {
   phase: 'hibernate' | 'wake';
   wallMs: number;
@@ -54,6 +56,7 @@ export interface ScalePhase {
   nudged: string[];
 }
 
+/** Figures of the idle window; `perMinute` scales the window counts to one minute. */
 export interface IdleResult {
   windowMs: number;
   vms: number;
@@ -73,6 +76,7 @@ export interface IdleResult {
   cpuSeconds: CpuWindow;
 }
 
+/** Everything the fleet scenario measured (absent parts were not requested). */
 export interface FleetResult {
   n: number;
   latencyMs: number;

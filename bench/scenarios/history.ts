@@ -21,6 +21,7 @@ export const TEMPORAL_HISTORY_WARN = { events: 10_240, bytes: 10 * 2 ** 20 } as 
 /** A transition not finished after this long is a stall (recorded, then nudged with a resync signal). */
 const STALL_MS = 10_000;
 
+/** Cycles to drive, and the registry latency and concurrency of the run. */
 export interface HistoryOptions {
   cycles: number;
   latencyMs: number;
@@ -28,6 +29,7 @@ export interface HistoryOptions {
   progress?: (msg: string) => void;
 }
 
+/** History figures of the driven VM (event counts are Temporal history events). */
 export interface HistoryResult {
   cyclesRequested: number;
   cyclesDone: number;

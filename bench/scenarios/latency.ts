@@ -22,6 +22,7 @@ import { BenchWorld } from '../lib/world.js';
 /** An edit not finished after this long is a stall (recorded, then nudged with a resync signal). */
 const STALL_MS = 10_000;
 
+/** Edit counts, VM counts, registry latency and concurrency of the run. */
 export interface LatencyOptions {
   edits: number;
   vms: number;
@@ -33,6 +34,7 @@ export interface LatencyOptions {
   progress?: (msg: string) => void;
 }
 
+/** Nearest-rank percentiles and maximum, ms. */
 export interface Quantiles {
   p50: number;
   p95: number;
@@ -40,6 +42,7 @@ export interface Quantiles {
   max: number;
 }
 
+/** Latency distributions, stalls and the back-to-back race count. */
 export interface LatencyResult {
   edits: number;
   vms: number;

@@ -14,6 +14,7 @@ import { type CpuWindow, startCpuWindow } from '../lib/procstat.js';
 import { median, pool, type Summary, summarize } from '../lib/stats.js';
 import { BenchWorld } from '../lib/world.js';
 
+/** The matrix: N, the concurrencies C, the latencies L (ms), repetitions. */
 export interface SeedOptions {
   n: number;
   concurrencies: number[];
@@ -40,6 +41,7 @@ export interface Breakdown {
   total: number;
 }
 
+/** Figures of one run (one L, one C, one repetition). */
 export interface SeedRun {
   concurrency: number;
   latencyMs: number;
@@ -66,6 +68,7 @@ export interface SeedRun {
   activityMix: Record<string, number>;
 }
 
+/** Figures of one (L, C) cell over its repetitions. */
 export interface SeedCell {
   concurrency: number;
   latencyMs: number;
@@ -86,6 +89,7 @@ export interface SeedCell {
   medianBreakdown: Breakdown;
 }
 
+/** Every run and the per-cell summary. */
 export interface SeedResult {
   n: number;
   runs: SeedRun[];
