@@ -1,7 +1,7 @@
 /**
  * What every benchmark scenario shares: the local stack's endpoints (checked up once), the Temporal
  * runtime (installed once per process, with a Prometheus endpoint so worker task counts can be read),
- * one connection and client, the workflow bundle (built once from src/workflows), and uncounted admin
+ * one connection and client, the workflow bundle (chosen as src/worker.ts does), and uncounted admin
  * Kubernetes clients for the benchmark's own setup and observation.
  */
 import { createServer } from 'node:net';
@@ -11,6 +11,7 @@ import { Client, Connection } from '@temporalio/client';
 import { bundleWorkflowCode, DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
 import pino, { type Logger } from 'pino';
 import { type KubeClients, loadKubeConfig, makeKubeClients } from '../../src/kube/client.js';
+import { workflowSource } from '../../src/worker.js';
 import { type StackEnv, stackEnv } from '../../test/e2e/stack-harness.js';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
@@ -23,7 +24,8 @@ export interface BenchEnv {
   connection: NativeConnection;
   clientConnection: Connection;
   client: Client;
-  workflowBundle: { code: string };
+  /** The prebuilt dist/workflow-bundle.js when it is not older than src/ (as src/worker.ts decides), else a fresh bundle. */
+  workflowBundle: { code: string } | { codePath: string };
   /** `host:port` of the worker runtime's Prometheus endpoint. */
   metricsAddr: string;
   /** Warnings (and errors) the Temporal runtime logged, counted by message; printed once at the end. */
@@ -67,10 +69,18 @@ export async function openBenchEnv(): Promise<BenchEnv> {
   const connection = await NativeConnection.connect({ address: stack.temporalAddress });
   const clientConnection = await Connection.connect({ address: stack.temporalAddress });
   const client = new Client({ connection: clientConnection, namespace: stack.temporalNamespace });
-  const { code } = await bundleWorkflowCode({
-    workflowsPath: join(ROOT, 'src', 'workflows', 'index.ts'),
-    logger: new DefaultLogger('WARN'),
-  });
+  const source = workflowSource(ROOT);
+  const workflowBundle =
+    source.workflowBundle && 'codePath' in source.workflowBundle && source.workflowBundle.codePath
+      ? { codePath: source.workflowBundle.codePath }
+      : {
+          code: (
+            await bundleWorkflowCode({
+              workflowsPath: join(ROOT, 'src', 'workflows', 'index.ts'),
+              logger: new DefaultLogger('WARN'),
+            })
+          ).code,
+        };
   const log = pino({ level: process.env.BENCH_LOG_LEVEL ?? 'warn' });
   return {
     stack,
@@ -78,7 +88,7 @@ export async function openBenchEnv(): Promise<BenchEnv> {
     connection,
     clientConnection,
     client,
-    workflowBundle: { code },
+    workflowBundle,
     metricsAddr,
     sdkWarnings,
     log,

@@ -112,7 +112,7 @@ function medianOf(rows: Breakdown[]): Breakdown {
 }
 
 /** Time after completion during which late registry calls would still be counted, ms. */
-const SETTLE_MS = 1_000;
+const SETTLE_MS = 500;
 
 /**
  * One run: fresh namespace, pods, tags, task queue and workers. The clock starts only after `previous`
@@ -135,14 +135,28 @@ async function seedRun(
   let run: SeedRun | undefined;
   let failure: unknown;
   try {
-    const pods = await world.createPods(n);
-    ids.push(...pods.map((p) => vmWorkflowId(world.namespace, p)));
-    await world.pushHibernateTags(pods);
-    await world.track();
-    phases.world = Date.now() - tSetup;
-    const tOp = Date.now();
-    const op = await startOperator(env, { namespace: world.namespace, concurrency: c, latencyMs: l });
-    phases.operatorStart = Date.now() - tOp;
+    ids.push(...Array.from({ length: n }, (_, i) => vmWorkflowId(world.namespace, BenchWorld.podName(i))));
+    // The world (pods, tags, tracker) and the operator (workers, watcher) are set up side by side.
+    const [worldSetup, opStart] = await Promise.allSettled([
+      (async () => {
+        const created = await world.createPods(n);
+        await world.pushHibernateTags(created);
+        await world.track();
+        phases.world = Date.now() - tSetup;
+        return created;
+      })(),
+      startOperator(env, { namespace: world.namespace, concurrency: c, latencyMs: l }).then((o) => {
+        phases.operatorStart = Date.now() - tSetup;
+        return o;
+      }),
+    ]);
+    if (opStart.status === 'rejected') throw opStart.reason;
+    const op = opStart.value;
+    if (worldSetup.status === 'rejected') {
+      await op.stop();
+      throw worldSetup.reason;
+    }
+    const pods = worldSetup.value;
     const tPrev = Date.now();
     await previous;
     phases.previousCleanupWait = Date.now() - tPrev;
@@ -155,8 +169,9 @@ async function seedRun(
       const wallMs = Math.max(...doneAt) - t0;
       const cpuSeconds = cpu.stop();
       const registryAtDone = Object.fromEntries(op.proxy.counts);
+      const settledAt = Date.now() + SETTLE_MS;
       const timelines = await pool(ids, 8, (id) => runTimeline(env.client, id));
-      await new Promise((r) => setTimeout(r, SETTLE_MS));
+      await new Promise((r) => setTimeout(r, Math.max(0, settledAt - Date.now())));
       const registryAfterSettle = Object.fromEntries(op.proxy.counts);
       const kube = diffCounts(op.kubeConfig.snapshot(), kubeBefore);
       const rows: Breakdown[] = timelines.map((tl, i) => {
