@@ -55,7 +55,9 @@ export function printSeed(r: SeedResult): void {
       ]),
     ),
   );
-  write('\nideal = ceil(N/C)·L·probes per transition (HEADs counted at the proxy 0.5 s after the last completion).');
+  write(
+    '\nideal = ceil(N/C)·L·probes per transition (HEADs counted at the proxy 0.5 s after the last completion).',
+  );
   write(
     '\nWhere one transition’s time went (medians over VMs, then over repetitions; ms), and CPU per transition:\n',
   );
