@@ -418,6 +418,9 @@ function track(state: VMState, obs: HibernationObservation): TrackedCR | undefin
     delete state.crs[obs.name];
     return undefined;
   }
+  // An activity's response can be older than a watch event that arrived in the same workflow task (e.g. a
+  // desire edit right after our own status patch): never let it overwrite the newer observation.
+  if (cur && cur.uid === obs.uid && olderThan(obs.resourceVersion, cur.resourceVersion)) return cur;
   const next: TrackedCR = {
     ...obs,
     failures: cur?.failures,
@@ -443,8 +446,9 @@ async function patchHibernate(state: VMState, value: 'true' | null): Promise<Pod
     uid: pod.uid,
     annotations: { [Annotations.hibernate]: value },
   });
-  state.podObs = updated;
-  return updated;
+  // Same rule for the pod: a newer watch event wins over our own patch's response.
+  if (!olderThan(updated.resourceVersion, state.podObs?.resourceVersion)) state.podObs = updated;
+  return state.podObs ?? updated;
 }
 
 function eventBase(cr: TrackedCR): Pick<EventInput, 'namespace' | 'involved'> {
