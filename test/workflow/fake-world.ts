@@ -53,6 +53,8 @@ export class FakeWorld {
   private uidSeq = 0;
   client?: WorkflowClient;
   taskQueue = '';
+  /** Runs once inside the next CR status patch, before its (then older) response is returned. */
+  duringStatusPatch?: (patched: HibernationObservation) => Promise<void>;
   /** Extra fields of the VM workflow's start argument (e.g. historyLimit). */
   startExtra: Record<string, unknown> = {};
   /** Workflow ids this world signalled (terminated when the test ends). */
@@ -288,6 +290,11 @@ export class FakeWorld {
         };
         const next = { ...cur, status, resourceVersion: this.nextRV() };
         this.crs.set(`${namespace}/${name}`, next);
+        // A change someone else makes while this response is on its way (its watch event reaches the
+        // workflow before the response does, carrying a newer resourceVersion).
+        const hook = this.duringStatusPatch;
+        this.duringStatusPatch = undefined;
+        if (hook) await hook(next);
         return next;
       },
       emitEvent: async (input) => {

@@ -348,6 +348,28 @@ describe('VM workflow: CocoonHibernation reconcile', { retry: 1 }, () => {
     });
   });
 
+  it('a desire edit that overtakes the response of its own status patch is not lost (benchmark finding)', async () => {
+    await withWorld(env, async (world) => {
+      world.tags.add(`${VM}:hibernate`);
+      await world.putPod(NS, 'demo-0', {
+        annotations: podAnnotations({
+          [Annotations.hibernate]: 'true',
+          [Annotations.lifecycleState]: 'hibernated',
+        }),
+      });
+      // While the workflow's Hibernated status patch is in flight, the user flips the desire to Wake.
+      world.duringStatusPatch = async (patched) => {
+        await world.putCR({ ...patched, desire: 'Wake' });
+      };
+      await hibernateCR(world);
+      await eventually(
+        'the Wake edit acted on',
+        () => world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate] === undefined,
+      );
+      await eventually('Waking', () => phase(world) === 'Waking');
+    });
+  });
+
   it('keeps the tag while another live CR holds the VM; the last holder drops it (tests 16, 17)', async () => {
     await withWorld(env, async (world) => {
       world.tags.add(`${VM}:hibernate`);
