@@ -21,13 +21,12 @@ import {
   log,
   proxyActivities,
   setHandler,
-  upsertSearchAttributes,
   workflowInfo,
 } from '@temporalio/workflow';
 import type { CocoonSetActivities } from '../activities/cocoonset.js';
 import type { RegistryActivities } from '../activities/registry.js';
 import { taskQueues } from '../api/ids.js';
-import { Annotations, Finalizers, SearchAttributes, Tags } from '../api/keys.js';
+import { Annotations, Finalizers, Tags } from '../api/keys.js';
 import { extractAgentSlot, vmNameOf } from '../api/pod.js';
 import type { CocoonSet } from '../api/types.js';
 import { classifyPods, isControlledBy, ownedPods } from '../cocoonset/classify.js';
@@ -42,6 +41,7 @@ import {
 } from '../cocoonset/plan.js';
 import type { CocoonSetObservation, OwnedPodObservation } from '../watcher/cocoonset-signals.js';
 import { cocoonSetObservedSignal, ownedPodObservedSignal } from '../watcher/cocoonset-signals.js';
+import { publishSearchAttributes } from './search-attributes.js';
 
 /** Start argument. `carried` is the state handed over by continue-as-new. */
 export interface CocoonSetWorkflowInput {
@@ -150,7 +150,7 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
       dirty = false;
       state.nextPassAt = undefined;
       const gone = await runPass(state, input, registry);
-      publishSearchAttributes(state);
+      publish(state);
       if (gone) {
         await condition(allHandlersFinished);
         if (!dirty) return; // the CocoonSet is gone
@@ -464,17 +464,13 @@ function rollUp(
   if (main && vmNameOf(main) !== '') state.mainVM = vmNameOf(main);
 }
 
-function publishSearchAttributes(state: CocoonSetState): void {
-  const attrs = {
-    [SearchAttributes.namespace]: [state.namespace],
-    [SearchAttributes.vmName]: [state.mainVM ?? ''],
-    [SearchAttributes.phase]: [state.phase || 'Pending'],
-    [SearchAttributes.kind]: ['CocoonSet'],
-  };
-  const key = JSON.stringify(attrs);
-  if (key === state.published) return;
-  state.published = key;
-  upsertSearchAttributes(attrs);
+function publish(state: CocoonSetState): void {
+  publishSearchAttributes(state, {
+    namespace: state.namespace,
+    vmName: state.mainVM ?? '',
+    phase: state.phase || 'Pending',
+    kind: 'CocoonSet',
+  });
 }
 
 /** The `state` query. */

@@ -18,13 +18,12 @@ import {
   log,
   proxyActivities,
   setHandler,
-  upsertSearchAttributes,
   workflowInfo,
 } from '@temporalio/workflow';
 import type { EventInput, KubeActivities } from '../activities/kube.js';
 import type { RegistryActivities } from '../activities/registry.js';
 import { taskQueues } from '../api/ids.js';
-import { Annotations, EventReasons, Finalizers, SearchAttributes, Tags } from '../api/keys.js';
+import { Annotations, EventReasons, Finalizers, Tags } from '../api/keys.js';
 import type { HibernationObservation, PodObservation } from '../api/observe.js';
 import type { HibernationPhase } from '../api/types.js';
 import {
@@ -55,6 +54,7 @@ import {
   type VMWorkflowInput,
   vmStateQuery,
 } from './messages.js';
+import { publishSearchAttributes } from './search-attributes.js';
 
 /** Re-read the world this often while a transition is in flight, in case a watch event was missed. */
 const FALLBACK_RESYNC_MS = 60_000;
@@ -191,7 +191,7 @@ export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
       dirty = false;
       await reconcileAll(state, registry);
     }
-    publishSearchAttributes(state);
+    publish(state);
     if (Object.keys(state.crs).length === 0 && !state.needResync) {
       await condition(allHandlersFinished);
       if (!dirty) return; // no CocoonHibernation targets this pod any more
@@ -509,6 +509,23 @@ function steady(cr: TrackedCR, phase: HibernationPhase, vmName: string): boolean
   );
 }
 
+/**
+ * A transition past its deadline (spec §3.1 step 4, §3.2 step 4): the timeout announcement (event +
+ * histogram), then Failed with the attempt's start kept as lastTransitionTime; the retry comes
+ * FAILED_RETRY_MS later (or at once on a spec edit).
+ */
+async function failAtDeadline(
+  state: VMState,
+  cr: TrackedCR,
+  kind: 'hibernate' | 'wake',
+  reason: string,
+  messages: { event: string; status: string },
+): Promise<void> {
+  await announce(cr, kind, 'timeout', reason, 'Warning', messages.event);
+  const failed = await writeStatus(state, cr, markFailedPatch(cr, messages.status, Date.now()));
+  failed.retryAt = Date.now() + FAILED_RETRY_MS;
+}
+
 /** HIBERNATE path (spec §3.1). */
 async function hibernatePath(
   state: VMState,
@@ -516,7 +533,7 @@ async function hibernatePath(
   vmName: string,
   registry: RegistryActivities,
 ): Promise<void> {
-  let cr = state.crs[name]!;
+  const cr = state.crs[name]!;
   if (cr.status?.phase === 'Failed' && (cr.retryAt ?? 0) > Date.now()) return; // waiting out FAILED_RETRY_MS
   await retryRequested(cr, 'Hibernate');
   const pod = hibernateAnnotated(state.podObs!) ? state.podObs! : await patchHibernate(state, 'true');
@@ -549,20 +566,10 @@ async function hibernatePath(
   }
   if (deadlineExceeded(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS, Date.now())) {
     const limit = goDuration(HIBERNATE_TIMEOUT_MS);
-    await announce(
-      cr,
-      'hibernate',
-      'timeout',
-      EventReasons.hibernateTimedOut,
-      'Warning',
-      `snapshot ${vmName} not confirmed in the registry within ${limit}`,
-    );
-    cr = await writeStatus(
-      state,
-      cr,
-      markFailedPatch(cr, `hibernate not confirmed within ${limit}`, Date.now()),
-    );
-    cr.retryAt = Date.now() + FAILED_RETRY_MS;
+    await failAtDeadline(state, cr, 'hibernate', EventReasons.hibernateTimedOut, {
+      event: `snapshot ${vmName} not confirmed in the registry within ${limit}`,
+      status: `hibernate not confirmed within ${limit}`,
+    });
     return;
   }
   await writeStatus(state, cr, setPhasePatch(cr, 'Hibernating', vmName, Date.now()));
@@ -575,7 +582,7 @@ async function wakePath(
   vmName: string,
   registry: RegistryActivities,
 ): Promise<void> {
-  let cr = state.crs[name]!;
+  const cr = state.crs[name]!;
   if (cr.status?.phase === 'Failed' && (cr.retryAt ?? 0) > Date.now()) return; // waiting out FAILED_RETRY_MS
   await retryRequested(cr, 'Wake');
   const pod = hibernateAnnotated(state.podObs!) ? await patchHibernate(state, null) : state.podObs!;
@@ -600,24 +607,10 @@ async function wakePath(
   }
   if (deadlineExceeded(cr.status, 'Waking', WAKE_TIMEOUT_MS, Date.now())) {
     const limit = goDuration(WAKE_TIMEOUT_MS);
-    await announce(
-      cr,
-      'wake',
-      'timeout',
-      EventReasons.wakeTimedOut,
-      'Warning',
-      `vk-cocoon did not report the container running within ${limit}`,
-    );
-    cr = await writeStatus(
-      state,
-      cr,
-      markFailedPatch(
-        cr,
-        `wake timed out after ${limit}; vk-cocoon never reported the container running`,
-        Date.now(),
-      ),
-    );
-    cr.retryAt = Date.now() + FAILED_RETRY_MS;
+    await failAtDeadline(state, cr, 'wake', EventReasons.wakeTimedOut, {
+      event: `vk-cocoon did not report the container running within ${limit}`,
+      status: `wake timed out after ${limit}; vk-cocoon never reported the container running`,
+    });
     return;
   }
   await writeStatus(state, cr, setPhasePatch(cr, 'Waking', vmName, Date.now()));
@@ -669,19 +662,14 @@ async function deletionFlow(state: VMState, cr: TrackedCR, registry: RegistryAct
   delete state.crs[cr.name];
 }
 
-function publishSearchAttributes(state: VMState): void {
+function publish(state: VMState): void {
   const holder = holderOf(state);
-  const phase = holder?.cr.status?.phase || (Object.keys(state.crs).length ? 'Pending' : 'Idle');
-  const attrs = {
-    [SearchAttributes.namespace]: [state.namespace],
-    [SearchAttributes.vmName]: [state.vmName ?? state.podObs?.annotations?.[Annotations.vmName] ?? ''],
-    [SearchAttributes.phase]: [phase],
-    [SearchAttributes.kind]: ['VM'],
-  };
-  const key = JSON.stringify(attrs);
-  if (key === state.published) return;
-  state.published = key;
-  upsertSearchAttributes(attrs);
+  publishSearchAttributes(state, {
+    namespace: state.namespace,
+    vmName: state.vmName ?? state.podObs?.annotations?.[Annotations.vmName] ?? '',
+    phase: holder?.cr.status?.phase || (Object.keys(state.crs).length ? 'Pending' : 'Idle'),
+    kind: 'VM',
+  });
 }
 
 /** The `state` query: what the workflow knows, per CR, in a readable shape. */
