@@ -91,6 +91,13 @@ export const CONDITION_CONFLICT = 'DesireConflict';
 
 export const EVENT_SOURCE = 'cocoon-operator';
 
+/**
+ * Operator-local annotation on the Events the CocoonSet path folds (src/activities/cocoonset.ts): a JSON
+ * array of the last emit keys counted into the Event, so a retried activity never counts twice. Not part
+ * of the wire contract with other components.
+ */
+export const EVENT_KEYS_ANNOTATION = 'cocoon-operator.cocoonstack.io/event-keys';
+
 /** Event reasons (spec/operator-shell.md §6). */
 export const EventReasons = {
   hibernated: 'Hibernated',

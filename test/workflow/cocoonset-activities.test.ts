@@ -2,13 +2,14 @@
  * The CocoonSet activities (src/activities/cocoonset.ts) against the local stack's real kube-apiserver:
  * the expected answers each planner action relies on (create → alreadyExists, delete → notFound, merge
  * patches with null deleting a key, the finalizer update, the /status subresource, the label-selected read,
- * keyed Events). Needs `npm run stack -- up` (npm test brings it up).
+ * Events folded like client-go's recorder, once per key). Needs `npm run stack -- up` (npm test brings it up).
  */
 import { ApplicationFailure } from '@temporalio/common';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { createCocoonSetActivities } from '../../src/activities/cocoonset.js';
+import { createCocoonSetActivities, EVENT_FOLD_WINDOW_MS } from '../../src/activities/cocoonset.js';
 import {
   Annotations,
+  EVENT_SOURCE,
   EventReasons,
   Finalizers,
   GROUP,
@@ -17,7 +18,7 @@ import {
 } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { buildAgentPod } from '../../src/cocoonset/pods.js';
-import type { KubeClients } from '../../src/kube/client.js';
+import { type KubeClients, mergePatch } from '../../src/kube/client.js';
 import { kubeClients, stackEnv } from '../e2e/stack-harness.js';
 import { IMAGE } from '../unit/cocoonset-fixtures.js';
 
@@ -144,6 +145,70 @@ describe('CocoonSet activities on a real apiserver', () => {
     world = await acts.cocoonSetReadWorld({ namespace: NS, name: 'demo' });
     expect(world.cs?.metadata.finalizers ?? []).toEqual([]);
     expect(await acts.cocoonSetListHibernations({ namespace: NS })).toEqual([]);
+  });
+
+  it('folds a repeated Event like the event recorder: one Event whose count grows, once per key', async () => {
+    const lifecycleFailed = (key: string, message = 'main pod ns/demo-0: push failed') =>
+      acts.cocoonSetEmitEvent({
+        namespace: NS,
+        name: 'demo',
+        uid: cs.metadata.uid,
+        type: 'Warning',
+        reason: EventReasons.podLifecycleFailed,
+        message,
+        key,
+      });
+    const ours = async () =>
+      (
+        await kube.core.listNamespacedEvent({
+          namespace: NS,
+          fieldSelector: `reason=${EventReasons.podLifecycleFailed}`,
+        })
+      ).items;
+
+    // Three passes observing the same failed main: one Event, count 3 (was: three Events of count 1).
+    await lifecycleFailed('pass-1');
+    const [first] = await ours();
+    await lifecycleFailed('pass-2');
+    await lifecycleFailed('pass-3');
+    let events = await ours();
+    expect(events).toHaveLength(1);
+    expect(events[0]).toMatchObject({
+      type: 'Warning',
+      message: 'main pod ns/demo-0: push failed',
+      count: 3,
+      source: { component: EVENT_SOURCE },
+      involvedObject: { kind: 'CocoonSet', name: 'demo', uid: cs.metadata.uid },
+    });
+    expect(events[0]!.metadata?.name).toBe(first!.metadata?.name);
+    expect(events[0]!.firstTimestamp).toEqual(first!.firstTimestamp);
+    expect(events[0]!.lastTimestamp!.getTime()).toBeGreaterThanOrEqual(first!.lastTimestamp!.getTime());
+
+    // A retried activity (same key) does not count again.
+    await lifecycleFailed('pass-3');
+    expect((await ours())[0]!.count).toBe(3);
+
+    // Another message is another Event.
+    await lifecycleFailed('pass-4', 'main pod ns/demo-0: Failed');
+    events = await ours();
+    expect(events.map((e) => [e.message, e.count]).sort()).toEqual([
+      ['main pod ns/demo-0: Failed', 1],
+      ['main pod ns/demo-0: push failed', 3],
+    ]);
+
+    // Outside the aggregation window a repeat starts a new Event.
+    const stale = new Date(Date.now() - EVENT_FOLD_WINDOW_MS - 60_000);
+    await kube.core.patchNamespacedEvent(
+      {
+        name: first!.metadata!.name!,
+        namespace: NS,
+        body: { firstTimestamp: stale.toISOString(), lastTimestamp: stale.toISOString() },
+      },
+      mergePatch,
+    );
+    await lifecycleFailed('pass-5');
+    events = (await ours()).filter((e) => e.message === 'main pod ns/demo-0: push failed');
+    expect(events.map((e) => e.count).sort()).toEqual([1, 3]);
   });
 
   it('records one Event per key, and reports a gone CocoonSet as cs: null', async () => {
