@@ -1,7 +1,7 @@
 /**
- * Helpers of the CocoonHibernation e2e tests (test/e2e/hibernation.test.ts) on the real local stack:
- * deadline-bounded polling, a namespace-wide watch recorder (so phases that last milliseconds are not
- * missed), the pod shape the vk-cocoon simulator accepts, CR and Event access, a registry HEAD, and a
+ * Helpers of the CocoonHibernation e2e tests (test/e2e/hibernation.test.ts; the CocoonSet e2e tests
+ * reuse them) on the real local stack: deadline-bounded polling, a namespace-wide watch recorder (so
+ * phases that last milliseconds are not missed), the pod shape the vk-cocoon simulator accepts, CR and Event access, a registry HEAD, and a
  * "the VM workflow has digested a resync" barrier read from the workflow's Temporal history.
  */
 import type { CoreV1Event, KubeConfig, V1Pod } from '@kubernetes/client-node';
@@ -15,11 +15,12 @@ import {
   KIND_COCOONHIBERNATION,
   Labels,
   PLURAL_COCOONHIBERNATIONS,
+  PLURAL_COCOONSETS,
   TOLERATION_KEY,
   VERSION,
 } from '../../src/api/keys.js';
-import { containerRunning, lifecycleOf, vmIDOf } from '../../src/api/pod.js';
-import type { CocoonHibernation, HibernationDesire } from '../../src/api/types.js';
+import { containerRunning, lifecycleOf, podReady, restoreFromHibernate, vmIDOf } from '../../src/api/pod.js';
+import type { CocoonHibernation, CocoonSet, HibernationDesire } from '../../src/api/types.js';
 import { type KubeClients, mergePatch, statusCodeOf } from '../../src/kube/client.js';
 import { resyncSignal } from '../../src/workflows/messages.js';
 import { MANIFEST_ACCEPT } from '../vksim/oci.js';
@@ -76,26 +77,51 @@ export interface PodSnapshot {
   at: number;
   type: string;
   name: string;
+  uid: string;
   hibernate: string | undefined;
   lifecycle: string;
   vmID: string;
   running: boolean;
+  ready: boolean;
+  phase: string;
+  deleting: boolean;
+  restore: boolean;
+}
+
+/** One version of a CocoonSet as the watch delivered it. */
+export interface CocoonSetSnapshot {
+  at: number;
+  type: string;
+  name: string;
+  uid: string;
+  generation: number;
+  observedGeneration: number;
+  phase: string;
+  finalizers: string[];
+  deleting: boolean;
+  annotations: Record<string, string>;
 }
 
 /**
- * Records every version of every CocoonHibernation and pod in one namespace (two watches), with the
- * local receive time. A watch that ends is restarted from the last resourceVersion seen.
+ * Records every version of every CocoonHibernation and pod in one namespace (two watches), and with
+ * `cocoonSets: true` of every CocoonSet too, with the local receive time. A watch that ends is restarted
+ * from the last resourceVersion seen.
  */
 export class NamespaceRecorder {
   readonly crs: CRSnapshot[] = [];
   readonly pods: PodSnapshot[] = [];
+  readonly cocoonSets: CocoonSetSnapshot[] = [];
   private readonly aborts = new Map<string, AbortController>();
   private stopped = false;
 
   private constructor(private readonly kc: KubeConfig) {}
 
-  /** Starts both watches; resolves once they are established. */
-  static async start(kc: KubeConfig, namespace: string): Promise<NamespaceRecorder> {
+  /** Starts the watches; resolves once they are established. */
+  static async start(
+    kc: KubeConfig,
+    namespace: string,
+    opts: { cocoonSets?: boolean } = {},
+  ): Promise<NamespaceRecorder> {
     const r = new NamespaceRecorder(kc);
     await Promise.all([
       r.watch(`/apis/${GROUP}/${VERSION}/namespaces/${namespace}/${PLURAL_COCOONHIBERNATIONS}`, (type, o) =>
@@ -104,6 +130,13 @@ export class NamespaceRecorder {
       r.watch(`/api/v1/namespaces/${namespace}/pods`, (type, o) =>
         r.pods.push(podSnapshot(type, o as V1Pod)),
       ),
+      ...(opts.cocoonSets
+        ? [
+            r.watch(`/apis/${GROUP}/${VERSION}/namespaces/${namespace}/${PLURAL_COCOONSETS}`, (type, o) =>
+              r.cocoonSets.push(cocoonSetSnapshot(type, o as CocoonSet)),
+            ),
+          ]
+        : []),
     ]);
     return r;
   }
@@ -148,6 +181,11 @@ export class NamespaceRecorder {
     return this.pods.filter((s) => s.name === name);
   }
 
+  /** Versions of CocoonSet `name`, in watch order (needs `cocoonSets: true`). */
+  cocoonSetHistory(name: string): CocoonSetSnapshot[] {
+    return this.cocoonSets.filter((s) => s.name === name);
+  }
+
   stop(): void {
     this.stopped = true;
     for (const ac of this.aborts.values()) ac.abort();
@@ -174,10 +212,30 @@ function podSnapshot(type: string, pod: V1Pod): PodSnapshot {
     at: Date.now(),
     type,
     name: pod.metadata?.name ?? '',
+    uid: pod.metadata?.uid ?? '',
     hibernate: pod.metadata?.annotations?.[Annotations.hibernate],
     lifecycle: lifecycleOf(pod).state,
     vmID: vmIDOf(pod),
     running: containerRunning(pod),
+    ready: podReady(pod),
+    phase: pod.status?.phase ?? '',
+    deleting: pod.metadata?.deletionTimestamp != null,
+    restore: restoreFromHibernate(pod),
+  };
+}
+
+function cocoonSetSnapshot(type: string, cs: CocoonSet): CocoonSetSnapshot {
+  return {
+    at: Date.now(),
+    type,
+    name: cs.metadata?.name ?? '',
+    uid: cs.metadata?.uid ?? '',
+    generation: cs.metadata?.generation ?? 0,
+    observedGeneration: cs.status?.observedGeneration ?? 0,
+    phase: cs.status?.phase ?? '',
+    finalizers: cs.metadata?.finalizers ?? [],
+    deleting: cs.metadata?.deletionTimestamp != null,
+    annotations: { ...(cs.metadata?.annotations ?? {}) },
   };
 }
 
@@ -311,18 +369,20 @@ export class Hibernations {
 }
 
 /**
- * The Events the operator (source `cocoon-operator`) recorded on CocoonHibernation `name`, optionally of
- * one reason. vk-cocoon records same-named reasons (e.g. `Hibernated`) on the pod, hence the kind filter.
+ * The Events the operator (source `cocoon-operator`) recorded on CocoonHibernation `name` (or on an
+ * object of another `kind`, e.g. a CocoonSet), optionally of one reason. vk-cocoon records same-named
+ * reasons (e.g. `Hibernated`) on the pod, hence the kind filter.
  */
 export async function operatorEvents(
   kube: KubeClients,
   namespace: string,
   name: string,
   reason?: string,
+  kind: string = KIND_COCOONHIBERNATION,
 ): Promise<CoreV1Event[]> {
   const list = await kube.core.listNamespacedEvent({
     namespace,
-    fieldSelector: `involvedObject.name=${name},involvedObject.kind=${KIND_COCOONHIBERNATION}`,
+    fieldSelector: `involvedObject.name=${name},involvedObject.kind=${kind}`,
   });
   return list.items.filter(
     (e) => e.source?.component === EVENT_SOURCE && (reason === undefined || e.reason === reason),

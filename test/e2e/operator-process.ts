@@ -1,7 +1,7 @@
 /**
  * Test helper: runs the real operator process (`tsx src/worker.ts`) as a child, collects its JSON log
  * lines and stderr, and reads the local stack's environment (`npm run -s stack -- env --json`).
- * Used by test/e2e/process.test.ts and test/e2e/leader.test.ts.
+ * Used by test/e2e/process.test.ts, leader.test.ts, hibernation.test.ts and cocoonset.test.ts.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { createServer } from 'node:net';
@@ -164,4 +164,31 @@ export async function waitFor200(url: string, timeoutMs: number): Promise<string
     await new Promise((r) => setTimeout(r, 250));
   }
   throw new Error(`${url} not 200 within ${timeoutMs} ms; last: ${last}`);
+}
+
+/**
+ * Sum of the samples of metric `name` in Prometheus text `text` whose labels include every pair of
+ * `labels` (0 when none match). Label values are compared after unescaping `\"` and `\\`.
+ */
+export function metricSum(text: string, name: string, labels: Record<string, string> = {}): number {
+  let sum = 0;
+  for (const line of text.split('\n')) {
+    if (!line.startsWith(name) || line.startsWith('#')) continue;
+    const m = /^([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s+(\S+)/.exec(line);
+    if (!m || m[1] !== name) continue;
+    const got: Record<string, string> = {};
+    for (const l of (m[2] ?? '').matchAll(/([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"/g)) {
+      got[l[1]!] = l[2]!.replace(/\\(["\\])/g, '$1');
+    }
+    if (Object.entries(labels).every(([k, v]) => got[k] === v)) sum += Number(m[3]);
+  }
+  return sum;
+}
+
+/** GET `url` (an operator's `/metrics`) and return the text; throws on a non-200 answer. */
+export async function scrapeMetrics(url: string): Promise<string> {
+  const res = await fetch(url, { signal: AbortSignal.timeout(10_000) });
+  const body = await res.text();
+  if (res.status !== 200) throw new Error(`GET ${url}: ${res.status} ${body.slice(0, 200)}`);
+  return body;
 }

@@ -24,6 +24,8 @@ export class RegistryProxy {
   down = false;
   /** Requests seen, by method. */
   readonly counts = new Map<string, number>();
+  /** Every request seen, in arrival order (method and path), e.g. to check the order of tag deletes. */
+  readonly requests: Array<{ method: string; path: string }> = [];
   private server?: Server;
   private readonly upstream: { host: string; port: number };
 
@@ -38,6 +40,7 @@ export class RegistryProxy {
   async start(): Promise<string> {
     this.server = createServer((req, res) => {
       this.counts.set(req.method ?? '?', (this.counts.get(req.method ?? '?') ?? 0) + 1);
+      this.requests.push({ method: req.method ?? '?', path: req.url ?? '' });
       if (this.down) {
         req.socket.destroy();
         return;
@@ -45,7 +48,12 @@ export class RegistryProxy {
       const delay = this.latencyMs + (this.jitterMs ? Math.random() * this.jitterMs : 0);
       setTimeout(() => {
         const up = request(
-          { ...this.upstream, method: req.method, path: req.url, headers: { ...req.headers, host: this.opts.upstream } },
+          {
+            ...this.upstream,
+            method: req.method,
+            path: req.url,
+            headers: { ...req.headers, host: this.opts.upstream },
+          },
           (upRes) => {
             res.writeHead(upRes.statusCode ?? 502, upRes.headers);
             upRes.pipe(res);
