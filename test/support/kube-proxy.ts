@@ -9,11 +9,13 @@
  * was written (RequestLog.describe). Bound to 127.0.0.1 only.
  *
  * `holdNext(match)` parks the next matching request before it is forwarded until the test releases it:
- * a way to change the world while a reconcile pass is known to be between two of its requests.
+ * a way to change the world while a reconcile pass is known to be between two of its requests, or to
+ * keep another workflow's request out of a pass. Requests are logged when forwarded, so a parked one
+ * takes its place in the log at its release.
  */
 import { Agent, createServer, request, type Server } from 'node:https';
 import type { AddressInfo } from 'node:net';
-import type { RecordedRequest, RequestLog } from './request-log.js';
+import type { RecordedRequest, RequestInfo, RequestLog } from './request-log.js';
 
 /** Request bodies are kept (for the record's `detail`) up to this size. */
 const MAX_BODY_BYTES = 256 * 1024;
@@ -33,9 +35,11 @@ export interface KubeApiProxyOptions {
 
 /** A request parked by {@link KubeApiProxy.holdNext}. */
 export interface Hold {
-  /** Resolves with the held request's record once one matched (it is not forwarded yet). */
-  held: Promise<RecordedRequest>;
-  /** Forwards the held request (or, if none matched yet, stops waiting for one). Idempotent. */
+  /** Resolves once a request matched and was parked (it is not forwarded, nor logged, yet). */
+  held: Promise<RequestInfo>;
+  /** Resolves with the log record of the parked request once it was forwarded. */
+  forwarded: Promise<RecordedRequest>;
+  /** Forwards the parked request (or, if none matched yet, stops waiting for one). Idempotent. */
   release(): void;
 }
 
@@ -44,8 +48,9 @@ export class KubeApiProxy {
   private readonly agent: Agent;
   private readonly upstream: URL;
   private readonly holds: {
-    match: (r: RecordedRequest) => boolean;
-    onHeld: (r: RecordedRequest) => void;
+    match: (r: RequestInfo) => boolean;
+    onHeld: (r: RequestInfo) => void;
+    onForwarded: (r: RecordedRequest) => void;
     gate: Promise<void>;
     active: boolean;
   }[] = [];
@@ -58,9 +63,11 @@ export class KubeApiProxy {
   /** Starts listening; resolves with the proxy's base URL `https://127.0.0.1:<port>`. */
   async start(): Promise<string> {
     this.server = createServer({ cert: this.opts.cert, key: this.opts.key }, (req, res) => {
-      const rec = this.opts.log.record('kube', req.method ?? 'GET', req.url ?? '/');
-      const hold = this.holds.find((h) => h.active && h.match(rec));
+      const info = this.opts.log.classify('kube', req.method ?? 'GET', req.url ?? '/');
+      const hold = this.holds.find((h) => h.active && h.match(info));
       const forward = () => {
+        const rec = this.opts.log.append(info);
+        hold?.onForwarded(rec);
         const up = request(
           {
             protocol: 'https:',
@@ -98,7 +105,7 @@ export class KubeApiProxy {
         return;
       }
       hold.active = false;
-      hold.onHeld(rec);
+      hold.onHeld(info);
       req.pause();
       void hold.gate.then(() => {
         req.resume();
@@ -114,19 +121,24 @@ export class KubeApiProxy {
    * Parks the next request for which `match` holds (checked on arrival, before forwarding). Requests
    * that arrive meanwhile and do not match pass as usual.
    */
-  holdNext(match: (r: RecordedRequest) => boolean): Hold {
+  holdNext(match: (r: RequestInfo) => boolean): Hold {
     let open!: () => void;
     const gate = new Promise<void>((resolve) => {
       open = resolve;
     });
-    let onHeld!: (r: RecordedRequest) => void;
-    const held = new Promise<RecordedRequest>((resolve) => {
+    let onHeld!: (r: RequestInfo) => void;
+    const held = new Promise<RequestInfo>((resolve) => {
       onHeld = resolve;
     });
-    const h = { match, onHeld, gate, active: true };
+    let onForwarded!: (r: RecordedRequest) => void;
+    const forwarded = new Promise<RecordedRequest>((resolve) => {
+      onForwarded = resolve;
+    });
+    const h = { match, onHeld, onForwarded, gate, active: true };
     this.holds.push(h);
     return {
       held,
+      forwarded,
       release: () => {
         h.active = false;
         open();

@@ -16,9 +16,9 @@ export type RequestOrigin = 'watch' | 'informer-list' | 'call';
 
 /** One forwarded request. */
 export interface RecordedRequest {
-  /** Position in the log (0, 1, 2, …), shared by every proxy writing to it. */
+  /** Position in the log (0, 1, 2, …; the order of forwarding), shared by every proxy writing to it. */
   seq: number;
-  /** Epoch ms when the proxy received it. */
+  /** Epoch ms when the proxy forwarded it. */
   at: number;
   target: RequestTarget;
   /** HTTP method as sent. */
@@ -48,6 +48,9 @@ export interface RecordedRequest {
    */
   detail?: string;
 }
+
+/** A request as named before it is logged (no position yet). */
+export type RequestInfo = Omit<RecordedRequest, 'seq' | 'at' | 'status' | 'detail'>;
 
 /** Query keys that distinguish requests worth telling apart in a breakdown. */
 const KEPT_QUERY_KEYS = ['labelSelector', 'fieldSelector', 'watch'];
@@ -157,8 +160,8 @@ function parseQuery(url: string): { path: string; query: Record<string, string> 
 export class RequestLog {
   readonly records: RecordedRequest[] = [];
 
-  /** Records a request the proxy is about to forward; returns the record (the proxy fills `status` later). */
-  record(target: RequestTarget, method: string, url: string): RecordedRequest {
+  /** Names a request (verb, template, origin) without logging it; see {@link append}. */
+  classify(target: RequestTarget, method: string, url: string): RequestInfo {
     const { path, query } = parseQuery(url);
     let verb: string;
     let template: string;
@@ -171,19 +174,23 @@ export class RequestLog {
       verb = method;
       template = registryTemplate(method, path);
     }
-    const r: RecordedRequest = {
-      seq: this.records.length,
-      at: Date.now(),
-      target,
-      method,
-      path,
-      query,
-      origin,
-      verb,
-      template,
-    };
+    return { target, method, path, query, origin, verb, template };
+  }
+
+  /**
+   * Logs a request as it is forwarded upstream (so the log's order is the order requests reached the
+   * apiserver and registry, also for a request a proxy parked first). Returns the record; the proxy
+   * fills `status` and `detail` later.
+   */
+  append(info: RequestInfo): RecordedRequest {
+    const r: RecordedRequest = { ...info, seq: this.records.length, at: Date.now() };
     this.records.push(r);
     return r;
+  }
+
+  /** `append(classify(…))`: logs a request forwarded at once. */
+  record(target: RequestTarget, method: string, url: string): RecordedRequest {
+    return this.append(this.classify(target, method, url));
   }
 
   /** Fills `rec.detail` from the request body a proxy read (JSON; anything else is left undescribed). */
