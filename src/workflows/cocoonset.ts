@@ -129,6 +129,8 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
   const registry = registryActivities();
   // Every run starts with a pass: observations are never trusted across runs.
   let dirty = true;
+  /** True while a pass runs (between its first read and its result), for the `state` query. */
+  let passing = false;
 
   setHandler(cocoonSetObservedSignal, (obs) => {
     if (state.csObs?.uid === obs.uid && olderThan(obs.resourceVersion, state.csObs?.resourceVersion)) return;
@@ -142,14 +144,17 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
     else delete state.pods[obs.name];
     dirty = true;
   });
-  setHandler(cocoonSetStateQuery, () => describe(state));
+  setHandler(cocoonSetStateQuery, () => describe(state, passing));
 
   for (;;) {
     const due = state.nextPassAt !== undefined && state.nextPassAt <= Date.now();
     if (dirty || due) {
       dirty = false;
       state.nextPassAt = undefined;
-      const gone = await runPass(state, input, registry);
+      passing = true;
+      const gone = await runPass(state, input, registry).finally(() => {
+        passing = false;
+      });
       publish(state);
       if (gone) {
         await condition(allHandlersFinished);
@@ -473,14 +478,18 @@ function publish(state: CocoonSetState): void {
   });
 }
 
-/** The `state` query. */
-function describe(state: CocoonSetState) {
+/**
+ * The `state` query: `passes` counts passes started (the current one included); `passing` is true while
+ * one runs, so `passes` = n with `passing` false means pass n has finished (its writes are done).
+ */
+function describe(state: CocoonSetState, passing: boolean) {
   return {
     namespace: state.namespace,
     name: state.name,
     phase: state.phase ?? null,
     mainVM: state.mainVM ?? null,
     passes: state.passes,
+    passing,
     failures: state.failures,
     nextPassAt: state.nextPassAt ? new Date(state.nextPassAt).toISOString() : null,
     lastResult: state.lastResult ?? null,

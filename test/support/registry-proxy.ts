@@ -1,10 +1,12 @@
 /**
  * An HTTP proxy in front of the real registry for tests and benchmarks: adds a fixed latency (plus
- * optional uniform jitter) to every request, and can play "registry down" by resetting connections.
- * Bound to 127.0.0.1 only. The operator points OCI_REGISTRY at it; the simulator keeps the real registry.
+ * optional uniform jitter) to every request, can play "registry down" by resetting connections, and
+ * counts requests (by method; with `log`, each one in order in a shared RequestLog). Bound to 127.0.0.1
+ * only. The operator points OCI_REGISTRY at it; the simulator keeps the real registry.
  */
 import { createServer, request, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import type { RequestLog } from './request-log.js';
 
 export interface RegistryProxyOptions {
   /** Upstream `host:port` (plain HTTP), e.g. 127.0.0.1:5000. */
@@ -15,6 +17,8 @@ export interface RegistryProxyOptions {
   jitterMs?: number;
   /** Port to listen on (0 = any free port). */
   port?: number;
+  /** Also record every request here (target `registry`), e.g. beside a KubeApiProxy's records. */
+  log?: RequestLog;
 }
 
 export class RegistryProxy {
@@ -41,6 +45,7 @@ export class RegistryProxy {
     this.server = createServer((req, res) => {
       this.counts.set(req.method ?? '?', (this.counts.get(req.method ?? '?') ?? 0) + 1);
       this.requests.push({ method: req.method ?? '?', path: req.url ?? '' });
+      const rec = this.opts.log?.record('registry', req.method ?? '?', req.url ?? '/');
       if (this.down) {
         req.socket.destroy();
         return;
@@ -55,6 +60,7 @@ export class RegistryProxy {
             headers: { ...req.headers, host: this.opts.upstream },
           },
           (upRes) => {
+            if (rec) rec.status = upRes.statusCode;
             res.writeHead(upRes.statusCode ?? 502, upRes.headers);
             upRes.pipe(res);
           },
