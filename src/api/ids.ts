@@ -14,7 +14,11 @@ export function cocoonSetWorkflowId(namespace: string, name: string): string {
 }
 
 /** Task queues derived from the base queue (TEMPORAL_TASK_QUEUE, default `cocoon-operator`). */
-export function taskQueues(base: string): { workflows: string; hibernationRegistry: string; cocoonSetRegistry: string } {
+export function taskQueues(base: string): {
+  workflows: string;
+  hibernationRegistry: string;
+  cocoonSetRegistry: string;
+} {
   return {
     workflows: base,
     hibernationRegistry: `${base}-hibernation-registry`,
