@@ -82,7 +82,8 @@ export interface CocoonSetState {
   failures: number;
   /** Epoch ms of a requested next pass (requeue-after / backoff); none = wait for a signal. */
   nextPassAt?: number;
-  lastResult?: PassResult & { delegated?: DelegatedFlow };
+  /** How the last finished pass ended; `pass` is its number (a query during a pass sees `passes` ahead). */
+  lastResult?: PassResult & { delegated?: DelegatedFlow; pass?: number };
   /** Roll-up shown in the query and search attributes. */
   phase?: string;
   mainVM?: string;
@@ -193,7 +194,7 @@ async function runPass(
   } catch (err) {
     result = { requeue: false, requeueAfterMs: 0, error: errorMessage(err) };
   }
-  state.lastResult = result;
+  state.lastResult = { ...result, pass: state.passes };
   if (result.error !== undefined) {
     log.warn('cocoonset pass failed', { namespace: state.namespace, name: state.name, error: result.error });
     state.failures++;
