@@ -39,6 +39,7 @@ import {
   planPass,
   REQUEUE_WAIT_FOR_MAIN_MS,
 } from '../cocoonset/plan.js';
+import { snapshotPolicyOf } from '../cocoonset/vmspec.js';
 import type { CocoonSetObservation, OwnedPodObservation } from '../watcher/cocoonset-signals.js';
 import { cocoonSetObservedSignal, ownedPodObservedSignal } from '../watcher/cocoonset-signals.js';
 import { publishSearchAttributes } from './search-attributes.js';
@@ -421,7 +422,8 @@ async function deletionFlow(
     log.info(`cocoonset deletion waiting for ${remaining} pods`, { name: state.name });
     return { requeue: false, requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS };
   }
-  const policy = cs.spec.snapshotPolicy ?? 'always';
+  // The code-side default (§1.4): an empty policy is `always` too.
+  const policy = snapshotPolicyOf(cs);
   if (!registry) log.warn('no registry configured: skipping snapshot GC', { name: state.name });
   for (const vmName of registry ? sorted : []) {
     if (!registry) break;
