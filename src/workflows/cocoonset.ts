@@ -39,6 +39,7 @@ import {
   planPass,
   REQUEUE_WAIT_FOR_MAIN_MS,
 } from '../cocoonset/plan.js';
+import { snapshotPolicyOf } from '../cocoonset/vmspec.js';
 import type { CocoonSetObservation, OwnedPodObservation } from '../watcher/cocoonset-signals.js';
 import { cocoonSetObservedSignal, ownedPodObservedSignal } from '../watcher/cocoonset-signals.js';
 import { publishSearchAttributes } from './search-attributes.js';
@@ -82,7 +83,8 @@ export interface CocoonSetState {
   failures: number;
   /** Epoch ms of a requested next pass (requeue-after / backoff); none = wait for a signal. */
   nextPassAt?: number;
-  lastResult?: PassResult & { delegated?: DelegatedFlow };
+  /** How the last finished pass ended; `pass` is its number (a query during a pass sees `passes` ahead). */
+  lastResult?: PassResult & { delegated?: DelegatedFlow; pass?: number };
   /** Roll-up shown in the query and search attributes. */
   phase?: string;
   mainVM?: string;
@@ -198,7 +200,7 @@ async function runPass(
   } catch (err) {
     result = { requeue: false, requeueAfterMs: 0, error: errorMessage(err) };
   }
-  state.lastResult = result;
+  state.lastResult = { ...result, pass: state.passes };
   if (result.error !== undefined) {
     log.warn('cocoonset pass failed', { namespace: state.namespace, name: state.name, error: result.error });
     state.failures++;
@@ -425,7 +427,8 @@ async function deletionFlow(
     log.info(`cocoonset deletion waiting for ${remaining} pods`, { name: state.name });
     return { requeue: false, requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS };
   }
-  const policy = cs.spec.snapshotPolicy ?? 'always';
+  // The code-side default (§1.4): an empty policy is `always` too.
+  const policy = snapshotPolicyOf(cs);
   if (!registry) log.warn('no registry configured: skipping snapshot GC', { name: state.name });
   for (const vmName of registry ? sorted : []) {
     if (!registry) break;

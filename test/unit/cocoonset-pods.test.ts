@@ -539,6 +539,16 @@ describe('drift: podSpecMatchesAgent / podSpecMatchesToolbox', () => {
         0,
       ),
     ).toBe(false);
+    expect(
+      podSpecMatchesAgent(
+        pod,
+        {
+          ...cs,
+          spec: { ...cs.spec, agent: { ...cs.spec.agent, envFrom: [{ configMapRef: { name: 'cm-b' } }] } },
+        },
+        0,
+      ),
+    ).toBe(false);
   });
 
   it('treats an empty pool as default and an empty service account as "default"', () => {

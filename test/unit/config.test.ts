@@ -265,16 +265,19 @@ describe('loadConfig rejects bad values with one line naming the setting', () =>
   it.each([
     ['COCOONSET_CONCURRENCY', '--cocoonset-concurrency', 'cocoonset'],
     ['HIBERNATION_CONCURRENCY', '--hibernation-concurrency', 'hibernation'],
-  ])('rejects %s below 1 with the reference wording, and non-integers', (env, flag, what) => {
-    expect(errorOf([], { [env]: '0' })).toBe(`${env}: ${what} concurrency must be at least 1, got 0`);
-    expect(errorOf([], { [env]: '-3' })).toBe(`${env}: ${what} concurrency must be at least 1, got -3`);
-    expect(errorOf([], { [env]: 'four' })).toBe(`${env}: must be an integer ≥ 1, got "four"`);
-    expect(errorOf([], { [env]: '2.5' })).toBe(`${env}: must be an integer ≥ 1, got "2.5"`);
-    expect(errorOf([`${flag}=0`], { [env]: '8' })).toBe(
-      `${flag}: ${what} concurrency must be at least 1, got 0`,
-    );
-    expect(errorOf([`${flag}=x`])).toBe(`${flag}: must be an integer ≥ 1, got "x"`);
-  });
+  ])(
+    'rejects %s below 1 with the reference wording, and non-integers too (deliberate: the reference falls back to 4 on an unparsable value)',
+    (env, flag, what) => {
+      expect(errorOf([], { [env]: '0' })).toBe(`${env}: ${what} concurrency must be at least 1, got 0`);
+      expect(errorOf([], { [env]: '-3' })).toBe(`${env}: ${what} concurrency must be at least 1, got -3`);
+      expect(errorOf([], { [env]: 'four' })).toBe(`${env}: must be an integer ≥ 1, got "four"`);
+      expect(errorOf([], { [env]: '2.5' })).toBe(`${env}: must be an integer ≥ 1, got "2.5"`);
+      expect(errorOf([`${flag}=0`], { [env]: '8' })).toBe(
+        `${flag}: ${what} concurrency must be at least 1, got 0`,
+      );
+      expect(errorOf([`${flag}=x`])).toBe(`${flag}: must be an integer ≥ 1, got "x"`);
+    },
+  );
 
   it.each([
     ['METRICS_ADDR', '8080'],

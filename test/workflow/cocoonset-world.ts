@@ -47,6 +47,16 @@ function notFound(what: string): ApplicationFailure {
   return ApplicationFailure.create({ type: 'NotFound', message: `${what} not found`, nonRetryable: true });
 }
 
+/** `lastResult` of the workflow's `state` query. */
+export interface WorkflowPassResult {
+  requeue: boolean;
+  requeueAfterMs: number;
+  error?: string;
+  delegated?: string;
+  /** The number of the pass this result ended. */
+  pass: number;
+}
+
 export interface RecordedEvent {
   type: string;
   reason: string;
@@ -67,6 +77,10 @@ export class CocoonSetWorld {
   readonly creates: string[] = [];
   /** Values of the rebuild-history annotation as written, in order. */
   readonly historyWrites: string[] = [];
+  /** Counter increments, in order, with their labels. */
+  readonly metrics: { metric: string; labels: Record<string, string> }[] = [];
+  /** Pods that exist but the pass's read does not show yet (a lagging informer cache). */
+  readonly hidden = new Set<string>();
   /** Counters of the reads the steady path must not make. */
   lists = 0;
   registryCalls = 0;
@@ -74,6 +88,10 @@ export class CocoonSetWorld {
   slowDeletes = false;
   /** Pods (by name) that come up `Failed` when created, as vk-cocoon reports a crashed VM. */
   readonly failOnCreate = new Set<string>();
+  /** When set, every registry probe fails with this text. */
+  probeError?: string;
+  /** VM names whose probe blocks until released (see `blockProbe`). */
+  private readonly blocked = new Map<string, { enter: () => void; released: Promise<void> }>();
   client?: WorkflowClient;
   taskQueue = '';
   private rv = 100;
@@ -145,6 +163,31 @@ export class CocoonSetWorld {
     return this.client!.getHandle(this.workflowId).query<Record<string, unknown>>('state');
   }
 
+  /** Passes the workflow has run so far (its `state` query). */
+  async passes(): Promise<number> {
+    return (await this.state()).passes as number;
+  }
+
+  /** How the last pass ended (its `state` query), or null before the first. */
+  async lastResult(): Promise<WorkflowPassResult | null> {
+    return ((await this.state()).lastResult ?? null) as WorkflowPassResult | null;
+  }
+
+  /**
+   * Waits (real time, 30 s) until the workflow has finished a pass numbered above `after` that did not
+   * ask for an immediate requeue (a `requeue: true` pass schedules another at once; that one is awaited too).
+   */
+  async settledAfter(after: number): Promise<void> {
+    const deadline = Date.now() + 30_000;
+    for (;;) {
+      const s = await this.state();
+      const r = s.lastResult as WorkflowPassResult | null;
+      if (r !== null && r.pass > after && !r.requeue) return;
+      if (Date.now() > deadline) throw new Error(`workflow did not settle: ${JSON.stringify(s)}`);
+      await new Promise((res) => setTimeout(res, 50));
+    }
+  }
+
   private async signalPod(p: V1Pod): Promise<void> {
     await this.client!.getHandle(this.workflowId)
       .signal(ownedPodObservedSignal, observeOwnedPod(p))
@@ -169,7 +212,9 @@ export class CocoonSetWorld {
         this.calls.push('read');
         if (!this.cs) return { cs: null, pods: [] };
         const name = this.cs.metadata.name;
-        const pods = [...this.pods.values()].filter((p) => p.metadata?.labels?.[Labels.cocoonSet] === name);
+        const pods = [...this.pods.values()].filter(
+          (p) => p.metadata?.labels?.[Labels.cocoonSet] === name && !this.hidden.has(p.metadata?.name ?? ''),
+        );
         return { cs: clone(this.cs), pods: clone(pods) };
       },
       cocoonSetCreatePod: async ({ pod }) => {
@@ -255,8 +300,9 @@ export class CocoonSetWorld {
         if (this.events.some((x) => x.key === e.key)) return;
         this.events.push({ type: e.type, reason: e.reason, message: e.message, key: e.key });
       },
-      cocoonSetCountMetric: async ({ metric }) => {
+      cocoonSetCountMetric: async ({ metric, labels }) => {
         this.calls.push(`metric ${metric}`);
+        this.metrics.push({ metric, labels: { ...labels } });
       },
     };
   }
@@ -267,6 +313,12 @@ export class CocoonSetWorld {
       hasManifest: async ({ vmName, tag }) => {
         this.calls.push(`probe ${vmName}:${tag}`);
         this.registryCalls++;
+        const block = this.blocked.get(vmName);
+        if (block) {
+          block.enter();
+          await block.released;
+        }
+        if (this.probeError !== undefined) throw new Error(this.probeError);
         return this.tags.has(`${vmName}:${tag}`);
       },
       deleteManifest: async ({ vmName, tag }) => {
@@ -275,6 +327,43 @@ export class CocoonSetWorld {
         this.tags.delete(`${vmName}:${tag}`);
       },
     };
+  }
+
+  /**
+   * Makes every probe of `vmName` wait until `release()` is called; `entered` resolves when the first
+   * such probe has started (the registry call is wedged in flight).
+   */
+  blockProbe(vmName: string): { entered: Promise<void>; release: () => void } {
+    let enter!: () => void;
+    let release!: () => void;
+    const entered = new Promise<void>((r) => {
+      enter = r;
+    });
+    const released = new Promise<void>((r) => {
+      release = r;
+    });
+    this.blocked.set(vmName, { enter, released });
+    return {
+      entered,
+      release: () => {
+        this.blocked.delete(vmName);
+        release();
+      },
+    };
+  }
+
+  /**
+   * A user edit of the CocoonSet: applies `fn`, bumps `metadata.generation` (the apiserver does for a
+   * spec change) and signals the workflow as the watcher does.
+   */
+  async editSpec(fn: (cs: CocoonSet) => void): Promise<void> {
+    const cs = this.requireCS();
+    fn(cs);
+    cs.metadata.generation = (cs.metadata.generation ?? 0) + 1;
+    cs.metadata.resourceVersion = this.nextRV();
+    await this.client!.getHandle(this.workflowId)
+      .signal(cocoonSetObservedSignal, observeCocoonSet(cs))
+      .catch(() => undefined);
   }
 
   /** Marks the CocoonSet deleted (the apiserver keeps it while finalizers remain) and signals. */
@@ -312,6 +401,52 @@ export class CocoonSetWorld {
 
 let seq = 0;
 
+/** The world that owns `namespace` (each world of a multi-world run has its own namespace). */
+function byNamespace(worlds: readonly CocoonSetWorld[], namespace: string | undefined): CocoonSetWorld {
+  const w = worlds.find((x) => x.namespace === namespace);
+  if (!w) throw new Error(`no world for namespace ${namespace}`);
+  return w;
+}
+
+/** The world whose VM names (`vk-<namespace>-…`) `vmName` belongs to: the longest matching prefix. */
+function byVMName(worlds: readonly CocoonSetWorld[], vmName: string): CocoonSetWorld {
+  const matches = worlds.filter((w) => vmName.startsWith(`vk-${w.namespace}-`));
+  if (matches.length === 0) throw new Error(`no world for VM ${vmName}`);
+  return matches.sort((a, b) => b.namespace.length - a.namespace.length)[0]!;
+}
+
+/**
+ * The activity objects of several worlds behind one worker pair: every CocoonSet activity goes to the
+ * world of its `namespace`, every registry activity to the world of its VM name (so the worlds must use
+ * distinct namespaces). A metric goes to the world its `namespace` label names, else the first.
+ */
+function routed(worlds: readonly CocoonSetWorld[]): {
+  kube: CocoonSetActivities;
+  registry: RegistryActivities;
+} {
+  const kubes = worlds.map((w) => w.cocoonSetActivities());
+  const regs = worlds.map((w) => w.registryActivities());
+  const kubeOf = (ns: string | undefined) => kubes[worlds.indexOf(byNamespace(worlds, ns))]!;
+  const regOf = (vm: string) => regs[worlds.indexOf(byVMName(worlds, vm))]!;
+  const kube = Object.fromEntries(
+    Object.keys(kubes[0]!).map((op) => [
+      op,
+      (input: { namespace?: string; labels?: Record<string, string> }) => {
+        const k =
+          op === 'cocoonSetCountMetric'
+            ? (kubes.find((_, i) => worlds[i]!.namespace === input.labels?.namespace) ?? kubes[0]!)
+            : kubeOf(input.namespace);
+        return (k[op as keyof CocoonSetActivities] as (i: unknown) => Promise<unknown>)(input);
+      },
+    ]),
+  ) as unknown as CocoonSetActivities;
+  const registry: RegistryActivities = {
+    hasManifest: (input) => regOf(input.vmName).hasManifest(input),
+    deleteManifest: (input) => regOf(input.vmName).deleteManifest(input),
+  };
+  return { kube, registry };
+}
+
 /**
  * Runs `fn` with `world` wired to a worker pair on a unique task queue: the workflows + CocoonSet
  * activities, and the registry activities on the cocoonSetRegistry queue. Terminates the workflow after.
@@ -321,38 +456,68 @@ export async function withCocoonSetWorld<T>(
   world: CocoonSetWorld,
   fn: (world: CocoonSetWorld) => Promise<T>,
 ): Promise<T> {
+  return withCocoonSetWorlds(env, [world], () => fn(world));
+}
+
+/**
+ * Runs `fn` with several worlds (distinct namespaces) served by ONE worker pair on a unique task queue,
+ * as one operator process serves every CocoonSet: the workflows + CocoonSet activities, and the registry
+ * activities on the cocoonSetRegistry queue with `registrySlots` activity slots (the
+ * COCOONSET_CONCURRENCY knob; default 4). Terminates every world's workflow after.
+ */
+export async function withCocoonSetWorlds<T>(
+  env: TestWorkflowEnvironment,
+  worlds: readonly CocoonSetWorld[],
+  fn: (worlds: readonly CocoonSetWorld[]) => Promise<T>,
+  opts: { registrySlots?: number } = {},
+): Promise<T> {
   const taskQueue = `cs-test-${process.pid}-${++seq}`;
-  world.client = env.client.workflow;
-  world.taskQueue = taskQueue;
+  for (const w of worlds) {
+    w.client = env.client.workflow;
+    w.taskQueue = taskQueue;
+  }
+  const { kube, registry } =
+    worlds.length === 1
+      ? { kube: worlds[0]!.cocoonSetActivities(), registry: worlds[0]!.registryActivities() }
+      : routed(worlds);
   const main = await Worker.create({
     connection: env.nativeConnection,
     taskQueue,
     workflowBundle: await workflowBundle(),
-    activities: world.cocoonSetActivities(),
+    activities: kube,
   });
   const reg = await Worker.create({
     connection: env.nativeConnection,
     taskQueue: taskQueues(taskQueue).cocoonSetRegistry,
-    activities: world.registryActivities(),
+    activities: registry,
+    maxConcurrentActivityTaskExecutions: opts.registrySlots ?? 4,
   });
   let result: T | undefined;
-  const id = world.workflowId;
   try {
     await main.runUntil(
       reg.runUntil(async () => {
         try {
-          result = await fn(world);
+          result = await fn(worlds);
         } catch (err) {
-          console.error('world calls:', world.calls.join('\n'), '\nevents:', JSON.stringify(world.events));
+          for (const w of worlds) {
+            console.error(
+              `world ${w.namespace}/${w.name} calls:`,
+              w.calls.join('\n'),
+              '\nevents:',
+              JSON.stringify(w.events),
+            );
+          }
           throw err;
         }
       }),
     );
   } finally {
-    await env.client.workflow
-      .getHandle(id)
-      .terminate('test over')
-      .catch(() => undefined);
+    for (const w of worlds) {
+      await env.client.workflow
+        .getHandle(w.workflowId)
+        .terminate('test over')
+        .catch(() => undefined);
+    }
   }
   return result as T;
 }

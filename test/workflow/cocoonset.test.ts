@@ -53,25 +53,6 @@ function uids(world: CocoonSetWorld): Record<string, string | undefined> {
   return Object.fromEntries([...world.pods].map(([n, p]) => [n, p.metadata?.uid]));
 }
 
-async function passes(world: CocoonSetWorld): Promise<number> {
-  return (await world.state()).passes as number;
-}
-
-/** Waits (real time) until the workflow has finished a pass after `after` and has no pass scheduled now. */
-async function settledAfter(world: CocoonSetWorld, after: number): Promise<void> {
-  const deadline = Date.now() + 30_000;
-  for (;;) {
-    const s = await world.state();
-    if ((s.passes as number) > after && s.lastResult !== null) {
-      // a requeue: true pass schedules another pass at once; wait for that one too
-      const r = s.lastResult as { requeue: boolean };
-      if (!r.requeue) return;
-    }
-    if (Date.now() > deadline) throw new Error(`workflow did not settle: ${JSON.stringify(s)}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 // One retry: these tests wait in real time for workflow tasks, which a loaded 2-core machine can delay
 // past the polling deadline; a deterministic failure still fails twice.
 describe('CocoonSet workflow', { retry: 1 }, () => {
@@ -84,7 +65,7 @@ describe('CocoonSet workflow', { retry: 1 }, () => {
       await eventually('Pending', () => w.cs?.status?.phase === 'Pending');
       // Several 5 s "wait for main" requeues pass; nothing else is created while the main is not Ready.
       await env.sleep(16_000);
-      expect(await passes(w)).toBeGreaterThanOrEqual(4);
+      expect(await w.passes()).toBeGreaterThanOrEqual(4);
       expect([...w.pods.keys()]).toEqual(['demo-0']);
 
       await w.updatePod('demo-0', (p) => {
@@ -135,14 +116,14 @@ describe('CocoonSet workflow', { retry: 1 }, () => {
     const before = uids(world);
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await settledAfter(w, 0);
+      await w.settledAfter(0);
       await eventually('Running', () => w.cs?.status?.phase === 'Running');
       // A pod event triggers another pass.
-      const n = await passes(w);
+      const n = await w.passes();
       await w.updatePod('demo-2', (p) => {
         p.metadata!.labels = { ...p.metadata!.labels, extra: 'x' };
       });
-      await settledAfter(w, n);
+      await w.settledAfter(n);
       expect(uids(w)).toEqual(before);
       expect(w.calls.filter((c) => c.startsWith('create') || c.startsWith('delete'))).toEqual([]);
       expect(w.lists).toBe(0);
@@ -165,7 +146,7 @@ describe('CocoonSet workflow', { retry: 1 }, () => {
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
       await eventually('recreated', () => w.pods.has('demo-2') && w.pods.has('demo-tb'));
-      await settledAfter(w, 0);
+      await w.settledAfter(0);
       await eventually('status written', () => w.cs?.status?.desiredAgents === 3);
       expect(w.lists).toBe(1);
       expect(w.calls.filter((c) => c.startsWith('probe')).sort()).toEqual(
