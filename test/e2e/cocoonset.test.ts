@@ -558,7 +558,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     expect(occurrences(await setEvents(name, EventReasons.subAgentRebuilding))).toBe(4);
   }, 420_000);
 
-  it('a main stuck in a failed lifecycle: phase Failed, and PodLifecycleFailed folds into one Event whose count grows with every pass (metric per pass); a spec edit recovers', async () => {
+  it('a main stuck in a failed lifecycle: phase Failed; PodLifecycleFailed folds into one Event counting every pass (metric per pass), also across a fresh workflow run; a spec edit recovers', async () => {
     const name = 'failing';
     sim.faults.add({ vm: `^${vmOf(name, 0)}$`, op: 'postclone.fail' });
     const lifecycleMetric = 'cocoon_operator_lifecycle_state_failed_observed_total';
@@ -591,6 +591,31 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
       metricSum(m1, lifecycleMetric, { phase: 'Failed' }) -
         metricSum(m0, lifecycleMetric, { phase: 'Failed' }),
     ).toBeGreaterThanOrEqual(3);
+
+    // A workflow run started afresh for the same set (here the old one is terminated by hand; the next
+    // signal starts a new run) keeps counting: its emits must not pass for retries of the old run's.
+    const handle = temporal.workflow.getHandle(cocoonSetWorkflowId(ns, name));
+    const oldRun = await handle.describe();
+    const oldPasses = (await cocoonSetWorkflowState(temporal, ns, name)).passes;
+    await handle.terminate('cocoonset e2e: a fresh run must keep counting Events');
+    await annotatePod(`${name}-0`, { [POKE_KEY]: 'fresh-run' });
+    await waitFor(
+      'a fresh run of the set workflow',
+      async () => (await handle.describe()).runId !== oldRun.runId,
+      QUICK_MS,
+    );
+    for (let i = 1; i <= oldPasses + 1; i++) await pokeAndWaitForPass(name, `${name}-0`, 100 + i);
+    await waitFor(
+      'the fresh run counted on the same Event',
+      async () => {
+        const evs = await setEvents(name, EventReasons.podLifecycleFailed);
+        const passes = metricSum(await metrics(), lifecycleMetric) - metricSum(m0, lifecycleMetric);
+        seen = { events: evs.map((e) => [e.metadata?.name, e.count]), passes };
+        return evs.length === 1 && evs[0]!.count === passes && passes >= events[0]!.count! + oldPasses + 1;
+      },
+      QUICK_MS,
+      { describe: () => seen },
+    );
 
     // The way out is a spec edit: the terminal main drifts, is deleted and recreated.
     sim.faults.clear();
