@@ -343,7 +343,9 @@ async function execute(
         await kube.cocoonSetPatchStatus({ namespace, name: state.name, body: a.body });
         return { kind: 'ok' };
       case 'event':
-        // Fire and forget (a lost event never fails the pass); one Event per pass and action.
+        // Fire and forget (a lost event never fails the pass). The key names this emit uniquely across
+        // runs (a fresh run after a terminate or reset restarts `passes`), so only a retried activity
+        // reuses it and the Event counts each pass once (src/activities/cocoonset.ts foldEvent).
         try {
           await kube.cocoonSetEmitEvent({
             namespace,
@@ -352,7 +354,7 @@ async function execute(
             type: a.eventType,
             reason: a.reason,
             message: a.message,
-            key: `${cs.metadata.uid ?? ''}/${state.passes}/${a.id}`,
+            key: `${cs.metadata.uid ?? ''}/${workflowInfo().runId}/${state.passes}/${a.id}`,
           });
         } catch (err) {
           log.warn('cocoonset event not recorded', { reason: a.reason, error: errorMessage(err) });

@@ -1,0 +1,887 @@
+/**
+ * CocoonSet end to end on the real local stack (spec/cocoonset-core.md; spec/vk-contract.md): the operator
+ * process (`src/worker.ts`) against the kube-apiserver with the CRDs, the Temporal dev server and the
+ * distribution registry, with a vk-cocoon simulator (test/vksim) that runs in this test process on a node
+ * of its own. That node carries the pool and snapshot CPU class labels the sets select (the stack's shared
+ * simulator node, pool `default` and no class, binds none of these pods), so the placement the operator
+ * writes is what puts a pod on a VM node at all.
+ *
+ * Every set has the realistic shape of cocoonset-harness.ts `realisticSpec` (main + 2 sub-agents on a
+ * clone-mode image, a run-mode toolbox and a static toolbox, snapshotPolicy main-only, pool + CPU class).
+ * Scope as in hibernation.test.ts: one operator for this file, limited to its namespace (WATCH_NAMESPACE)
+ * on its own task queue without leader election; it reaches the registry through a proxy that logs the
+ * requests (the order of the GC's tag deletes), the simulator and the tests use the registry directly.
+ * Each test uses its own set; waits are deadline-bounded polls; timings are asserted only as lower bounds
+ * the product promises (rebuild backoff), never as performance.
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import { writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { V1Pod } from '@kubernetes/client-node';
+import { Client, Connection } from '@temporalio/client';
+import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { bundleWorkflows } from '../../scripts/bundle-workflows.js';
+import { cocoonSetWorkflowId, vmWorkflowId } from '../../src/api/ids.js';
+import {
+  Annotations,
+  EventReasons,
+  Finalizers,
+  KIND_COCOONSET,
+  Labels,
+  LifecycleStates,
+  Tags,
+} from '../../src/api/keys.js';
+import { lifecycleOf, podReady, vmIDOf } from '../../src/api/pod.js';
+import type { CocoonSet } from '../../src/api/types.js';
+import { type KubeClients, mergePatch } from '../../src/kube/client.js';
+import { RegistryProxy } from '../support/registry-proxy.js';
+import { pushBaseImage } from '../vksim/oci.js';
+import { type SimVM, VkSimulator } from '../vksim/sim.js';
+import {
+  CocoonSets,
+  cocoonSetWorkflowState,
+  type Placement,
+  pushSnapshotTag,
+  realisticSpec,
+  scheduledActivities,
+} from './cocoonset-harness.js';
+import {
+  dropTag,
+  Hibernations,
+  headTag,
+  NamespaceRecorder,
+  occurrences,
+  operatorEvents,
+  waitFor,
+} from './hibernation-harness.js';
+import {
+  cleanEnv,
+  freePort,
+  metricSum,
+  type OperatorProcess,
+  stackEnv as operatorStackEnv,
+  scrapeMetrics,
+  startOperator,
+  waitFor200,
+} from './operator-process.js';
+import { kubeClients, stackEnv } from './stack-harness.js';
+
+const ns = `cs-e2e-${randomBytes(3).toString('hex')}`;
+const taskQueue = `cs-e2e-${randomUUID()}`;
+const place: Placement = { pool: `${ns}-pool`, cpuClass: 'e2e-cascade-lake-v1' };
+const nodeName = `${ns}-node`;
+
+/** Clone-mode agent images (seeded in the registry, registry-relative like vk-cocoon reads them). */
+const AGENT_V1 = 'cocoonset-e2e/agent:v1';
+const AGENT_V2 = 'cocoonset-e2e/agent:v2';
+/** Run-mode toolbox image (the simulator boots it without a registry lookup). */
+const TOOLBOX_IMAGE = 'ghcr.io/cocoonstack/toolbox:1.0';
+
+/** Bounds of the waits: bring-up of a set, and one round of simulator work. Generous: a shared machine. */
+const BRING_UP_MS = 150_000;
+const QUICK_MS = 60_000;
+const POKE_KEY = 'e2e.cocoonstack.io/poke';
+
+let kube: KubeClients;
+let sets: CocoonSets;
+let crs: Hibernations;
+let rec: NamespaceRecorder;
+let sim: VkSimulator;
+const simLog: string[] = [];
+/** The real registry (`host:port`); the operator uses `proxy` in front of it. */
+let registry: string;
+let proxy: RegistryProxy;
+let temporal: Client;
+let connection: Connection;
+let env: NodeJS.ProcessEnv;
+let probePort: number;
+let metricsPort: number;
+let op: OperatorProcess | undefined;
+const operators: OperatorProcess[] = [];
+const setsMade = new Set<string>();
+let fileStart = 0;
+
+async function startOp(): Promise<OperatorProcess> {
+  const p = startOperator(env, [], { probePort, metricsPort, launcher: 'node' });
+  op = p;
+  operators.push(p);
+  await waitFor200(`${p.probeUrl}/readyz`, 120_000).catch((err) => {
+    throw new Error(
+      `${(err as Error).message}\nstderr: ${p.stderr()}\nstdout tail: ${p.stdout().slice(-2000)}`,
+    );
+  });
+  return p;
+}
+
+async function stopOp(): Promise<void> {
+  const p = op;
+  if (!p || p.child.exitCode !== null || p.child.signalCode !== null) return;
+  p.child.kill('SIGTERM');
+  await p.exited;
+}
+
+/** VM name of an agent slot or toolbox of set `set`: `vk-<ns>-<set>-<slotOrToolbox>`. */
+const vmOf = (set: string, member: string | number) => `vk-${ns}-${set}-${member}`;
+const memberNames = (set: string) => [0, 1, 2, 'tools', 'vnc'].map((m) => `${set}-${m}`);
+
+async function createSet(name: string, spec: CocoonSet['spec'], finalizers?: string[]): Promise<CocoonSet> {
+  setsMade.add(name);
+  return sets.create(name, spec, finalizers);
+}
+
+/** The pods labelled with set `name`, by pod name (terminating ones included). */
+async function podsOf(name: string): Promise<Map<string, V1Pod>> {
+  const list = await kube.core.listNamespacedPod({
+    namespace: ns,
+    labelSelector: `${Labels.cocoonSet}=${name}`,
+  });
+  return new Map(list.items.map((p) => [p.metadata!.name!, p]));
+}
+
+const live = (p: V1Pod | undefined) => p !== undefined && p.metadata?.deletionTimestamp == null;
+
+/**
+ * Waits until set `name` is Running at its current generation with all five pods live and Ready, and
+ * `accept` (if given) holds for every pod; returns the set and its pods.
+ */
+async function waitRunning(
+  name: string,
+  timeoutMs = BRING_UP_MS,
+  accept: (pod: V1Pod) => boolean = () => true,
+): Promise<{ cs: CocoonSet; pods: Map<string, V1Pod> }> {
+  let seen: unknown;
+  return waitFor(
+    `set ${name} Running with 5 Ready pods`,
+    async () => {
+      const cs = await sets.get(name);
+      const pods = await podsOf(name);
+      seen = {
+        phase: cs?.status?.phase,
+        gen: [cs?.metadata.generation, cs?.status?.observedGeneration],
+        pods: [...pods.values()].map((p) => [
+          p.metadata?.name,
+          p.status?.phase,
+          podReady(p),
+          lifecycleOf(p).state,
+          live(p),
+        ]),
+      };
+      const ok =
+        cs?.status?.phase === 'Running' &&
+        cs.status.observedGeneration === cs.metadata.generation &&
+        memberNames(name).every((n) => live(pods.get(n)) && podReady(pods.get(n)) && accept(pods.get(n)!));
+      return ok ? { cs: cs!, pods } : undefined;
+    },
+    timeoutMs,
+    { intervalMs: 300, describe: () => seen },
+  );
+}
+
+const uidsOf = (pods: Map<string, V1Pod>) =>
+  Object.fromEntries([...pods].map(([n, p]) => [n, p.metadata?.uid ?? '']));
+
+async function annotatePod(name: string, annotations: Record<string, string | null>): Promise<void> {
+  await kube.core.patchNamespacedPod(
+    { name, namespace: ns, body: { metadata: { annotations } } },
+    mergePatch,
+  );
+}
+
+/** Touches pod `pod` (an annotation change the watcher passes on) and waits for the set's next pass. */
+async function pokeAndWaitForPass(set: string, pod: string, n: number): Promise<void> {
+  const before = (await cocoonSetWorkflowState(temporal, ns, set)).passes;
+  await annotatePod(pod, { [POKE_KEY]: String(n) });
+  await waitFor(
+    `a pass of set ${set} after poke ${n}`,
+    async () => (await cocoonSetWorkflowState(temporal, ns, set)).passes > before,
+    QUICK_MS,
+    { intervalMs: 250 },
+  );
+}
+
+async function setEvents(set: string, reason: string) {
+  return operatorEvents(kube, ns, set, reason, KIND_COCOONSET);
+}
+
+async function metrics(): Promise<string> {
+  return scrapeMetrics(op!.metricsUrl);
+}
+
+describe('CocoonSet end to end (operator process, local stack, simulator node with pool and CPU class)', () => {
+  beforeAll(async () => {
+    fileStart = Date.now();
+    const stack = await stackEnv();
+    kube = kubeClients(stack.kubeconfig);
+    registry = stack.ociRegistry;
+
+    await kube.core.createNamespace({ body: { metadata: { name: ns } } });
+    sets = new CocoonSets(kube, ns);
+    crs = new Hibernations(kube, ns);
+    rec = await NamespaceRecorder.start(kube.kc, ns, { cocoonSets: true });
+
+    sim = new VkSimulator({
+      kube: kube.kc,
+      registry,
+      nodeName,
+      pool: place.pool,
+      cpuClass: place.cpuClass,
+      tickMs: 500,
+      log: (level, msg, fields) => {
+        if (level !== 'debug')
+          simLog.push(`${new Date().toISOString()} ${level} ${msg} ${JSON.stringify(fields)}`);
+      },
+    });
+    await sim.start();
+    await pushBaseImage(registry, AGENT_V1);
+    await pushBaseImage(registry, AGENT_V2);
+
+    proxy = new RegistryProxy({ upstream: registry });
+    const proxied = await proxy.start();
+    connection = await Connection.connect({ address: stack.temporalAddress });
+    temporal = new Client({ connection, namespace: stack.temporalNamespace });
+
+    await bundleWorkflows();
+    probePort = await freePort();
+    metricsPort = await freePort();
+    env = cleanEnv({
+      ...operatorStackEnv(),
+      OCI_REGISTRY: proxied,
+      TEMPORAL_TASK_QUEUE: taskQueue,
+      WATCH_NAMESPACE: ns,
+      LEADER_ELECT: 'false',
+      PROBE_ADDR: `127.0.0.1:${probePort}`,
+      METRICS_ADDR: `127.0.0.1:${metricsPort}`,
+      OPERATOR_LOG_LEVEL: 'info',
+    });
+    await startOp();
+  });
+
+  afterEach(() => {
+    sim?.faults.clear();
+  });
+
+  afterAll(async () => {
+    rec?.stop();
+    await stopOp().catch(() => undefined);
+    for (const set of setsMade) {
+      await temporal?.workflow
+        .getHandle(cocoonSetWorkflowId(ns, set))
+        .terminate('cocoonset e2e teardown')
+        .catch(() => undefined);
+      for (const pod of memberNames(set)) {
+        await temporal?.workflow
+          .getHandle(vmWorkflowId(ns, pod))
+          .terminate('cocoonset e2e teardown')
+          .catch(() => undefined);
+      }
+    }
+    for (const cr of (await crs?.list().catch(() => [])) ?? []) await crs.forceDelete(cr.metadata.name!);
+    for (const cs of (await sets?.list().catch(() => [])) ?? []) await sets.forceDelete(cs.metadata.name!);
+    const pods = (await kube?.core.listNamespacedPod({ namespace: ns }).catch(() => undefined))?.items ?? [];
+    for (const p of pods) {
+      await kube.core
+        .deleteNamespacedPod({ name: p.metadata!.name!, namespace: ns, gracePeriodSeconds: 0 })
+        .catch(() => undefined);
+    }
+    await waitFor(
+      'test pods gone',
+      async () =>
+        (await kube.core.listNamespacedPod({ namespace: ns })).items.length === 0 ? true : undefined,
+      30_000,
+    ).catch(() => undefined);
+    await sim?.stop();
+    await kube?.core.deleteNode({ name: nodeName }).catch(() => undefined);
+    for (const set of setsMade) {
+      for (const m of [0, 1, 2, 'tools', 'vnc']) {
+        for (const tag of [Tags.hibernate, Tags.latest]) {
+          await dropTag(registry, vmOf(set, m), tag).catch(() => undefined);
+        }
+      }
+    }
+    await kube?.core.deleteNamespace({ name: ns }).catch(() => undefined);
+    await proxy?.stop();
+    await connection?.close();
+    const logFile = join(tmpdir(), `${ns}-operator.log`);
+    writeFileSync(logFile, operators.map((p) => p.stdout() + p.stderr()).join('\n--- restart ---\n'));
+    writeFileSync(join(tmpdir(), `${ns}-vksim.log`), simLog.join('\n'));
+    console.log(`[cocoonset e2e] operator logs in ${logFile}, simulator log in ${ns}-vksim.log`);
+    console.log(`[cocoonset e2e] file wall time ${((Date.now() - fileStart) / 1000).toFixed(1)} s`);
+  });
+
+  it('brings a set up: all five pods created on the simulator node and Ready; status rolled up as §16 says', async () => {
+    const name = 'roll';
+    const created = await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+    const { cs, pods } = await waitRunning(name);
+    const gen = cs.metadata.generation!;
+    expect(gen).toBe(created.metadata.generation);
+    expect(cs.metadata.finalizers).toContain(Finalizers.cocoonSet);
+    expect([...pods.keys()].sort()).toEqual(memberNames(name).sort());
+
+    const main = pods.get(`${name}-0`)!;
+    for (const [podName, pod] of pods) {
+      // Placement (§6.1): the pool and class selector put every pod on the simulator's node.
+      expect(pod.spec?.nodeSelector, podName).toEqual({
+        [Labels.nodePool]: place.pool,
+        [Labels.snapshotCPUClass]: place.cpuClass,
+      });
+      expect(pod.spec?.nodeName, podName).toBe(nodeName);
+      expect(pod.metadata?.ownerReferences, podName).toEqual([
+        expect.objectContaining({ kind: KIND_COCOONSET, name, uid: cs.metadata.uid, controller: true }),
+      ]);
+      expect(pod.metadata?.annotations?.[Annotations.cocoonSetGeneration], podName).toBe(String(gen));
+      expect(lifecycleOf(pod).state, podName).toBe(LifecycleStates.ready);
+    }
+    for (const slot of [1, 2]) {
+      const sub = pods.get(`${name}-${slot}`)!;
+      expect(sub.metadata?.annotations?.[Annotations.forkFrom]).toBe(vmOf(name, 0));
+      expect(sub.spec?.nodeName).toBe(main.spec?.nodeName);
+    }
+    expect(pods.get(`${name}-vnc`)!.metadata?.annotations).not.toHaveProperty(Annotations.managed);
+    expect(pods.get(`${name}-tools`)!.metadata?.annotations?.[Annotations.managed]).toBe('true');
+    // The simulator cloned the main from the agent image and forked the sub-agents from the main.
+    const vms = new Map(sim.state().vms.map((v) => [v.name, v]));
+    expect(vms.get(vmOf(name, 0))?.source).toBe(`clone ${AGENT_V1}`);
+    expect(vms.get(vmOf(name, 1))?.source).toBe(`fork fork-${vmOf(name, 0)}`);
+    expect(vms.get(vmOf(name, 'vnc'))?.source).toBe('adopt');
+
+    const rt = (pod: string) => {
+      const p = pods.get(`${name}-${pod}`)!;
+      return { vmID: vmIDOf(p), ip: p.metadata?.annotations?.[Annotations.ip] };
+    };
+    const condition = (type: string, status: string, reason: string, message: string) => ({
+      type,
+      status,
+      reason,
+      message,
+      observedGeneration: gen,
+      lastTransitionTime: expect.any(String),
+    });
+    expect(cs.status).toEqual({
+      observedGeneration: gen,
+      phase: 'Running',
+      readyAgents: 3,
+      desiredAgents: 3,
+      readyToolboxes: 2,
+      desiredToolboxes: 2,
+      agents: [
+        { slot: 0, role: 'main', podName: `${name}-0`, vmName: vmOf(name, 0), ...rt('0'), phase: 'Running' },
+        ...[1, 2].map((slot) => ({
+          slot,
+          role: 'sub-agent',
+          podName: `${name}-${slot}`,
+          vmName: vmOf(name, slot),
+          ...rt(String(slot)),
+          phase: 'Running',
+          forkedFrom: vmOf(name, 0),
+        })),
+      ],
+      toolboxes: [
+        {
+          name: 'tools',
+          podName: `${name}-tools`,
+          vmName: vmOf(name, 'tools'),
+          ...rt('tools'),
+          phase: 'Running',
+          connType: 'ssh',
+        },
+        {
+          name: 'vnc',
+          podName: `${name}-vnc`,
+          vmName: vmOf(name, 'vnc'),
+          vmID: 'qemu-1',
+          ip: '10.0.0.1',
+          phase: 'Running',
+          connType: 'vnc',
+          vncPort: 5901,
+        },
+      ],
+      conditions: [
+        condition('Ready', 'True', 'AllAgentsReady', '3/3 agents ready, 2/2 toolboxes ready'),
+        condition('Progressing', 'False', 'Stable', 'Running'),
+      ],
+    });
+    for (const a of cs.status!.agents!) expect(a.vmID, `slot ${a.slot}`).toMatch(/^sim-/);
+
+    // The roll-up never reported Failed on the way.
+    expect(rec.cocoonSetHistory(name).map((s) => s.phase)).not.toContain('Failed');
+  });
+
+  it('an agent image edit drifts the main and the sub-agents: exactly those are recreated, with the new image; the toolboxes stay', async () => {
+    const name = 'drift';
+    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+    const before = uidsOf((await waitRunning(name)).pods);
+
+    const edited = await sets.patchSpec(name, { agent: { image: AGENT_V2 } });
+    const gen = edited.metadata.generation!;
+    const { cs, pods } = await waitRunning(
+      name,
+      BRING_UP_MS,
+      (p) =>
+        p.metadata?.labels?.[Labels.role] === 'toolbox' ||
+        p.metadata?.annotations?.[Annotations.image] === AGENT_V2,
+    );
+    expect(cs.metadata.generation).toBe(gen);
+    const after = uidsOf(pods);
+    for (const slot of [0, 1, 2]) {
+      expect(after[`${name}-${slot}`], `slot ${slot} recreated`).not.toBe(before[`${name}-${slot}`]);
+    }
+    for (const tb of ['tools', 'vnc']) {
+      expect(after[`${name}-${tb}`], `toolbox ${tb} kept`).toBe(before[`${name}-${tb}`]);
+      // Kept, but stamped with the new generation (§9), and never asked to terminate.
+      expect(pods.get(`${name}-${tb}`)!.metadata?.annotations?.[Annotations.cocoonSetGeneration]).toBe(
+        String(gen),
+      );
+      expect(rec.podHistory(`${name}-${tb}`).some((s) => s.deleting)).toBe(false);
+    }
+    const vms = new Map(sim.state().vms.map((v) => [v.name, v]));
+    expect(vms.get(vmOf(name, 0))?.source).toBe(`clone ${AGENT_V2}`);
+    expect(pods.get(`${name}-1`)!.metadata?.annotations?.[Annotations.forkFrom]).toBe(vmOf(name, 0));
+    expect(cs.status?.agents?.map((a) => a.vmID)).toEqual(
+      [0, 1, 2].map((s) => vmIDOf(pods.get(`${name}-${s}`))),
+    );
+  });
+
+  it('a sub-agent whose VM keeps failing is rebuilt 4 times with 0/1/5/30 s backoff, then dead-lettered (Warning event, metric); a spec edit lifts it', async () => {
+    const name = 'rebuild';
+    const sub = `${name}-2`;
+    // Every incarnation of slot 2 fails after its VM is up (post-clone fixup exhausted: lifecycle failed).
+    sim.faults.add({ vm: `^${vmOf(name, 2)}$`, op: 'postclone.fail' });
+    const labels = { namespace: ns, cocoonset: name };
+    const m0 = await metrics();
+    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+
+    const deadLettered = await waitFor(
+      `${sub} dead-lettered`,
+      async () => {
+        const p = (await podsOf(name)).get(sub);
+        return p?.metadata?.annotations?.[Annotations.deadLetter] === 'true' ? p : undefined;
+      },
+      BRING_UP_MS + 60_000,
+      { intervalMs: 500, describe: () => rec.podHistory(sub).slice(-3) },
+    );
+    expect(lifecycleOf(deadLettered).state).toBe(LifecycleStates.failed);
+    // Five incarnations failed: four were rebuilt, the fifth is kept for inspection.
+    const failedUids = new Set(
+      rec
+        .podHistory(sub)
+        .filter((s) => s.lifecycle === LifecycleStates.failed)
+        .map((s) => s.uid),
+    );
+    expect(failedUids.size).toBe(5);
+    const deletedUids = new Set(
+      rec
+        .podHistory(sub)
+        .filter((s) => s.deleting)
+        .map((s) => s.uid),
+    );
+    expect(deletedUids.size).toBe(4);
+    expect(deletedUids.has(deadLettered.metadata!.uid!)).toBe(false);
+
+    // The backoff, from the rebuild history the operator persisted before each delete (§12.2, §12.3):
+    // counts 1..4, each rebuild at least 0/1/5/30 s after the previous one.
+    const entries: { count: number; at: number }[] = [];
+    for (const s of rec.cocoonSetHistory(name)) {
+      const raw = s.annotations[Annotations.rebuildHistory];
+      const e = raw
+        ? (JSON.parse(raw) as Record<string, { count: number; lastDeleted: string }>)['2']
+        : undefined;
+      if (e && entries[entries.length - 1]?.count !== e.count) {
+        entries.push({ count: e.count, at: Date.parse(e.lastDeleted) });
+      }
+    }
+    expect(entries.map((e) => e.count)).toEqual([1, 2, 3, 4]);
+    const gaps = entries.slice(1).map((e, i) => e.at - entries[i]!.at);
+    expect(gaps[0]).toBeGreaterThanOrEqual(1_000);
+    expect(gaps[1]).toBeGreaterThanOrEqual(5_000);
+    expect(gaps[2]).toBeGreaterThanOrEqual(30_000);
+
+    const rebuilding = await setEvents(name, EventReasons.subAgentRebuilding);
+    expect(rebuilding.map((e) => [e.type, e.message, e.count]).sort()).toEqual(
+      [1, 2, 3, 4].map((k) => ['Normal', `slot 2 attempt ${k}/4`, 1]),
+    );
+    // The Warning follows the pod patch and the metric (§12.2 step 2).
+    const dead = await waitFor(
+      'the SubAgentDeadLetter event',
+      async () => {
+        const evs = await setEvents(name, EventReasons.subAgentDeadLetter);
+        return evs.length > 0 ? evs : undefined;
+      },
+      QUICK_MS,
+    );
+    expect(dead.map((e) => [e.type, e.message])).toEqual([
+      ['Warning', `slot 2 exhausted 4 rebuilds; pod ${sub} left in dead-letter`],
+    ]);
+    const m1 = await metrics();
+    expect(metricSum(m1, 'cocoon_operator_subagent_rebuild_total', labels)).toBe(
+      metricSum(m0, 'cocoon_operator_subagent_rebuild_total', labels) + 4,
+    );
+    expect(metricSum(m1, 'cocoon_operator_subagent_dead_letter_total', labels)).toBe(
+      metricSum(m0, 'cocoon_operator_subagent_dead_letter_total', labels) + 1,
+    );
+
+    // Dead-lettered means left alone: later passes keep the pod and the set stays Scaling, Ready=False.
+    await pokeAndWaitForPass(name, sub, 1);
+    await pokeAndWaitForPass(name, `${name}-0`, 2);
+    const kept = (await podsOf(name)).get(sub);
+    expect(kept?.metadata?.uid).toBe(deadLettered.metadata?.uid);
+    expect(live(kept)).toBe(true);
+    const stuck = await sets.waitUntil(name, 'Scaling', (cs) => cs?.status?.phase === 'Scaling', QUICK_MS);
+    expect(stuck?.status).toMatchObject({ readyAgents: 2, desiredAgents: 3, readyToolboxes: 2 });
+    expect(stuck?.status?.conditions?.find((c) => c.type === 'Ready')).toMatchObject({
+      status: 'False',
+      message: '2/3 agents ready, 2/2 toolboxes ready',
+    });
+    expect(occurrences(await setEvents(name, EventReasons.subAgentDeadLetter))).toBe(1);
+
+    // The fix: the VM no longer fails, and the user edits the spec. The dead letter is lifted (the slot's
+    // history entry dropped, a fresh budget) and the sub-agent comes back.
+    sim.faults.clear();
+    await sets.patchSpec(name, { agent: { image: AGENT_V2 } });
+    const { cs, pods } = await waitRunning(
+      name,
+      BRING_UP_MS,
+      (p) =>
+        p.metadata?.labels?.[Labels.role] === 'toolbox' ||
+        p.metadata?.annotations?.[Annotations.image] === AGENT_V2,
+    );
+    const back = pods.get(sub)!;
+    expect(back.metadata?.uid).not.toBe(deadLettered.metadata?.uid);
+    expect(back.metadata?.annotations).not.toHaveProperty(Annotations.deadLetter);
+    expect(lifecycleOf(back).state).toBe(LifecycleStates.ready);
+    const history = JSON.parse(cs.metadata.annotations?.[Annotations.rebuildHistory] ?? '{}');
+    expect(history).not.toHaveProperty('2');
+    const m2 = await metrics();
+    expect(metricSum(m2, 'cocoon_operator_subagent_rebuild_total', labels)).toBe(
+      metricSum(m1, 'cocoon_operator_subagent_rebuild_total', labels),
+    );
+    expect(occurrences(await setEvents(name, EventReasons.subAgentRebuilding))).toBe(4);
+  }, 420_000);
+
+  it('a main stuck in a failed lifecycle: phase Failed; PodLifecycleFailed folds into one Event counting every pass (metric per pass), also across a fresh workflow run; a spec edit recovers', async () => {
+    const name = 'failing';
+    sim.faults.add({ vm: `^${vmOf(name, 0)}$`, op: 'postclone.fail' });
+    const lifecycleMetric = 'cocoon_operator_lifecycle_state_failed_observed_total';
+    const m0 = await metrics();
+    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+    const failed = await sets.waitUntil(name, 'Failed', (cs) => cs?.status?.phase === 'Failed', BRING_UP_MS);
+    expect(failed?.status?.observedGeneration).toBe(failed?.metadata.generation);
+    // Nothing past the failed main runs: no sub-agent or toolbox was created.
+    expect([...(await podsOf(name)).keys()]).toEqual([`${name}-0`]);
+
+    for (let i = 1; i <= 3; i++) await pokeAndWaitForPass(name, `${name}-0`, i);
+    const message = `main pod ${ns}/${name}-0: post-clone fixup of ${vmOf(name, 0)} exhausted (injected)`;
+    // The pass that saw the failure plus one per poke: at least 4 occurrences, all on one Event, as many
+    // as the passes the metric counted.
+    let seen: unknown;
+    const events = await waitFor(
+      'every pass of the failed main counted on one Event',
+      async () => {
+        const evs = await setEvents(name, EventReasons.podLifecycleFailed);
+        const passes = metricSum(await metrics(), lifecycleMetric) - metricSum(m0, lifecycleMetric);
+        seen = { events: evs.map((e) => [e.metadata?.name, e.count]), passes };
+        return evs.length === 1 && evs[0]!.count === passes && passes >= 4 ? evs : undefined;
+      },
+      QUICK_MS,
+      { describe: () => seen },
+    );
+    expect(events[0]).toMatchObject({ type: 'Warning', message });
+    const m1 = await metrics();
+    expect(
+      metricSum(m1, lifecycleMetric, { phase: 'Failed' }) -
+        metricSum(m0, lifecycleMetric, { phase: 'Failed' }),
+    ).toBeGreaterThanOrEqual(3);
+
+    // A workflow run started afresh for the same set (here the old one is terminated by hand; the next
+    // signal starts a new run) keeps counting: its emits must not pass for retries of the old run's.
+    const handle = temporal.workflow.getHandle(cocoonSetWorkflowId(ns, name));
+    const oldRun = await handle.describe();
+    const oldPasses = (await cocoonSetWorkflowState(temporal, ns, name)).passes;
+    await handle.terminate('cocoonset e2e: a fresh run must keep counting Events');
+    await annotatePod(`${name}-0`, { [POKE_KEY]: 'fresh-run' });
+    await waitFor(
+      'a fresh run of the set workflow',
+      async () => (await handle.describe()).runId !== oldRun.runId,
+      QUICK_MS,
+    );
+    for (let i = 1; i <= oldPasses + 1; i++) await pokeAndWaitForPass(name, `${name}-0`, 100 + i);
+    await waitFor(
+      'the fresh run counted on the same Event',
+      async () => {
+        const evs = await setEvents(name, EventReasons.podLifecycleFailed);
+        const passes = metricSum(await metrics(), lifecycleMetric) - metricSum(m0, lifecycleMetric);
+        seen = { events: evs.map((e) => [e.metadata?.name, e.count]), passes };
+        return evs.length === 1 && evs[0]!.count === passes && passes >= events[0]!.count! + oldPasses + 1;
+      },
+      QUICK_MS,
+      { describe: () => seen },
+    );
+
+    // The way out is a spec edit: the terminal main drifts, is deleted and recreated.
+    sim.faults.clear();
+    await sets.patchSpec(name, { agent: { image: AGENT_V2 } });
+    await waitRunning(name);
+    expect(await setEvents(name, EventReasons.podLifecycleFailed)).toHaveLength(1);
+  }, 300_000);
+
+  it('adopts pods written by the reference operator (built from the §6 construction rules) without recreating them', async () => {
+    const name = 'adopt';
+    // The Go operator made this set and its pods; then the cluster switches to this operator.
+    await stopOp();
+    const spec = realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place);
+    spec.agent.storage = '100Gi';
+    const cs = await createSet(name, spec, [Finalizers.cocoonSet]);
+    const gen = cs.metadata.generation!;
+    expect(gen).toBe(1);
+
+    /**
+     * A pod exactly as the reference builds it, written out from spec/cocoonset-core.md §6 (the §6.1
+     * skeleton, the §6.2/§6.3 rows, §6.4 storage, cf. the §6.5 worked example), not from src/cocoonset.
+     */
+    const referencePod = (
+      podName: string,
+      role: string,
+      slot: string,
+      annotations: Record<string, string>,
+      extra: { storage?: string; nodeName?: string } = {},
+    ): V1Pod => ({
+      apiVersion: 'v1',
+      kind: 'Pod',
+      metadata: {
+        name: podName,
+        namespace: ns,
+        labels: {
+          'cocoonset.cocoonstack.io/name': name,
+          'cocoonset.cocoonstack.io/role': role,
+          'cocoonset.cocoonstack.io/slot': slot,
+          'app.kubernetes.io/name': name,
+        },
+        annotations: { 'cocoonset.cocoonstack.io/generation': String(gen), ...annotations },
+        ownerReferences: [
+          {
+            apiVersion: 'cocoonset.cocoonstack.io/v1',
+            kind: 'CocoonSet',
+            name,
+            uid: cs.metadata.uid!,
+            controller: true,
+            blockOwnerDeletion: true,
+          },
+        ],
+      },
+      spec: {
+        terminationGracePeriodSeconds: 1,
+        tolerations: [
+          { key: 'virtual-kubelet.io/provider', operator: 'Exists' },
+          { key: 'node.kubernetes.io/not-ready', operator: 'Exists', effect: 'NoExecute' },
+          { key: 'node.kubernetes.io/unreachable', operator: 'Exists', effect: 'NoExecute' },
+        ],
+        nodeSelector: {
+          'cocoonstack.io/pool': place.pool,
+          'cocoonstack.io/snapshot-cpu-class': place.cpuClass,
+        },
+        ...(extra.nodeName ? { nodeName: extra.nodeName } : {}),
+        containers: [
+          {
+            name: 'agent',
+            image: 'ghcr.io/cocoonstack/placeholder:latest',
+            resources: extra.storage
+              ? {
+                  requests: { 'ephemeral-storage': extra.storage },
+                  limits: { 'ephemeral-storage': extra.storage },
+                }
+              : {},
+          },
+        ],
+      },
+    });
+    const agentAnnotations = (slot: number): Record<string, string> => ({
+      'vm.cocoonstack.io/name': vmOf(name, slot),
+      'cocoonset.cocoonstack.io/image': AGENT_V1,
+      'cocoonset.cocoonstack.io/mode': 'clone',
+      'cocoonset.cocoonstack.io/os': 'linux',
+      'cocoonset.cocoonstack.io/storage': '100Gi',
+      'cocoonset.cocoonstack.io/snapshot-policy': 'main-only',
+      'cocoonset.cocoonstack.io/managed': 'true',
+      'vm.cocoonstack.io/backend': 'cloud-hypervisor',
+      ...(slot > 0 ? { 'vm.cocoonstack.io/fork-from': vmOf(name, 0) } : {}),
+    });
+    const create = (body: V1Pod) => kube.core.createNamespacedPod({ namespace: ns, body });
+    await create(referencePod(`${name}-0`, 'main', '0', agentAnnotations(0), { storage: '100Gi' }));
+    const main = await waitFor(
+      'reference main Ready',
+      async () => {
+        const p = (await podsOf(name)).get(`${name}-0`);
+        return p && podReady(p) ? p : undefined;
+      },
+      QUICK_MS,
+    );
+    for (const slot of [1, 2]) {
+      await create(
+        referencePod(`${name}-${slot}`, 'sub-agent', String(slot), agentAnnotations(slot), {
+          storage: '100Gi',
+          nodeName: main.spec!.nodeName!,
+        }),
+      );
+    }
+    await create(
+      referencePod(`${name}-tools`, 'toolbox', 'tools', {
+        'vm.cocoonstack.io/name': vmOf(name, 'tools'),
+        'cocoonset.cocoonstack.io/image': TOOLBOX_IMAGE,
+        'cocoonset.cocoonstack.io/mode': 'run',
+        'cocoonset.cocoonstack.io/os': 'linux',
+        'cocoonset.cocoonstack.io/snapshot-policy': 'main-only',
+        'cocoonset.cocoonstack.io/managed': 'true',
+        'vm.cocoonstack.io/backend': 'cloud-hypervisor',
+      }),
+    );
+    await create(
+      referencePod(`${name}-vnc`, 'toolbox', 'vnc', {
+        'vm.cocoonstack.io/name': vmOf(name, 'vnc'),
+        'cocoonset.cocoonstack.io/mode': 'static',
+        'cocoonset.cocoonstack.io/os': 'linux',
+        'cocoonset.cocoonstack.io/snapshot-policy': 'main-only',
+        'vm.cocoonstack.io/backend': 'cloud-hypervisor',
+        'vm.cocoonstack.io/id': 'qemu-1',
+        'vm.cocoonstack.io/ip': '10.0.0.1',
+        'vm.cocoonstack.io/vnc-port': '5901',
+      }),
+    );
+    const before = await waitFor(
+      'all reference pods Ready',
+      async () => {
+        const pods = await podsOf(name);
+        return memberNames(name).every((n) => podReady(pods.get(n))) ? pods : undefined;
+      },
+      QUICK_MS,
+    );
+
+    await startOp();
+    const { pods } = await waitRunning(name, QUICK_MS);
+    expect(uidsOf(pods)).toEqual(uidsOf(before));
+    // Several more passes (each triggered by a pod change) still leave every pod alone.
+    for (const [i, pod] of [`${name}-0`, `${name}-1`, `${name}-vnc`].entries()) {
+      await pokeAndWaitForPass(name, pod, i + 1);
+    }
+    expect((await cocoonSetWorkflowState(temporal, ns, name)).passes).toBeGreaterThanOrEqual(4);
+    expect(uidsOf(await podsOf(name))).toEqual(uidsOf(before));
+    for (const n of memberNames(name))
+      expect(
+        rec.podHistory(n).some((s) => s.deleting),
+        n,
+      ).toBe(false);
+    // No create, delete or pod patch at all: the generation stamps already matched.
+    const types = new Set((await scheduledActivities(temporal, ns, name)).map((a) => a.type));
+    expect(types.has('cocoonSetReadWorld')).toBe(true);
+    for (const t of ['cocoonSetCreatePod', 'cocoonSetDeletePod', 'cocoonSetPatchPodAnnotations']) {
+      expect(types.has(t), t).toBe(false);
+    }
+  }, 300_000);
+
+  it('deleting a set deletes its pods, GCs the tags per main-only (:hibernate of all, :latest of sub-agents and toolboxes), drops the finalizer; the CR is gone and the workflow completes', async () => {
+    const name = 'gc';
+    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+    await waitRunning(name);
+    const members: (string | number)[] = [0, 1, 2, 'tools', 'vnc'];
+    // Tags for every VM, so each delete (or its absence) is observable.
+    for (const m of members) {
+      for (const tag of [Tags.hibernate, Tags.latest])
+        await pushSnapshotTag(registry, vmOf(name, m), tag, AGENT_V1);
+    }
+    for (const m of members) expect(await headTag(registry, vmOf(name, m), Tags.latest)).toBe(200);
+    const deletesBefore = proxy.requests.length;
+
+    await sets.delete(name);
+    await sets.waitUntil(name, 'gone', (x) => x === undefined, QUICK_MS);
+
+    expect((await podsOf(name)).size).toBe(0);
+    const history = rec.cocoonSetHistory(name);
+    expect(history.some((s) => s.deleting && s.finalizers.includes(Finalizers.cocoonSet))).toBe(true);
+    const sortedVMs = members.map((m) => vmOf(name, m)).sort();
+    // §17 step 2: the VM names were stashed on the set before its pods went.
+    expect(history.some((s) => s.annotations[Annotations.deleteVMNames] === sortedVMs.join(','))).toBe(true);
+    for (const m of members) {
+      expect(await headTag(registry, vmOf(name, m), Tags.hibernate), `${m}:hibernate`).toBe(404);
+      expect(await headTag(registry, vmOf(name, m), Tags.latest), `${m}:latest`).toBe(m === 0 ? 200 : 404);
+    }
+    // In sorted VM order, :hibernate always, then :latest unless kept (main-only keeps only the main's).
+    const deletes = proxy.requests
+      .slice(deletesBefore)
+      .filter((r) => r.method === 'DELETE')
+      .map((r) => r.path.replace(/^\/v2\/(.*)\/manifests\/(.*)$/, '$1:$2'));
+    expect(deletes).toEqual(
+      sortedVMs.flatMap((vm) =>
+        vm === vmOf(name, 0) ? [`${vm}:hibernate`] : [`${vm}:hibernate`, `${vm}:latest`],
+      ),
+    );
+    const handle = temporal.workflow.getHandle(cocoonSetWorkflowId(ns, name));
+    await waitFor(
+      'cocoonset workflow completed',
+      async () => (await handle.describe()).status.name === 'COMPLETED',
+      QUICK_MS,
+    );
+  });
+
+  it('a main hibernated by a CocoonHibernation and then deleted is recreated with restore-from-hibernate, and its VM comes back from the snapshot', async () => {
+    const name = 'restore';
+    const mainPod = `${name}-0`;
+    const vm = vmOf(name, 0);
+    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+    const { pods } = await waitRunning(name);
+    const original = pods.get(mainPod)!;
+    const firstId = vmIDOf(original);
+
+    await crs.create('hib-main', mainPod, 'Hibernate');
+    await crs.waitPhase('hib-main', 'Hibernated', QUICK_MS);
+    expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
+    const hibernated = (await podsOf(name)).get(mainPod)!;
+    expect(lifecycleOf(hibernated).state).toBe(LifecycleStates.hibernated);
+    expect(vmIDOf(hibernated)).toBe('');
+    expect(sim.state().vms.some((v) => v.name === vm)).toBe(false);
+
+    // Watch the simulator's VMs of the main from here on (a restored VM may be hibernated again by the CR).
+    const seen = new Map<string, SimVM>();
+    let watching = true;
+    const watcher = (async () => {
+      while (watching) {
+        for (const v of sim.state().vms) if (v.name === vm) seen.set(v.id, v);
+        await new Promise((r) => setTimeout(r, 25));
+      }
+    })();
+    try {
+      await kube.core.deleteNamespacedPod({ name: mainPod, namespace: ns });
+      const recreated = await waitFor(
+        'main recreated with restore-from-hibernate',
+        async () => {
+          const p = (await podsOf(name)).get(mainPod);
+          return p && p.metadata?.uid !== original.metadata?.uid && live(p) ? p : undefined;
+        },
+        QUICK_MS,
+      );
+      expect(recreated.metadata?.annotations?.[Annotations.restoreFromHibernate]).toBe('true');
+      await waitFor(
+        'the restored VM in the simulator',
+        () => [...seen.values()].some((v) => v.id !== firstId),
+        QUICK_MS,
+      );
+    } finally {
+      watching = false;
+      await watcher;
+    }
+    const restored = [...seen.values()].filter((v) => v.id !== firstId);
+    expect(restored).toHaveLength(1);
+    expect(restored[0]!.source).toMatch(new RegExp(`^restore .*${vm}(:hibernate)?$`));
+    // The new incarnation ran the restored VM (a running container with its VM id) at some point.
+    const incarnation = await waitFor(
+      'the recreated main running the restored VM',
+      () => {
+        const v = rec
+          .podHistory(mainPod)
+          .filter((s) => s.uid !== original.metadata?.uid && s.vmID === restored[0]!.id && s.running);
+        return v.length > 0 ? v : undefined;
+      },
+      QUICK_MS,
+      { describe: () => rec.podHistory(mainPod).slice(-6) },
+    );
+    expect(incarnation.every((s) => s.restore)).toBe(true);
+  });
+});
