@@ -6,7 +6,8 @@
  * Protocol: signals cocoonSetObserved / ownedPodObserved (src/watcher/cocoonset-signals.ts), query `state`.
  * The body is a loop: read the CocoonSet and its pods, drive `planPass` (src/cocoonset/plan.ts) batch by
  * batch until it is done, honour its result (§4 "Result semantics", §19), sleep until a signal or the
- * next timer; continue as new before the history grows large; complete when the CocoonSet is gone.
+ * next timer; continue as new before the history grows large (events or bytes: a restarted worker replays
+ * it); complete when the CocoonSet is gone.
  *
  * Extension points (not implemented here; spec/cocoonset-flows.md): suspend and release-suspend are
  * logged and end the pass; migration and the released-seat wake decline ("not handled"), so the pass goes
@@ -51,6 +52,8 @@ export interface CocoonSetWorkflowInput {
   carried?: unknown;
   /** Continue as new past this many history events (default 5,000; tests lower it). */
   historyLimit?: number;
+  /** Continue as new past this many history bytes (default 512 KiB; tests may lower it). */
+  historyBytesLimit?: number;
   /** False when no registry is configured: restore is a no-op, migration/wake are off (§20.6). Default true. */
   registryConfigured?: boolean;
 }
@@ -65,6 +68,13 @@ const BACKOFF_MAX_MS = 300_000;
 const IMMEDIATE_REQUEUES = 20;
 /** Continue as new past this many history events (well under Temporal's 51,200 limit). */
 const MAX_HISTORY_EVENTS = 5_000;
+/**
+ * Continue as new past this many history bytes. Every pass records the set and its pods as read (~3 KB a
+ * pod), so the size grows far faster than the event count, and a worker restart replays each history it
+ * resumes: on the e2e stack a 700 KB history took ~2 s to replay alone and 10.6 s next to four others on
+ * a loaded machine, past the 10 s workflow task timeout (the task timed out and was retried).
+ */
+const MAX_HISTORY_BYTES = 512 * 1024;
 /** With nothing scheduled, pass again after this long anyway (controller-runtime's default SyncPeriod). */
 const FALLBACK_PASS_MS = 10 * 60 * 60 * 1000;
 /** Safety bound of `planPass` steps in one pass (a pass of N pods needs O(N) steps). */
@@ -166,7 +176,11 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
       continue;
     }
     const info = workflowInfo();
-    if (info.continueAsNewSuggested || info.historyLength > (input.historyLimit ?? MAX_HISTORY_EVENTS)) {
+    if (
+      info.continueAsNewSuggested ||
+      info.historyLength > (input.historyLimit ?? MAX_HISTORY_EVENTS) ||
+      info.historySize > (input.historyBytesLimit ?? MAX_HISTORY_BYTES)
+    ) {
       await condition(allHandlersFinished);
       if (!dirty) await continueAsNew<typeof cocoonSetWorkflow>({ ...input, carried: state });
     }

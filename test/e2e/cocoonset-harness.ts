@@ -197,3 +197,28 @@ export async function scheduledActivities(
   }
   return out;
 }
+
+/** One run of a workflow as visibility lists it: its id, status and history length/size (bytes). */
+export interface RunInfo {
+  runId: string;
+  status: string;
+  historyLength: number;
+  historySize: number;
+}
+
+/** The runs of CocoonSet workflow `<namespace>/<name>`, oldest first (the open run's size from describe). */
+export async function workflowRuns(client: Client, namespace: string, name: string): Promise<RunInfo[]> {
+  const id = cocoonSetWorkflowId(namespace, name);
+  const runs: (RunInfo & { start: number })[] = [];
+  for await (const wf of client.workflow.list({ query: `WorkflowId = "${id}"` })) {
+    const d = wf.status.name === 'RUNNING' ? await client.workflow.getHandle(id, wf.runId).describe() : wf;
+    runs.push({
+      runId: wf.runId,
+      status: wf.status.name,
+      historyLength: d.historyLength,
+      historySize: d.historySize ?? 0,
+      start: wf.startTime.getTime(),
+    });
+  }
+  return runs.sort((a, b) => a.start - b.start).map(({ start: _start, ...r }) => r);
+}

@@ -45,6 +45,7 @@ import {
   pushSnapshotTag,
   realisticSpec,
   scheduledActivities,
+  workflowRuns,
 } from './cocoonset-harness.js';
 import {
   dropTag,
@@ -82,6 +83,8 @@ const TOOLBOX_IMAGE = 'ghcr.io/cocoonstack/toolbox:1.0';
 const BRING_UP_MS = 150_000;
 const QUICK_MS = 60_000;
 const POKE_KEY = 'e2e.cocoonstack.io/poke';
+/** The history size past which a set's workflow continues as new (src/workflows/cocoonset.ts). */
+const HISTORY_BOUND_BYTES = 512 * 1024;
 
 let kube: KubeClients;
 let sets: CocoonSets;
@@ -622,6 +625,27 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     await sets.patchSpec(name, { agent: { image: AGENT_V2 } });
     await waitRunning(name);
     expect(await setEvents(name, EventReasons.podLifecycleFailed)).toHaveLength(1);
+  }, 300_000);
+
+  it('a set workflow keeps its history small: it continues as new before 512 KiB (a worker restart replays it), without disturbing the set', async () => {
+    const name = 'history';
+    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+    const before = uidsOf((await waitRunning(name)).pods);
+    // Each pass records what it read (the set and its pods, ~16 KB here): poke until the set's
+    // workflow has written well over the bound in total.
+    let runs = await workflowRuns(temporal, ns, name);
+    for (let i = 1; runs.reduce((n, r) => n + r.historySize, 0) < 1.5 * HISTORY_BOUND_BYTES; i++) {
+      expect(i, 'pokes needed to grow the history').toBeLessThan(200);
+      await pokeAndWaitForPass(name, `${name}-${i % 2 === 0 ? 'tools' : '0'}`, i);
+      if (i % 5 === 0) runs = await workflowRuns(temporal, ns, name);
+    }
+    expect(runs.length, JSON.stringify(runs)).toBeGreaterThanOrEqual(2);
+    // Checked whenever the workflow is idle between passes, so a run ends a few passes past the bound at most.
+    for (const r of runs)
+      expect(r.historySize, JSON.stringify(r)).toBeLessThan(HISTORY_BOUND_BYTES + 256 * 1024);
+    expect(runs.slice(0, -1).map((r) => r.status)).toEqual(runs.slice(0, -1).map(() => 'CONTINUED_AS_NEW'));
+    const { pods } = await waitRunning(name, QUICK_MS);
+    expect(uidsOf(pods)).toEqual(before);
   }, 300_000);
 
   it('adopts pods written by the reference operator (built from the §6 construction rules) without recreating them', async () => {
