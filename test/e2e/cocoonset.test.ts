@@ -63,8 +63,8 @@ import {
   type OperatorProcess,
   stackEnv as operatorStackEnv,
   scrapeMetrics,
-  startOperator,
-  waitFor200,
+  startReadyOperator,
+  stopOperator,
 } from './operator-process.js';
 import { kubeClients, stackEnv } from './stack-harness.js';
 
@@ -106,23 +106,13 @@ const setsMade = new Set<string>();
 let fileStart = 0;
 
 async function startOp(): Promise<OperatorProcess> {
-  const p = startOperator(env, [], { probePort, metricsPort, launcher: 'node' });
-  op = p;
-  operators.push(p);
-  await waitFor200(`${p.probeUrl}/readyz`, 120_000).catch((err) => {
-    throw new Error(
-      `${(err as Error).message}\nstderr: ${p.stderr()}\nstdout tail: ${p.stdout().slice(-2000)}`,
-    );
-  });
-  return p;
+  // launcher 'node': the pid is the operator itself (no tsx parent in between).
+  op = await startReadyOperator(env, { probePort, metricsPort, launcher: 'node' });
+  operators.push(op);
+  return op;
 }
 
-async function stopOp(): Promise<void> {
-  const p = op;
-  if (!p || p.child.exitCode !== null || p.child.signalCode !== null) return;
-  p.child.kill('SIGTERM');
-  await p.exited;
-}
+const stopOp = () => stopOperator(op);
 
 /** VM name of an agent slot or toolbox of set `set`: `vk-<ns>-<set>-<slotOrToolbox>`. */
 const vmOf = (set: string, member: string | number) => `vk-${ns}-${set}-${member}`;

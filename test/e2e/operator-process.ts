@@ -192,3 +192,32 @@ export async function scrapeMetrics(url: string): Promise<string> {
   if (res.status !== 200) throw new Error(`GET ${url}: ${res.status} ${body.slice(0, 200)}`);
   return body;
 }
+
+/**
+ * Starts the operator (see startOperator) and waits until its `/readyz` answers 200 within `timeoutMs`.
+ * Otherwise kills it (SIGKILL, so no process is left behind) and throws an error carrying its stderr and
+ * the tail of its log.
+ */
+export async function startReadyOperator(
+  env: NodeJS.ProcessEnv,
+  opts: { probePort: number; metricsPort: number; launcher?: 'tsx' | 'node' },
+  timeoutMs = 120_000,
+): Promise<OperatorProcess> {
+  const p = startOperator(env, [], opts);
+  try {
+    await waitFor200(`${p.probeUrl}/readyz`, timeoutMs);
+  } catch (err) {
+    await stopOperator(p, 'SIGKILL');
+    throw new Error(
+      `${(err as Error).message}\nstderr: ${p.stderr()}\nstdout tail: ${p.stdout().slice(-2000)}`,
+    );
+  }
+  return p;
+}
+
+/** Sends `signal` to the operator and waits for it to exit; nothing when it has already exited. */
+export async function stopOperator(p: OperatorProcess | undefined, signal: NodeJS.Signals = 'SIGTERM') {
+  if (!p || p.child.exitCode !== null || p.child.signalCode !== null) return;
+  p.child.kill(signal);
+  await p.exited;
+}
