@@ -150,12 +150,21 @@ export async function pushSnapshotTag(
   });
 }
 
-/** The CocoonSet workflow's `state` query (src/workflows/cocoonset.ts `describe`): passes so far, phase… */
+/**
+ * The CocoonSet workflow's `state` query (src/workflows/cocoonset.ts `describe`): `passes` started so far,
+ * `passing` while one runs, phase…
+ */
 export async function cocoonSetWorkflowState(
   client: Client,
   namespace: string,
   name: string,
-): Promise<{ passes: number; phase: string | null; failures: number; nextPassAt: string | null }> {
+): Promise<{
+  passes: number;
+  passing: boolean;
+  phase: string | null;
+  failures: number;
+  nextPassAt: string | null;
+}> {
   return client.workflow.getHandle(cocoonSetWorkflowId(namespace, name)).query('state');
 }
 

@@ -36,6 +36,7 @@ import { lifecycleOf, podReady, vmIDOf } from '../../src/api/pod.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { type KubeClients, mergePatch } from '../../src/kube/client.js';
 import { RegistryProxy } from '../support/registry-proxy.js';
+import { RequestLog } from '../support/request-log.js';
 import { pushBaseImage } from '../vksim/oci.js';
 import { type SimVM, VkSimulator } from '../vksim/sim.js';
 import {
@@ -95,6 +96,8 @@ const simLog: string[] = [];
 /** The real registry (`host:port`); the operator uses `proxy` in front of it. */
 let registry: string;
 let proxy: RegistryProxy;
+/** The registry requests the operator made, in order (through `proxy`). */
+const registryLog = new RequestLog();
 let temporal: Client;
 let connection: Connection;
 let env: NodeJS.ProcessEnv;
@@ -181,13 +184,19 @@ async function annotatePod(name: string, annotations: Record<string, string | nu
   );
 }
 
-/** Touches pod `pod` (an annotation change the watcher passes on) and waits for the set's next pass. */
+/**
+ * Touches pod `pod` (an annotation change the watcher passes on) and waits until the set's workflow has
+ * started a pass after it and finished it.
+ */
 async function pokeAndWaitForPass(set: string, pod: string, n: number): Promise<void> {
   const before = (await cocoonSetWorkflowState(temporal, ns, set)).passes;
   await annotatePod(pod, { [POKE_KEY]: String(n) });
   await waitFor(
     `a pass of set ${set} after poke ${n}`,
-    async () => (await cocoonSetWorkflowState(temporal, ns, set)).passes > before,
+    async () => {
+      const st = await cocoonSetWorkflowState(temporal, ns, set);
+      return st.passes > before && !st.passing;
+    },
     QUICK_MS,
     { intervalMs: 250 },
   );
@@ -229,7 +238,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     await pushBaseImage(registry, AGENT_V1);
     await pushBaseImage(registry, AGENT_V2);
 
-    proxy = new RegistryProxy({ upstream: registry });
+    proxy = new RegistryProxy({ upstream: registry, log: registryLog });
     const proxied = await proxy.start();
     connection = await Connection.connect({ address: stack.temporalAddress });
     temporal = new Client({ connection, namespace: stack.temporalNamespace });
@@ -802,7 +811,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
         await pushSnapshotTag(registry, vmOf(name, m), tag, AGENT_V1);
     }
     for (const m of members) expect(await headTag(registry, vmOf(name, m), Tags.latest)).toBe(200);
-    const deletesBefore = proxy.requests.length;
+    const mark = registryLog.mark();
 
     await sets.delete(name);
     await sets.waitUntil(name, 'gone', (x) => x === undefined, QUICK_MS);
@@ -818,8 +827,8 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
       expect(await headTag(registry, vmOf(name, m), Tags.latest), `${m}:latest`).toBe(m === 0 ? 200 : 404);
     }
     // In sorted VM order, :hibernate always, then :latest unless kept (main-only keeps only the main's).
-    const deletes = proxy.requests
-      .slice(deletesBefore)
+    const deletes = registryLog
+      .since(mark)
       .filter((r) => r.method === 'DELETE')
       .map((r) => r.path.replace(/^\/v2\/(.*)\/manifests\/(.*)$/, '$1:$2'));
     expect(deletes).toEqual(

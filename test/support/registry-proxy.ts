@@ -28,8 +28,6 @@ export class RegistryProxy {
   down = false;
   /** Requests seen, by method. */
   readonly counts = new Map<string, number>();
-  /** Every request seen, in arrival order (method and path), e.g. to check the order of tag deletes. */
-  readonly requests: Array<{ method: string; path: string }> = [];
   private server?: Server;
   private readonly upstream: { host: string; port: number };
 
@@ -44,7 +42,6 @@ export class RegistryProxy {
   async start(): Promise<string> {
     this.server = createServer((req, res) => {
       this.counts.set(req.method ?? '?', (this.counts.get(req.method ?? '?') ?? 0) + 1);
-      this.requests.push({ method: req.method ?? '?', path: req.url ?? '' });
       const rec = this.opts.log?.record('registry', req.method ?? '?', req.url ?? '/');
       if (this.down) {
         req.socket.destroy();
