@@ -77,6 +77,11 @@ const MAX_HISTORY_EVENTS = 5_000;
 const MAX_HISTORY_BYTES = 512 * 1024;
 /** With nothing scheduled, pass again after this long anyway (controller-runtime's default SyncPeriod). */
 const FALLBACK_PASS_MS = 10 * 60 * 60 * 1000;
+/**
+ * Reason of the Warning Event a suspend request gets while the suspend flows are an extension point
+ * (not in the reference's wire contract: deliberate, so the request is not silently ignored).
+ */
+export const SUSPEND_NOT_IMPLEMENTED = 'SuspendNotImplemented';
 /** Safety bound of `planPass` steps in one pass (a pass of N pods needs O(N) steps). */
 const MAX_STEPS = 10_000;
 
@@ -275,8 +280,26 @@ async function drive(
           );
         case 'suspend':
         case 'suspendRelease':
-          // Extension point (spec/cocoonset-flows.md §3–§4): suspend is not implemented yet.
+          // Extension point (spec/cocoonset-flows.md §3–§4): suspend is not implemented yet. The pass ends
+          // here, as the reference's does once it enters suspend (nothing past step 8 runs), and the user
+          // is told on the CocoonSet itself: a Warning Event (folded, so one Event whose count grows).
           log.warn(`cocoonset ${step.flow} flow not implemented yet: pass ends here`, { name: state.name });
+          await execute(
+            state,
+            cs,
+            {
+              id: `event:${SUSPEND_NOT_IMPLEMENTED}`,
+              type: 'event',
+              eventType: 'Warning',
+              reason: SUSPEND_NOT_IMPLEMENTED,
+              message:
+                step.flow === 'suspend'
+                  ? 'spec.suspend is not implemented by this operator version: pods are left as they are'
+                  : 'spec.suspend with hibernatePolicy release is not implemented by this operator version: ' +
+                    'pods are left as they are',
+            },
+            registry,
+          );
           rollUp(state, cs, pods, cs.status?.phase);
           return { requeue: false, requeueAfterMs: 0, delegated: step.flow };
       }

@@ -10,6 +10,7 @@ import { Annotations, EventReasons } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { buildAgentPod, buildToolboxPod, toolboxVMName } from '../../src/cocoonset/pods.js';
 import { lastDeletedMs, readRebuildHistory } from '../../src/cocoonset/rebuild.js';
+import { SUSPEND_NOT_IMPLEMENTED } from '../../src/workflows/cocoonset.js';
 import { hibernation, IMAGE, newCocoonSet, readyPod, withFinalizer } from '../unit/cocoonset-fixtures.js';
 import { CocoonSetWorld, withCocoonSetWorld } from './cocoonset-world.js';
 import { createEnv, eventually, skipUntil } from './harness.js';
@@ -129,6 +130,22 @@ describe('CocoonSet workflow', { retry: 1 }, () => {
       expect(w.lists).toBe(0);
       expect(w.registryCalls).toBe(0);
       expect(w.cs?.status?.readyAgents).toBe(3);
+    });
+  });
+
+  it('spec.suspend (an extension point until the flows land) leaves every pod alone and says so in a Warning Event, not silently', async () => {
+    const cs = demoSet(withFinalizer, (c) => {
+      c.spec.suspend = true;
+    });
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    const before = uids(world);
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await w.settledAfter(0);
+      await eventually('the Warning Event', () => w.events.some((e) => e.reason === SUSPEND_NOT_IMPLEMENTED));
+      expect(w.events.find((e) => e.reason === SUSPEND_NOT_IMPLEMENTED)).toMatchObject({ type: 'Warning' });
+      expect(uids(w)).toEqual(before);
+      expect(w.calls.filter((c) => /^(create|delete|annotate|status)/.test(c))).toEqual([]);
     });
   });
 
