@@ -1,24 +1,33 @@
 /**
  * The system under test, run in-process the way src/worker.ts wires it: a Worker on the base task queue
- * with the VM workflow and the real Kubernetes activities, a Worker on `taskQueues(base).hibernationRegistry`
- * with the real registry activities and maxConcurrentActivityTaskExecutions = C (the concurrency knob,
- * DESIGN.md §2), and the real watcher scoped to the run's namespace. The operator's Kubernetes requests go
- * through a {@link CountingKubeConfig}; its registry client points at a {@link RegistryProxy}.
+ * with the workflows (VM and CocoonSet) and the real Kubernetes activities of both, a Worker on
+ * `taskQueues(base).hibernationRegistry` with the real registry activities and
+ * maxConcurrentActivityTaskExecutions = C (the concurrency knob, DESIGN.md §2), one on
+ * `taskQueues(base).cocoonSetRegistry` with COCOONSET_CONCURRENCY's default slots, and the real watcher
+ * (CocoonSets included) scoped to the run's namespace. The operator's Kubernetes requests go through a
+ * {@link CountingKubeConfig}; its registry client points at a {@link RegistryProxy}.
  *
  * The only addition is an activity timing hook (a wrapper recording start/end of each call), used by the
  * latency scenario to time the first pod patch.
  */
 import { randomBytes } from 'node:crypto';
 import { Worker } from '@temporalio/worker';
+import { createCocoonSetActivities } from '../../src/activities/cocoonset.js';
 import { createKubeActivities } from '../../src/activities/kube.js';
 import { createRegistryActivities } from '../../src/activities/registry.js';
 import { taskQueues } from '../../src/api/ids.js';
+import { ENV_SETTINGS } from '../../src/config.js';
 import { makeKubeClients } from '../../src/kube/client.js';
 import { OCIRegistryClient } from '../../src/registry/client.js';
 import { startWatcher, type Watcher } from '../../src/watcher/index.js';
 import { RegistryProxy } from '../../test/support/registry-proxy.js';
 import type { BenchEnv } from './env.js';
 import { CountingKubeConfig } from './kube-count.js';
+
+/** COCOONSET_CONCURRENCY's default, as src/config.ts declares it. */
+const DEFAULT_COCOONSET_CONCURRENCY = Number(
+  ENV_SETTINGS.find((s) => s.env === 'COCOONSET_CONCURRENCY')?.default ?? '4',
+);
 
 /** One activity call as the timing hook saw it (local epoch ms). */
 export interface ActivityCall {
@@ -33,8 +42,10 @@ export interface ActivityCall {
 export interface OperatorOptions {
   /** Kubernetes namespace the watcher is scoped to. */
   namespace: string;
-  /** Registry activity slots (maxConcurrentActivityTaskExecutions of the registry worker). */
+  /** Registry activity slots of the hibernation registry worker (maxConcurrentActivityTaskExecutions). */
   concurrency: number;
+  /** Registry activity slots of the CocoonSet registry worker (default 4, COCOONSET_CONCURRENCY's default). */
+  cocoonSetConcurrency?: number;
   /** Added latency per registry request, ms. */
   latencyMs: number;
   /** Extra uniform random latency per registry request, ms. */
@@ -97,18 +108,28 @@ export async function startOperator(env: BenchEnv, opts: OperatorOptions): Promi
   const kube = makeKubeClients(kubeConfig);
   const queues = taskQueues(taskQueue);
   const common = { connection: env.connection, namespace: env.stack.temporalNamespace };
+  const registryActivities = timed(createRegistryActivities({ registry }), opts.onActivity);
   const workers = [
     await Worker.create({
       ...common,
       taskQueue: queues.workflows,
       workflowBundle: env.workflowBundle,
-      activities: timed(createKubeActivities({ kube }), opts.onActivity),
+      activities: timed(
+        { ...createKubeActivities({ kube }), ...createCocoonSetActivities({ kube }) },
+        opts.onActivity,
+      ),
     }),
     await Worker.create({
       ...common,
       taskQueue: queues.hibernationRegistry,
-      activities: timed(createRegistryActivities({ registry }), opts.onActivity),
+      activities: registryActivities,
       maxConcurrentActivityTaskExecutions: opts.concurrency,
+    }),
+    await Worker.create({
+      ...common,
+      taskQueue: queues.cocoonSetRegistry,
+      activities: registryActivities,
+      maxConcurrentActivityTaskExecutions: opts.cocoonSetConcurrency ?? DEFAULT_COCOONSET_CONCURRENCY,
     }),
   ];
   const runs = workers.map((w) => w.run());
@@ -120,6 +141,7 @@ export async function startOperator(env: BenchEnv, opts: OperatorOptions): Promi
       taskQueue: queues.workflows,
       namespace: opts.namespace,
       log: env.log,
+      cocoonSets: true,
     });
     await watcher.waitForSync();
   } catch (err) {
