@@ -17,7 +17,7 @@ import { createKubeActivities } from '../../src/activities/kube.js';
 import { createRegistryActivities } from '../../src/activities/registry.js';
 import { taskQueues } from '../../src/api/ids.js';
 import { ENV_SETTINGS } from '../../src/config.js';
-import { makeKubeClients } from '../../src/kube/client.js';
+import { type KubeClients, makeKubeClients } from '../../src/kube/client.js';
 import { OCIRegistryClient } from '../../src/registry/client.js';
 import { startWatcher, type Watcher } from '../../src/watcher/index.js';
 import { RegistryProxy } from '../../test/support/registry-proxy.js';
@@ -50,8 +50,13 @@ export interface OperatorOptions {
   latencyMs: number;
   /** Extra uniform random latency per registry request, ms. */
   jitterMs?: number;
-  /** Called after every activity call. */
+  /** Called after every activity call (of the workflow worker only when this call creates it). */
   onActivity?: (call: ActivityCall) => void;
+  /**
+   * A running workflow worker to use instead of creating one; `stop()` then leaves it running. Its task
+   * queue, Kubernetes clients and request counter become this operator's.
+   */
+  host?: WorkflowHost;
 }
 
 /** A started in-process operator and the counters the scenarios read. */
@@ -60,7 +65,7 @@ export interface RunningOperator {
   proxy: RegistryProxy;
   kubeConfig: CountingKubeConfig;
   watcher: Watcher;
-  /** Stops the watcher, then the workers (graceful), then the proxy. */
+  /** Stops the watcher, then the workers (graceful; the workflow worker only when not shared), then the proxy. */
   stop(): Promise<void>;
 }
 
@@ -87,12 +92,56 @@ function timed<T extends Record<string, (input: never) => Promise<unknown>>>(
 }
 
 /**
+ * The workflow worker on its own: VM and CocoonSet workflows and the real Kubernetes activities (through a
+ * fresh {@link CountingKubeConfig}) on a fresh base task queue. Consecutive runs may share one (see
+ * {@link OperatorOptions.host}): loading the workflow bundle into a new worker costs ~1 CPU-second here.
+ */
+export interface WorkflowHost {
+  taskQueue: string;
+  kubeConfig: CountingKubeConfig;
+  kube: KubeClients;
+  /** Shuts the worker down (graceful). */
+  stop(): Promise<void>;
+}
+
+/** Creates and runs a {@link WorkflowHost}. */
+export async function startWorkflowHost(
+  env: BenchEnv,
+  onActivity?: (call: ActivityCall) => void,
+): Promise<WorkflowHost> {
+  const taskQueue = `bench-${randomBytes(6).toString('hex')}`;
+  const kubeConfig = new CountingKubeConfig();
+  kubeConfig.loadFromFile(env.stack.kubeconfig);
+  const kube = makeKubeClients(kubeConfig);
+  const worker = await Worker.create({
+    connection: env.connection,
+    namespace: env.stack.temporalNamespace,
+    taskQueue: taskQueues(taskQueue).workflows,
+    workflowBundle: env.workflowBundle,
+    activities: timed(
+      { ...createKubeActivities({ kube }), ...createCocoonSetActivities({ kube }) },
+      onActivity,
+    ),
+  });
+  const run = worker.run();
+  return {
+    taskQueue,
+    kubeConfig,
+    kube,
+    async stop() {
+      if (worker.getState() === 'RUNNING') worker.shutdown();
+      await run.catch(() => undefined);
+    },
+  };
+}
+
+/**
  * Starts proxy, registry client (warmed up: its one-time `/v2/` ping and a HEAD of a throwaway repository
  * are done, then the proxy's counters are cleared, so the counts afterwards are the workload's alone),
- * workers on a fresh task queue, and the watcher (synced before this resolves).
+ * the workflow worker (or uses `opts.host`), the registry workers, and the watcher (synced before this
+ * resolves).
  */
 export async function startOperator(env: BenchEnv, opts: OperatorOptions): Promise<RunningOperator> {
-  const taskQueue = `bench-${randomBytes(6).toString('hex')}`;
   const proxy = new RegistryProxy({
     upstream: env.stack.ociRegistry,
     latencyMs: opts.latencyMs,
@@ -103,22 +152,13 @@ export async function startOperator(env: BenchEnv, opts: OperatorOptions): Promi
   await registry.hasManifest('bench-warmup', 'hibernate');
   proxy.counts.clear();
 
-  const kubeConfig = new CountingKubeConfig();
-  kubeConfig.loadFromFile(env.stack.kubeconfig);
-  const kube = makeKubeClients(kubeConfig);
+  const host = opts.host ?? (await startWorkflowHost(env, opts.onActivity));
+  const ownHost = opts.host === undefined;
+  const { taskQueue, kubeConfig, kube } = host;
   const queues = taskQueues(taskQueue);
   const common = { connection: env.connection, namespace: env.stack.temporalNamespace };
   const registryActivities = timed(createRegistryActivities({ registry }), opts.onActivity);
   const workers = [
-    await Worker.create({
-      ...common,
-      taskQueue: queues.workflows,
-      workflowBundle: env.workflowBundle,
-      activities: timed(
-        { ...createKubeActivities({ kube }), ...createCocoonSetActivities({ kube }) },
-        opts.onActivity,
-      ),
-    }),
     await Worker.create({
       ...common,
       taskQueue: queues.hibernationRegistry,
@@ -133,6 +173,11 @@ export async function startOperator(env: BenchEnv, opts: OperatorOptions): Promi
     }),
   ];
   const runs = workers.map((w) => w.run());
+  const stopWorkers = async () => {
+    for (const wk of workers) if (wk.getState() === 'RUNNING') wk.shutdown();
+    await Promise.allSettled(runs);
+    if (ownHost) await host.stop();
+  };
   let watcher: Watcher | undefined;
   try {
     watcher = await startWatcher({
@@ -145,8 +190,7 @@ export async function startOperator(env: BenchEnv, opts: OperatorOptions): Promi
     });
     await watcher.waitForSync();
   } catch (err) {
-    for (const w of workers) w.shutdown();
-    await Promise.allSettled(runs);
+    await stopWorkers();
     await proxy.stop();
     throw err;
   }
@@ -158,8 +202,7 @@ export async function startOperator(env: BenchEnv, opts: OperatorOptions): Promi
     watcher: w,
     async stop() {
       await w.stop();
-      for (const wk of workers) if (wk.getState() === 'RUNNING') wk.shutdown();
-      await Promise.allSettled(runs);
+      await stopWorkers();
       registry.close();
       await proxy.stop();
     },
