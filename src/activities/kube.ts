@@ -23,7 +23,6 @@ import {
 } from '../api/observe.js';
 import type { CocoonHibernation } from '../api/types.js';
 import { type KubeClients, mergePatch, statusCodeOf } from '../kube/client.js';
-import { FreshReadCoalescer } from '../kube/coalesce.js';
 
 /** Observer of the phase-duration histograms (src/metrics.ts implements it). */
 export interface PhaseDurationObserver {
@@ -96,10 +95,7 @@ export function createKubeActivities(deps: KubeActivityDeps) {
     }
   }
 
-  // Concurrent reads of one namespace share a List that started after each of them was asked for
-  // (src/kube/coalesce.ts): same answer as a List of their own, without N Lists of N objects when N
-  // workflows of one namespace start together. The items are shared, so callers only read them.
-  const hibernationLists = new FreshReadCoalescer(async (namespace: string) => {
+  async function listHibernationObjects(namespace: string): Promise<CocoonHibernation[]> {
     const list = (await custom.listNamespacedCustomObject({
       group: GROUP,
       version: VERSION,
@@ -107,17 +103,13 @@ export function createKubeActivities(deps: KubeActivityDeps) {
       plural: PLURAL_COCOONHIBERNATIONS,
     })) as { items: CocoonHibernation[] };
     return list.items;
-  });
-  const listHibernationObjects = (namespace: string): Promise<readonly CocoonHibernation[]> =>
-    hibernationLists.get(namespace);
+  }
 
   return {
     /**
      * Reads the VM's world from the API: its pod (exists:false when absent) and every CocoonHibernation
      * in the namespace whose spec.podRef.name is the pod. Used at workflow start, after errors and as the
-     * slow fallback, never on the steady path. The CRs come from a List of the namespace (no selector can
-     * express podRef: spec/hibernation.md §1.1–§2.2), shared with concurrent reads of the same namespace
-     * but always started after this call.
+     * slow fallback, never on the steady path.
      */
     async readVMWorld(input: { namespace: string; pod: string }): Promise<{
       pod: PodObservation;
