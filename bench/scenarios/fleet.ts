@@ -264,7 +264,9 @@ export async function runFleet(env: BenchEnv, opts: FleetOptions): Promise<Fleet
           setIds.push(...names.map((n) => cocoonSetWorkflowId(world.namespace, n)));
           await world.waitCocoonSetsSteady(SETS_STEADY_TIMEOUT_MS + sets * SETS_STEADY_PER_SET_MS);
           setsSteadyMs = Date.now() - s0;
-          say(`${sets} CocoonSets (main + ${subAgents} sub-agents each) steady in ${setsSteadyMs} ms`);
+          say(
+            `${sets} CocoonSets (main + ${subAgents} sub-agent${subAgents === 1 ? '' : 's'} each) steady in ${setsSteadyMs} ms`,
+          );
         }
         const settleMs = opts.settleMs ?? 10_000;
         await new Promise((r) => setTimeout(r, settleMs));
