@@ -1,6 +1,6 @@
 /**
  * `npm run bench [-- --quick] [--only seed,scale,idle,latency,history] [--reps N] [--scale-n N]
- *  [--idle-s S] [--edits N] [--cycles N] [--out FILE]`
+ *  [--idle-s S] [--idle-sets N] [--sub-agents N] [--edits N] [--cycles N] [--out FILE]`
  *
  * Benchmarks of the operator against the real local stack (`npm run stack -- up`): Temporal dev server,
  * kube-apiserver + etcd, the OCI registry behind a latency-injecting proxy (test/support/registry-proxy.ts).
@@ -8,7 +8,8 @@
  * Nothing here asserts a timing.
  *
  * Default (full): all five scenarios at the sizes of the "Benchmarks" issue. `--quick`: the seed shape
- * only, 2 repetitions, C ∈ {1,4,8,32}; other scenarios named with --only run at reduced sizes (printed).
+ * only, 2 repetitions, C ∈ {1,4,32} (slot-bound, the default, saturated), both L — under 3 minutes on the
+ * 2-core development machine; other scenarios named with --only run at reduced sizes (printed).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
@@ -30,10 +31,10 @@ function log(msg: string): void {
   process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
 }
 
-function int(v: string | undefined, name: string): number | undefined {
+function int(v: string | undefined, name: string, min = 1): number | undefined {
   if (v === undefined) return undefined;
   const n = Number(v);
-  if (!Number.isInteger(n) || n < 1) throw new Error(`--${name} must be a positive integer, got ${v}`);
+  if (!Number.isInteger(n) || n < min) throw new Error(`--${name} must be an integer ≥ ${min}, got ${v}`);
   return n;
 }
 
@@ -45,6 +46,8 @@ async function main(): Promise<void> {
       reps: { type: 'string' },
       'scale-n': { type: 'string' },
       'idle-s': { type: 'string' },
+      'idle-sets': { type: 'string' },
+      'sub-agents': { type: 'string' },
       edits: { type: 'string' },
       cycles: { type: 'string' },
       out: { type: 'string' },
@@ -60,9 +63,11 @@ async function main(): Promise<void> {
   const want = (s: Scenario) => only.includes(s);
   const sizes = {
     seedReps: int(values.reps, 'reps') ?? (quick ? 2 : 5),
-    seedConcurrencies: quick ? [1, 4, 8, 32] : [1, 4, 8, 16, 32],
+    seedConcurrencies: quick ? [1, 4, 32] : [1, 4, 8, 16, 32],
     scaleN: int(values['scale-n'], 'scale-n') ?? (quick ? 200 : 1000),
     idleS: int(values['idle-s'], 'idle-s') ?? (quick ? 30 : 120),
+    idleSets: int(values['idle-sets'], 'idle-sets', 0) ?? (quick ? 10 : 100),
+    subAgents: int(values['sub-agents'], 'sub-agents', 0) ?? 1,
     edits: int(values.edits, 'edits') ?? (quick ? 50 : 200),
     cycles: int(values.cycles, 'cycles') ?? (quick ? 100 : 1000),
   };
@@ -106,6 +111,8 @@ async function main(): Promise<void> {
         concurrency: 64,
         scale: want('scale'),
         idleMs: want('idle') ? sizes.idleS * 1000 : 0,
+        sets: sizes.idleSets,
+        subAgents: sizes.subAgents,
         progress: log,
       });
       save();

@@ -56,7 +56,11 @@ export async function openBenchEnv(): Promise<BenchEnv> {
   // Overload shows up as SDK warnings (activity timeouts, slow workflow tasks): count them instead of
   // flooding the terminal, and report the counts with the results.
   const countingLogger = new DefaultLogger('WARN', (entry) => {
-    const key = `${entry.level} ${entry.message.replace(/^\S+:\d+:\d+ /, '')}`.slice(0, 160);
+    // Task tokens and run ids (`<uuid>:<n>:<n> `) make every message unique; count them as one.
+    const message = entry.message
+      .replace(/^\S+:\d+:\d+ /, '')
+      .replace(/\b[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}(:\d+)* /g, '');
+    const key = `${entry.level} ${message}`.slice(0, 160);
     sdkWarnings.set(key, (sdkWarnings.get(key) ?? 0) + 1);
   });
   Runtime.install({

@@ -1,24 +1,33 @@
 /**
  * The system under test, run in-process the way src/worker.ts wires it: a Worker on the base task queue
- * with the VM workflow and the real Kubernetes activities, a Worker on `taskQueues(base).hibernationRegistry`
- * with the real registry activities and maxConcurrentActivityTaskExecutions = C (the concurrency knob,
- * DESIGN.md §2), and the real watcher scoped to the run's namespace. The operator's Kubernetes requests go
- * through a {@link CountingKubeConfig}; its registry client points at a {@link RegistryProxy}.
+ * with the workflows (VM and CocoonSet) and the real Kubernetes activities of both, a Worker on
+ * `taskQueues(base).hibernationRegistry` with the real registry activities and
+ * maxConcurrentActivityTaskExecutions = C (the concurrency knob, DESIGN.md §2), one on
+ * `taskQueues(base).cocoonSetRegistry` with COCOONSET_CONCURRENCY's default slots, and the real watcher
+ * (CocoonSets included) scoped to the run's namespace. The operator's Kubernetes requests go through a
+ * {@link CountingKubeConfig}; its registry client points at a {@link RegistryProxy}.
  *
  * The only addition is an activity timing hook (a wrapper recording start/end of each call), used by the
  * latency scenario to time the first pod patch.
  */
 import { randomBytes } from 'node:crypto';
 import { Worker } from '@temporalio/worker';
+import { createCocoonSetActivities } from '../../src/activities/cocoonset.js';
 import { createKubeActivities } from '../../src/activities/kube.js';
 import { createRegistryActivities } from '../../src/activities/registry.js';
 import { taskQueues } from '../../src/api/ids.js';
-import { makeKubeClients } from '../../src/kube/client.js';
+import { ENV_SETTINGS } from '../../src/config.js';
+import { type KubeClients, makeKubeClients } from '../../src/kube/client.js';
 import { OCIRegistryClient } from '../../src/registry/client.js';
 import { startWatcher, type Watcher } from '../../src/watcher/index.js';
 import { RegistryProxy } from '../../test/support/registry-proxy.js';
 import type { BenchEnv } from './env.js';
 import { CountingKubeConfig } from './kube-count.js';
+
+/** COCOONSET_CONCURRENCY's default, as src/config.ts declares it. */
+const DEFAULT_COCOONSET_CONCURRENCY = Number(
+  ENV_SETTINGS.find((s) => s.env === 'COCOONSET_CONCURRENCY')?.default ?? '4',
+);
 
 /** One activity call as the timing hook saw it (local epoch ms). */
 export interface ActivityCall {
@@ -33,14 +42,21 @@ export interface ActivityCall {
 export interface OperatorOptions {
   /** Kubernetes namespace the watcher is scoped to. */
   namespace: string;
-  /** Registry activity slots (maxConcurrentActivityTaskExecutions of the registry worker). */
+  /** Registry activity slots of the hibernation registry worker (maxConcurrentActivityTaskExecutions). */
   concurrency: number;
+  /** Registry activity slots of the CocoonSet registry worker (default 4, COCOONSET_CONCURRENCY's default). */
+  cocoonSetConcurrency?: number;
   /** Added latency per registry request, ms. */
   latencyMs: number;
   /** Extra uniform random latency per registry request, ms. */
   jitterMs?: number;
-  /** Called after every activity call. */
+  /** Called after every activity call (of the workflow worker only when this call creates it). */
   onActivity?: (call: ActivityCall) => void;
+  /**
+   * A running workflow worker to use instead of creating one; `stop()` then leaves it running. Its task
+   * queue, Kubernetes clients and request counter become this operator's.
+   */
+  host?: WorkflowHost;
 }
 
 /** A started in-process operator and the counters the scenarios read. */
@@ -49,7 +65,7 @@ export interface RunningOperator {
   proxy: RegistryProxy;
   kubeConfig: CountingKubeConfig;
   watcher: Watcher;
-  /** Stops the watcher, then the workers (graceful), then the proxy. */
+  /** Stops the watcher, then the workers (graceful; the workflow worker only when not shared), then the proxy. */
   stop(): Promise<void>;
 }
 
@@ -76,12 +92,56 @@ function timed<T extends Record<string, (input: never) => Promise<unknown>>>(
 }
 
 /**
+ * The workflow worker on its own: VM and CocoonSet workflows and the real Kubernetes activities (through a
+ * fresh {@link CountingKubeConfig}) on a fresh base task queue. Consecutive runs may share one (see
+ * {@link OperatorOptions.host}): loading the workflow bundle into a new worker costs ~1 CPU-second here.
+ */
+export interface WorkflowHost {
+  taskQueue: string;
+  kubeConfig: CountingKubeConfig;
+  kube: KubeClients;
+  /** Shuts the worker down (graceful). */
+  stop(): Promise<void>;
+}
+
+/** Creates and runs a {@link WorkflowHost}. */
+export async function startWorkflowHost(
+  env: BenchEnv,
+  onActivity?: (call: ActivityCall) => void,
+): Promise<WorkflowHost> {
+  const taskQueue = `bench-${randomBytes(6).toString('hex')}`;
+  const kubeConfig = new CountingKubeConfig();
+  kubeConfig.loadFromFile(env.stack.kubeconfig);
+  const kube = makeKubeClients(kubeConfig);
+  const worker = await Worker.create({
+    connection: env.connection,
+    namespace: env.stack.temporalNamespace,
+    taskQueue: taskQueues(taskQueue).workflows,
+    workflowBundle: env.workflowBundle,
+    activities: timed(
+      { ...createKubeActivities({ kube }), ...createCocoonSetActivities({ kube }) },
+      onActivity,
+    ),
+  });
+  const run = worker.run();
+  return {
+    taskQueue,
+    kubeConfig,
+    kube,
+    async stop() {
+      if (worker.getState() === 'RUNNING') worker.shutdown();
+      await run.catch(() => undefined);
+    },
+  };
+}
+
+/**
  * Starts proxy, registry client (warmed up: its one-time `/v2/` ping and a HEAD of a throwaway repository
  * are done, then the proxy's counters are cleared, so the counts afterwards are the workload's alone),
- * workers on a fresh task queue, and the watcher (synced before this resolves).
+ * the workflow worker (or uses `opts.host`), the registry workers, and the watcher (synced before this
+ * resolves).
  */
 export async function startOperator(env: BenchEnv, opts: OperatorOptions): Promise<RunningOperator> {
-  const taskQueue = `bench-${randomBytes(6).toString('hex')}`;
   const proxy = new RegistryProxy({
     upstream: env.stack.ociRegistry,
     latencyMs: opts.latencyMs,
@@ -92,26 +152,32 @@ export async function startOperator(env: BenchEnv, opts: OperatorOptions): Promi
   await registry.hasManifest('bench-warmup', 'hibernate');
   proxy.counts.clear();
 
-  const kubeConfig = new CountingKubeConfig();
-  kubeConfig.loadFromFile(env.stack.kubeconfig);
-  const kube = makeKubeClients(kubeConfig);
+  const host = opts.host ?? (await startWorkflowHost(env, opts.onActivity));
+  const ownHost = opts.host === undefined;
+  const { taskQueue, kubeConfig, kube } = host;
   const queues = taskQueues(taskQueue);
   const common = { connection: env.connection, namespace: env.stack.temporalNamespace };
+  const registryActivities = timed(createRegistryActivities({ registry }), opts.onActivity);
   const workers = [
     await Worker.create({
       ...common,
-      taskQueue: queues.workflows,
-      workflowBundle: env.workflowBundle,
-      activities: timed(createKubeActivities({ kube }), opts.onActivity),
+      taskQueue: queues.hibernationRegistry,
+      activities: registryActivities,
+      maxConcurrentActivityTaskExecutions: opts.concurrency,
     }),
     await Worker.create({
       ...common,
-      taskQueue: queues.hibernationRegistry,
-      activities: timed(createRegistryActivities({ registry }), opts.onActivity),
-      maxConcurrentActivityTaskExecutions: opts.concurrency,
+      taskQueue: queues.cocoonSetRegistry,
+      activities: registryActivities,
+      maxConcurrentActivityTaskExecutions: opts.cocoonSetConcurrency ?? DEFAULT_COCOONSET_CONCURRENCY,
     }),
   ];
   const runs = workers.map((w) => w.run());
+  const stopWorkers = async () => {
+    for (const wk of workers) if (wk.getState() === 'RUNNING') wk.shutdown();
+    await Promise.allSettled(runs);
+    if (ownHost) await host.stop();
+  };
   let watcher: Watcher | undefined;
   try {
     watcher = await startWatcher({
@@ -120,11 +186,11 @@ export async function startOperator(env: BenchEnv, opts: OperatorOptions): Promi
       taskQueue: queues.workflows,
       namespace: opts.namespace,
       log: env.log,
+      cocoonSets: true,
     });
     await watcher.waitForSync();
   } catch (err) {
-    for (const w of workers) w.shutdown();
-    await Promise.allSettled(runs);
+    await stopWorkers();
     await proxy.stop();
     throw err;
   }
@@ -136,8 +202,7 @@ export async function startOperator(env: BenchEnv, opts: OperatorOptions): Promi
     watcher: w,
     async stop() {
       await w.stop();
-      for (const wk of workers) if (wk.getState() === 'RUNNING') wk.shutdown();
-      await Promise.allSettled(runs);
+      await stopWorkers();
       registry.close();
       await proxy.stop();
     },

@@ -157,7 +157,10 @@ export function printFleet(f: FleetResult): void {
   }
   if (f.idle) {
     const i = f.idle;
-    write(`\n### Idle: ${i.vms} VMs at rest for ${fmt(i.windowMs / 1000)} s (per minute)\n`);
+    const sets = i.sets
+      ? ` and ${i.sets} CocoonSets (main + ${i.subAgents} sub-agent${i.subAgents === 1 ? '' : 's'} each, ${i.setPods} pods run by the simulator)`
+      : '';
+    write(`\n### Idle: ${i.vms} VMs${sets} at rest for ${fmt(i.windowMs / 1000)} s (per minute)\n`);
     write(
       table(
         [
@@ -181,8 +184,13 @@ export function printFleet(f: FleetResult): void {
       ),
     );
     write(
-      `\nKubernetes requests by kind in the window: ${JSON.stringify(i.kube.byKey)}; CPU seconds in the window: Temporal ${fmt(i.cpuSeconds.stack.temporal, 2)}, bench process ${fmt(i.cpuSeconds.self, 2)}.`,
+      `\nKubernetes requests by kind in the window: ${JSON.stringify(i.kube.byKey)}; registry requests: ${JSON.stringify(i.registry)}; history events added: VM workflows ${i.historyEventsAddedByKind.vm} (of ${i.historyEventsAtStartByKind.vm}), CocoonSet workflows ${i.historyEventsAddedByKind.cocoonSet} (of ${i.historyEventsAtStartByKind.cocoonSet}); CPU seconds in the window: Temporal ${fmt(i.cpuSeconds.stack.temporal, 2)}, bench process ${fmt(i.cpuSeconds.self, 2)}, apiserver ${fmt(i.cpuSeconds.stack['kube-apiserver'], 2)}, simulator ${fmt(i.cpuSeconds.stack.vksim, 2)}.`,
     );
+    if (i.sets) {
+      write(
+        `\nThe CocoonSets took ${fmt(i.setsSteadyMs / 1000, 1)} s from the first create to all Running with every agent ready (unmeasured setup); sets not steady at the end of the window: ${i.setsUnsteadyAtEnd.length}.`,
+      );
+    }
   }
 }
 

@@ -8,6 +8,11 @@
  * `lifecycle-state=hibernated` (the hibernate gate of spec/hibernation.md §3.1 is open) and, with
  * `running: true`, a running container and a VM id (the wake gate of §3.2 is open too). The pods are
  * unbound and select the node pool `bench-none`, which no node has, so the simulator never touches them.
+ *
+ * CocoonSets are the exception: their pods are built and created by the operator itself, so nothing can
+ * be pre-played. They select the simulator's pool (`default`) and the stack's vk-cocoon simulator runs
+ * them exactly as it runs any pod (bind, VM id and IP, lifecycle annotations, Running/Ready status); the
+ * sets use `mode: run` (no base image needed) and `snapshotPolicy: never` (no `:latest` push on delete).
  */
 import { randomBytes } from 'node:crypto';
 import type { V1Pod } from '@kubernetes/client-node';
@@ -16,17 +21,24 @@ import {
   Annotations,
   GROUP,
   KIND_COCOONHIBERNATION,
+  KIND_COCOONSET,
   Labels,
   LifecycleStates,
   PLURAL_COCOONHIBERNATIONS,
+  PLURAL_COCOONSETS,
   SnapshotArtifact,
   Tags,
   VERSION,
 } from '../../src/api/keys.js';
-import type { CocoonHibernation, HibernationDesire, HibernationPhase } from '../../src/api/types.js';
+import type {
+  CocoonHibernation,
+  CocoonSet,
+  HibernationDesire,
+  HibernationPhase,
+} from '../../src/api/types.js';
 import { type KubeClients, mergePatch, statusCodeOf } from '../../src/kube/client.js';
 import { Informer } from '../../src/watcher/informer.js';
-import { hibernationSource } from '../../src/watcher/kube-source.js';
+import { cocoonSetSource, hibernationSource } from '../../src/watcher/kube-source.js';
 import { OciClient } from '../../test/vksim/oci.js';
 import { pool } from './stats.js';
 
@@ -42,6 +54,25 @@ const crApi = (namespace: string) => ({
   plural: PLURAL_COCOONHIBERNATIONS,
 });
 
+const csApi = (namespace: string) => ({
+  group: GROUP,
+  version: VERSION,
+  namespace,
+  plural: PLURAL_COCOONSETS,
+});
+
+/** Node pool of the stack's simulator (VKSIM_POOL): CocoonSet pods land there. */
+export const SIMULATOR_POOL = 'default';
+
+/** A CocoonSet as last seen by the set tracker. */
+interface SeenSet {
+  phase: string;
+  ready: number;
+  desired: number;
+  observedGeneration: number;
+  generation: number;
+}
+
 /** A CR's phase as last seen by the tracker, with the local time it was first seen at that generation. */
 interface Seen {
   phase: string;
@@ -55,6 +86,12 @@ export class BenchWorld {
   readonly pods: string[] = [];
   private readonly oci: OciClient;
   private tracker?: Informer<CocoonHibernation & { metadata: { name?: string } }>;
+  private setTracker?: Informer<CocoonSet & { metadata: { name?: string } }>;
+  /** CocoonSets created by {@link createCocoonSets}, by name. */
+  readonly sets: string[] = [];
+  private readonly seenSets = new Map<string, SeenSet>();
+  /** Local time of the last change of any CocoonSet's status the set tracker saw. */
+  lastSetChangeAt = Date.now();
   private readonly seen = new Map<string, Seen>();
   private readonly waiters = new Set<() => void>();
   /** Local time of the last phase/observedGeneration change the tracker saw. */
@@ -319,17 +356,136 @@ export class BenchWorld {
     return this.seen.get(BenchWorld.crName(pod))?.phase;
   }
 
+  /** Name of CocoonSet `i`. */
+  static setName(i: number): string {
+    return `cs-${String(i).padStart(3, '0')}`;
+  }
+
   /**
-   * Removes everything the run created: CRs (finalizers dropped first, so no operator is needed), Events,
-   * pods, the `:hibernate` tags, and the namespace (finalized by hand: the stack has no namespace
-   * controller). Best effort; failures are logged.
+   * Creates `n` small CocoonSets (a main agent and `subAgents` sub-agents, `mode: run`, on the
+   * simulator's pool, `snapshotPolicy: never`), at most `parallel` requests in flight. The operator
+   * builds their pods; the simulator runs them (module comment).
+   */
+  async createCocoonSets(n: number, opts: { subAgents: number; parallel?: number }): Promise<string[]> {
+    const names = Array.from({ length: n }, (_, i) => BenchWorld.setName(i));
+    await pool(names, opts.parallel ?? SETUP_PARALLELISM, async (name) => {
+      const body: CocoonSet = {
+        apiVersion: `${GROUP}/${VERSION}`,
+        kind: KIND_COCOONSET,
+        metadata: { name, namespace: this.namespace },
+        spec: {
+          nodePool: SIMULATOR_POOL,
+          snapshotPolicy: 'never',
+          agent: {
+            replicas: opts.subAgents,
+            image: 'example.invalid/bench-agent:latest',
+            mode: 'run',
+            os: 'linux',
+            connType: 'ssh',
+          },
+        },
+      };
+      await this.kube.custom.createNamespacedCustomObject({ ...csApi(this.namespace), body });
+    });
+    this.sets.push(...names);
+    return names;
+  }
+
+  /** Starts the watch that tracks every CocoonSet's status roll-up (call before creating sets). */
+  async trackCocoonSets(): Promise<void> {
+    const inf = new Informer<CocoonSet & { metadata: { name?: string } }>({
+      name: 'bench-set-tracker',
+      source: cocoonSetSource(this.kube, this.namespace) as never,
+      log: this.log,
+    });
+    const onObj = (cs: CocoonSet) => {
+      const next: SeenSet = {
+        phase: cs.status?.phase ?? '',
+        ready: cs.status?.readyAgents ?? 0,
+        desired: cs.status?.desiredAgents ?? 0,
+        observedGeneration: cs.status?.observedGeneration ?? 0,
+        generation: cs.metadata.generation ?? 0,
+      };
+      const name = cs.metadata.name ?? '';
+      if (JSON.stringify(this.seenSets.get(name)) === JSON.stringify(next)) return;
+      this.seenSets.set(name, next);
+      this.lastSetChangeAt = Date.now();
+    };
+    inf.on('add', onObj);
+    inf.on('update', onObj);
+    inf.start();
+    await inf.waitForSync();
+    this.setTracker = inf;
+  }
+
+  /** Sets not yet steady: phase Running, every agent ready, status written for the current generation. */
+  unsteadySets(): string[] {
+    return this.sets.filter((name) => {
+      const s = this.seenSets.get(name);
+      return !(
+        s &&
+        s.phase === 'Running' &&
+        s.desired > 0 &&
+        s.ready === s.desired &&
+        s.observedGeneration >= s.generation
+      );
+    });
+  }
+
+  /**
+   * Waits until every created CocoonSet is steady ({@link unsteadySets} empty). Polls the tracker; rejects
+   * after `timeoutMs` naming how many are not and their phases.
+   */
+  async waitCocoonSetsSteady(timeoutMs: number): Promise<void> {
+    const end = Date.now() + timeoutMs;
+    for (;;) {
+      const left = this.unsteadySets();
+      if (left.length === 0) return;
+      if (Date.now() > end) {
+        const phases = new Map<string, number>();
+        for (const n of left) {
+          const s = this.seenSets.get(n);
+          const k = s ? `${s.phase || '(none)'} ${s.ready}/${s.desired}` : '(not seen)';
+          phases.set(k, (phases.get(k) ?? 0) + 1);
+        }
+        throw new Error(
+          `timed out after ${timeoutMs} ms: ${left.length}/${this.sets.length} CocoonSets not steady (${JSON.stringify(Object.fromEntries(phases))})`,
+        );
+      }
+      await new Promise((r) => setTimeout(r, 250));
+    }
+  }
+
+  /**
+   * Removes everything the run created: CocoonSets and CRs (finalizers dropped first, so no operator is
+   * needed), Events, pods (the simulator tears down the VMs of the sets' pods), the `:hibernate` tags,
+   * and the namespace (finalized by hand: the stack has no namespace controller). Best effort; failures
+   * are logged.
    */
   async cleanup(): Promise<void> {
     await this.tracker?.stop();
+    await this.setTracker?.stop();
     const ns = this.namespace;
     const warn = (what: string) => (err: unknown) => {
       if (statusCodeOf(err) !== 404) this.log.warn({ err: String(err), ns }, `cleanup: ${what}`);
     };
+    const sets = (await this.kube.custom
+      .listNamespacedCustomObject(csApi(ns))
+      .catch(() => ({ items: [] }))) as { items: CocoonSet[] };
+    await pool(sets.items, SETUP_PARALLELISM, async (cs) => {
+      const name = cs.metadata.name!;
+      if ((cs.metadata.finalizers ?? []).length) {
+        await this.kube.custom
+          .patchNamespacedCustomObject(
+            { ...csApi(ns), name, body: { metadata: { finalizers: null } } },
+            mergePatch,
+          )
+          .catch(warn('drop CocoonSet finalizers'));
+      }
+      await this.kube.custom
+        .deleteNamespacedCustomObject({ ...csApi(ns), name })
+        .catch(warn('delete CocoonSet'));
+    });
     const crs = (await this.kube.custom
       .listNamespacedCustomObject(crApi(ns))
       .catch(() => ({ items: [] }))) as {

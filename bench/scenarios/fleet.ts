@@ -7,10 +7,12 @@
  * terminal phase, throughput, ratio to the ideal ceil(N/C)·L·(registry calls per transition), this
  * process's peak RSS (the in-process workers and watcher), CPU seconds of the Temporal server and the rest.
  *
- * Idle: the same fleet at rest for a window: the operator's Kubernetes requests (Lists apart), registry
- * requests, workflow tasks and activities, per minute.
+ * Idle: the same fleet at rest for a window, next to `sets` CocoonSets (a main agent and `subAgents`
+ * sub-agents each; their pods are built by the operator and run by the stack's simulator, see
+ * lib/world.ts) brought to a steady Running first: the operator's Kubernetes requests (Lists apart),
+ * registry requests, workflow tasks and activities, per minute.
  */
-import { vmWorkflowId } from '../../src/api/ids.js';
+import { cocoonSetWorkflowId, vmWorkflowId } from '../../src/api/ids.js';
 import type { HibernationPhase } from '../../src/api/types.js';
 import { resyncSignal } from '../../src/workflows/messages.js';
 import { type BenchEnv, metricsDelta, scrapeWorkerMetrics } from '../lib/env.js';
@@ -30,6 +32,10 @@ export interface FleetOptions {
   scale: boolean;
   /** Idle window in ms (0 = no idle measurement). */
   idleMs: number;
+  /** CocoonSets at rest beside the VMs in the idle window (0 = none). */
+  sets?: number;
+  /** Sub-agents per CocoonSet (besides its main agent). */
+  subAgents?: number;
   /** Wait between the end of the scale phases and the idle window, ms. */
   settleMs?: number;
   /** CR creates / desire edits in flight at once. */
@@ -60,6 +66,18 @@ export interface ScalePhase {
 export interface IdleResult {
   windowMs: number;
   vms: number;
+  /** CocoonSets at rest in the window, their sub-agents each, and their pods (main + sub-agents). */
+  sets: number;
+  subAgents: number;
+  setPods: number;
+  /** From the first CocoonSet create until every set was steady (Running, all agents ready), ms. */
+  setsSteadyMs: number;
+  /** Sets not steady any more at the end of the window (should be none). */
+  setsUnsteadyAtEnd: string[];
+  /** History growth in the window: VM workflows, CocoonSet workflows. */
+  historyEventsAddedByKind: { vm: number; cocoonSet: number };
+  /** Total history length when the window opened (evidence the workflows exist and were read). */
+  historyEventsAtStartByKind: { vm: number; cocoonSet: number };
   perMinute: {
     kubeRequests: number;
     kubeLists: number;
@@ -100,6 +118,9 @@ function sumMatching(m: Record<string, number>, re: RegExp): number {
 const FLEET_STALL_MS = 60_000;
 /** Give up after this many nudge rounds without completion. */
 const MAX_NUDGES = 3;
+/** CocoonSets must all be steady within this long, plus the per-set allowance below. */
+const SETS_STEADY_TIMEOUT_MS = 120_000;
+const SETS_STEADY_PER_SET_MS = 3_000;
 
 /**
  * Waits for the whole fleet like BenchWorld.waitPhase, but when no CR has changed for FLEET_STALL_MS,
@@ -198,6 +219,7 @@ export async function runFleet(env: BenchEnv, opts: FleetOptions): Promise<Fleet
   const t0 = Date.now();
   const world = await BenchWorld.create(env.admin, env.stack.ociRegistry, 'bench-fleet', env.log);
   const ids: string[] = [];
+  const setIds: string[] = [];
   const result: FleetResult = {
     n: opts.n,
     latencyMs: opts.latencyMs,
@@ -232,9 +254,29 @@ export async function runFleet(env: BenchEnv, opts: FleetOptions): Promise<Fleet
         say(`fleet hibernated (unmeasured; scale not requested)`);
       }
       if (opts.idleMs > 0) {
-        await new Promise((r) => setTimeout(r, opts.settleMs ?? 10_000));
+        const sets = opts.sets ?? 0;
+        const subAgents = opts.subAgents ?? 1;
+        let setsSteadyMs = 0;
+        if (sets > 0) {
+          await world.trackCocoonSets();
+          const s0 = Date.now();
+          const names = await world.createCocoonSets(sets, { subAgents });
+          setIds.push(...names.map((n) => cocoonSetWorkflowId(world.namespace, n)));
+          await world.waitCocoonSetsSteady(SETS_STEADY_TIMEOUT_MS + sets * SETS_STEADY_PER_SET_MS);
+          setsSteadyMs = Date.now() - s0;
+          say(
+            `${sets} CocoonSets (main + ${subAgents} sub-agent${subAgents === 1 ? '' : 's'} each) steady in ${setsSteadyMs} ms`,
+          );
+        }
+        const settleMs = opts.settleMs ?? 10_000;
+        await new Promise((r) => setTimeout(r, settleMs));
+        // A set that changed during the settle time gets another settle time before the window opens.
+        while (sets > 0 && Date.now() - world.lastSetChangeAt < settleMs) {
+          await new Promise((r) => setTimeout(r, 1_000));
+        }
         await op.watcher.idle();
         const hist0 = await historyTotal(env, ids);
+        const histSets0 = await historyTotal(env, setIds);
         const kube0 = op.kubeConfig.snapshot();
         const reg0 = Object.fromEntries(op.proxy.counts);
         const met0 = await scrapeWorkerMetrics(env.metricsAddr);
@@ -252,24 +294,33 @@ export async function runFleet(env: BenchEnv, opts: FleetOptions): Promise<Fleet
           if (d) registry[k] = d;
         }
         const hist1 = await historyTotal(env, ids);
+        const histSets1 = await historyTotal(env, setIds);
         const workerMetrics = metricsDelta(met1, met0);
         const perMin = (x: number) => (x * 60_000) / windowMs;
         const regTotal = Object.values(registry).reduce((a, b) => a + b, 0);
+        const added = hist1 - hist0 + (histSets1 - histSets0);
         result.idle = {
           windowMs,
           vms: opts.n,
+          sets,
+          subAgents,
+          setPods: sets * (1 + subAgents),
+          setsSteadyMs,
+          setsUnsteadyAtEnd: world.unsteadySets(),
+          historyEventsAddedByKind: { vm: hist1 - hist0, cocoonSet: histSets1 - histSets0 },
+          historyEventsAtStartByKind: { vm: hist0, cocoonSet: histSets0 },
           perMinute: {
             kubeRequests: perMin(kube.total),
             kubeLists: perMin(kube.lists),
             registryRequests: perMin(regTotal),
             workflowTasks: perMin(sumMatching(workerMetrics, WFT_METRIC)),
             activities: perMin(sumMatching(workerMetrics, ACT_METRIC)),
-            historyEvents: perMin(hist1 - hist0),
+            historyEvents: perMin(added),
           },
           kube,
           registry,
           workerMetrics,
-          historyEventsAdded: hist1 - hist0,
+          historyEventsAdded: added,
           cpuSeconds,
         };
         say(`idle: ${JSON.stringify(result.idle.perMinute)}`);
@@ -278,7 +329,7 @@ export async function runFleet(env: BenchEnv, opts: FleetOptions): Promise<Fleet
       await op.stop();
     }
   } finally {
-    await terminateAll(env.client, ids);
+    await terminateAll(env.client, [...ids, ...setIds]);
     await world.cleanup();
   }
   return result;

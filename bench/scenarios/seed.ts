@@ -9,7 +9,7 @@ import { vmWorkflowId } from '../../src/api/ids.js';
 import type { BenchEnv } from '../lib/env.js';
 import { runTimeline, terminateAll } from '../lib/history.js';
 import { diffCounts, type KubeRequestCounts } from '../lib/kube-count.js';
-import { startOperator } from '../lib/operator.js';
+import { startOperator, startWorkflowHost, type WorkflowHost } from '../lib/operator.js';
 import { type CpuWindow, startCpuWindow } from '../lib/procstat.js';
 import { median, pool, type Summary, summarize } from '../lib/stats.js';
 import { BenchWorld } from '../lib/world.js';
@@ -115,12 +115,14 @@ function medianOf(rows: Breakdown[]): Breakdown {
 const SETTLE_MS = 500;
 
 /**
- * One run: fresh namespace, pods, tags, task queue and workers. The clock starts only after `previous`
- * (the last run's cleanup, which overlaps this run's setup) has finished. Resolves with the run and its
- * own cleanup, already started.
+ * One run: fresh namespace, pods, tags, registry proxy, registry workers and watcher; the workflow worker
+ * `host` is shared by the runs of a matrix (its previous runs' workflows are terminated before the clock
+ * starts). The clock starts only after `previous` (the last run's cleanup, which overlaps this run's
+ * setup) has finished. Resolves with the run and its own cleanup, already started.
  */
 async function seedRun(
   env: BenchEnv,
+  host: WorkflowHost,
   n: number,
   c: number,
   l: number,
@@ -145,7 +147,7 @@ async function seedRun(
         phases.world = Date.now() - tSetup;
         return created;
       })(),
-      startOperator(env, { namespace: world.namespace, concurrency: c, latencyMs: l }).then((o) => {
+      startOperator(env, { namespace: world.namespace, concurrency: c, latencyMs: l, host }).then((o) => {
         phases.operatorStart = Date.now() - tSetup;
         return o;
       }),
@@ -232,13 +234,33 @@ async function seedRun(
   return { run, cleanup };
 }
 
-/** Runs the matrix (repetitions outermost, so slow drift of the machine spreads over all cells). */
+/**
+ * Runs the matrix (repetitions outermost, so slow drift of the machine spreads over all cells) on one
+ * workflow worker shared by all runs; each run brings its own registry workers (C slots) and watcher.
+ */
 export async function runSeed(env: BenchEnv, opts: SeedOptions): Promise<SeedResult> {
   const runs: SeedRun[] = [];
   const timeoutMs = opts.timeoutMs ?? 120_000;
+  const host = await startWorkflowHost(env);
+  try {
+    return await matrix(env, host, opts, runs, timeoutMs);
+  } finally {
+    await host.stop();
+  }
+}
+
+/** The warm-up run, then every (rep, L, C) run, then the per-cell summary. */
+async function matrix(
+  env: BenchEnv,
+  host: WorkflowHost,
+  opts: SeedOptions,
+  runs: SeedRun[],
+  timeoutMs: number,
+): Promise<SeedResult> {
   // One small unrecorded run first, so the first recorded cell does not pay JIT and connection warm-up.
   const warm = await seedRun(
     env,
+    host,
     Math.min(4, opts.n),
     4,
     opts.latencies[0] ?? 5,
@@ -253,7 +275,7 @@ export async function runSeed(env: BenchEnv, opts: SeedOptions): Promise<SeedRes
   for (let rep = 0; rep < opts.reps; rep++) {
     for (const l of opts.latencies) {
       for (const c of opts.concurrencies) {
-        const { run: r, cleanup } = await seedRun(env, opts.n, c, l, rep, timeoutMs, pending);
+        const { run: r, cleanup } = await seedRun(env, host, opts.n, c, l, rep, timeoutMs, pending);
         pending = cleanup;
         runs.push(r);
         opts.progress?.(

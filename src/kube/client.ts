@@ -11,12 +11,15 @@ import {
   PatchStrategy,
   setHeaderOptions,
 } from '@kubernetes/client-node';
+import { KeepAliveTransport } from './transport.js';
 
 export interface KubeClients {
   kc: KubeConfig;
   core: CoreV1Api;
   custom: CustomObjectsApi;
   coordination: CoordinationV1Api;
+  /** The keep-alive transport the three typed clients share (src/kube/transport.ts). */
+  transport: KeepAliveTransport;
 }
 
 /**
@@ -34,13 +37,19 @@ export function loadKubeConfig(path?: string): KubeConfig {
   return kc;
 }
 
-/** Builds the typed API clients from one KubeConfig. */
+/**
+ * Builds the typed API clients from one KubeConfig. They share one {@link KeepAliveTransport}: the
+ * KubeConfig's credentials applied per request as client-node does, over kept-alive connections.
+ * Watches (`new Watch(kc)`) keep client-node's own transport.
+ */
 export function makeKubeClients(kc: KubeConfig): KubeClients {
+  const transport = new KeepAliveTransport(kc);
   return {
     kc,
-    core: kc.makeApiClient(CoreV1Api),
-    custom: kc.makeApiClient(CustomObjectsApi),
-    coordination: kc.makeApiClient(CoordinationV1Api),
+    core: transport.makeApiClient(CoreV1Api),
+    custom: transport.makeApiClient(CustomObjectsApi),
+    coordination: transport.makeApiClient(CoordinationV1Api),
+    transport,
   };
 }
 

@@ -78,6 +78,14 @@ const INERT_IMPORTS = new Set([
   'ObjectSerializer',
   'ApiException',
   'V1MicroTime',
+  // Request plumbing of the keep-alive transport (src/kube/transport.ts): it only carries requests the
+  // typed API methods above build.
+  'createConfiguration',
+  'ServerConfiguration',
+  'IsomorphicFetchHttpLibrary',
+  'wrapHttpLibrary',
+  'ResponseContext',
+  'SelfDecodingBody',
 ]);
 
 /** The typed client classes of client-node (`KubernetesObjectApi` is generic: not auditable by name). */
