@@ -96,6 +96,8 @@ export interface VMState {
   /** Consecutive failed re-reads, and when to try the next one. */
   resyncFailures?: number;
   resyncAt?: number;
+  /** While a re-read is in flight: the signals received since it started (re-applied after it). */
+  readingSince?: Array<{ pod?: PodObservation; cr?: HibernationObservation }>;
 }
 
 const kube = proxyActivities<KubeActivities>({
@@ -154,31 +156,12 @@ export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
   let dirty = true;
 
   setHandler(podObservedSignal, (obs) => {
-    if (olderThan(obs.resourceVersion, state.podObs?.resourceVersion)) return;
-    if (sameIgnoringVersion(state.podObs, obs)) return;
-    state.podObs = obs;
-    dirty = true;
+    state.readingSince?.push({ pod: obs });
+    if (observePodSignal(state, obs)) dirty = true;
   });
   setHandler(hibernationObservedSignal, (obs) => {
-    const cur = state.crs[obs.name];
-    if (!obs.exists) {
-      // Gone from the API (finalizer removed by us or by hand): nothing left to do for it.
-      if (cur && (!obs.uid || cur.uid === obs.uid)) delete state.crs[obs.name];
-      dirty = true;
-      return;
-    }
-    if (cur && cur.uid === obs.uid && olderThan(obs.resourceVersion, cur.resourceVersion)) return;
-    if (cur && sameIgnoringVersion(stripScheduling(cur), obs)) return;
-    const prev = cur?.uid === obs.uid ? cur : undefined;
-    // A spec edit (new generation) retries a Failed transition at once instead of waiting FAILED_RETRY_MS.
-    const retryAt = prev?.generation === obs.generation ? prev?.retryAt : undefined;
-    state.crs[obs.name] = {
-      ...obs,
-      failures: prev?.failures ?? 0,
-      backoffUntil: prev?.backoffUntil,
-      retryAt,
-    };
-    dirty = true;
+    state.readingSince?.push({ cr: obs });
+    if (observeHibernationSignal(state, obs)) dirty = true;
   });
   setHandler(resyncSignal, () => {
     state.needResync = true;
@@ -216,10 +199,45 @@ export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
     if (signalled === false) {
       dirty = true;
       if (state.lastResyncAt === undefined || Date.now() - state.lastResyncAt >= FALLBACK_RESYNC_MS) {
-        state.needResync = inFlight(state);
+        // Never clears a pending re-read (a NotFound asked for one): only a successful resync does.
+        state.needResync = state.needResync || inFlight(state);
       }
     }
   }
+}
+
+/** Applies a watcher's pod observation; false when it is older than, or the same as, what is known. */
+function observePodSignal(state: VMState, obs: PodObservation): boolean {
+  if (olderThan(obs.resourceVersion, state.podObs?.resourceVersion)) return false;
+  if (sameIgnoringVersion(state.podObs, obs)) return false;
+  state.podObs = obs;
+  return true;
+}
+
+/**
+ * Applies a watcher's CocoonHibernation observation (a deletion drops the CR); false when it changes
+ * nothing (older resourceVersion of the same object, or the same content).
+ */
+function observeHibernationSignal(state: VMState, obs: HibernationObservation): boolean {
+  const cur = state.crs[obs.name];
+  if (!obs.exists) {
+    // Gone from the API (finalizer removed by us or by hand): nothing left to do for it.
+    if (cur && (!obs.uid || cur.uid === obs.uid)) delete state.crs[obs.name];
+    return true;
+  }
+  if (cur && cur.uid === obs.uid && olderThan(obs.resourceVersion, cur.resourceVersion)) return false;
+  if (cur && sameIgnoringVersion(stripScheduling(cur), obs)) return false;
+  const prev = cur?.uid === obs.uid ? cur : undefined;
+  // A spec edit (new generation) or a deletion is acted on at once: neither a Failed transition's
+  // FAILED_RETRY_MS nor an error backoff makes the user's own action wait.
+  const acted = prev?.generation !== obs.generation || (obs.deleting === true && prev?.deleting !== true);
+  state.crs[obs.name] = {
+    ...obs,
+    failures: prev?.failures ?? 0,
+    backoffUntil: acted ? undefined : prev?.backoffUntil,
+    retryAt: acted ? undefined : prev?.retryAt,
+  };
+  return true;
 }
 
 function stripScheduling(cr: TrackedCR): HibernationObservation {
@@ -267,8 +285,22 @@ function ordered(state: VMState): TrackedCR[] {
   );
 }
 
+/**
+ * Re-reads the pod and its CocoonHibernations and makes them the workflow's view, then re-applies the
+ * watcher's signals that arrived while the read was in flight: the read may predate them (a CR created or
+ * a pod annotated meanwhile), and the resourceVersion guards of the signal path drop those it already
+ * covers. Without the re-apply, a CR created during the read was forgotten until its next event.
+ */
 async function resync(state: VMState): Promise<void> {
-  const world = await kube.readVMWorld({ namespace: state.namespace, pod: state.pod });
+  state.readingSince = [];
+  let world: Awaited<ReturnType<KubeActivities['readVMWorld']>>;
+  let arrived: Array<{ pod?: PodObservation; cr?: HibernationObservation }>;
+  try {
+    world = await kube.readVMWorld({ namespace: state.namespace, pod: state.pod });
+  } finally {
+    arrived = state.readingSince;
+    state.readingSince = undefined;
+  }
   state.podObs = world.pod;
   const next: Record<string, TrackedCR> = {};
   for (const obs of world.hibernations) {
@@ -282,6 +314,10 @@ async function resync(state: VMState): Promise<void> {
     };
   }
   state.crs = next;
+  for (const a of arrived) {
+    if (a.pod) observePodSignal(state, a.pod);
+    if (a.cr) observeHibernationSignal(state, a.cr);
+  }
   state.needResync = false;
   state.resyncFailures = 0;
   state.resyncAt = undefined;
@@ -316,7 +352,11 @@ async function reconcileAll(state: VMState, registry: RegistryActivities): Promi
       const tracked = state.crs[cr.name];
       log.warn('reconcile pass failed', { cr: cr.name, error: errorMessage(err) });
       if (isNotFound(err)) state.needResync = true;
-      if (tracked) backoff(tracked);
+      // An edit or a deletion that arrived during the failed pass is acted on at once, not after a backoff.
+      const actedMeanwhile =
+        tracked !== undefined &&
+        (tracked.generation !== cr.generation || (tracked.deleting === true && cr.deleting !== true));
+      if (tracked && !actedMeanwhile) backoff(tracked);
     }
   }
 }

@@ -55,6 +55,8 @@ export class FakeWorld {
   taskQueue = '';
   /** Runs once inside the next CR status patch, before its (then older) response is returned. */
   duringStatusPatch?: (patched: HibernationObservation) => Promise<void>;
+  /** Runs once inside the next readVMWorld, after its answer is taken and before it is returned. */
+  duringRead?: () => Promise<void>;
   /** Extra fields of the VM workflow's start argument (e.g. historyLimit). */
   startExtra: Record<string, unknown> = {};
   /** Workflow ids this world signalled (terminated when the test ends). */
@@ -240,10 +242,16 @@ export class FakeWorld {
     return {
       readVMWorld: async ({ namespace, pod }) => {
         this.calls.push(`readVMWorld ${pod}`);
-        return {
+        const answer = {
           pod: this.pods.get(`${namespace}/${pod}`) ?? { exists: false, namespace, name: pod },
           hibernations: [...this.crs.values()].filter((c) => c.namespace === namespace && c.podRef === pod),
         };
+        // A change someone makes while the answer is on its way (its watch event reaches the workflow
+        // while the read is still in flight).
+        const hook = this.duringRead;
+        this.duringRead = undefined;
+        if (hook) await hook();
+        return answer;
       },
       listHibernations: async ({ namespace }) => {
         this.calls.push('listHibernations');

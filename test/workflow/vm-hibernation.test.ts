@@ -26,6 +26,21 @@ const podAnnotations = (extra: Record<string, string> = {}) => ({
   ...extra,
 });
 
+/** Resolves once `count()` has not changed for `ms` of real time (at most 30 s). */
+async function quiet(count: () => number, ms: number): Promise<void> {
+  const deadline = Date.now() + 30_000;
+  let last = count();
+  let since = Date.now();
+  while (Date.now() - since < ms) {
+    if (Date.now() > deadline) throw new Error('never quiet');
+    await new Promise((r) => setTimeout(r, 50));
+    if (count() !== last) {
+      last = count();
+      since = Date.now();
+    }
+  }
+}
+
 function phase(world: FakeWorld, name = 'hib'): string | undefined {
   return world.cr(NS, name)?.status?.phase;
 }
@@ -367,6 +382,72 @@ describe('VM workflow: CocoonHibernation reconcile', { retry: 1 }, () => {
         () => world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate] === undefined,
       );
       await eventually('Waking', () => phase(world) === 'Waking');
+    });
+  });
+
+  it('a CocoonHibernation created while the workflow re-reads the world is not forgotten (the read predates it)', async () => {
+    await withWorld(env, async (world) => {
+      world.tags.add(`${VM}:hibernate`);
+      await world.putPod(NS, 'demo-0', {
+        annotations: podAnnotations({
+          [Annotations.hibernate]: 'true',
+          [Annotations.lifecycleState]: 'hibernated',
+        }),
+      });
+      // The first CR starts the workflow, whose first step is a read; a second CR appears during it.
+      world.duringRead = async () => {
+        await world.putCR({ namespace: NS, name: 'late', podRef: 'demo-0', desire: 'Hibernate' });
+      };
+      await hibernateCR(world);
+      await eventually('the first CR Hibernated', () => phase(world) === 'Hibernated');
+      await eventually(
+        'the CR created during the read Hibernated',
+        () => phase(world, 'late') === 'Hibernated',
+      );
+    });
+  });
+
+  it('a pod deleted unseen (operator down) is found by the re-read a NotFound asks for, even long after the last read', async () => {
+    await withWorld(env, async (world) => {
+      await world.putPod(NS, 'demo-0', {
+        annotations: podAnnotations({ [Annotations.vmID]: 'vmid-1' }),
+        containerRunning: true,
+      });
+      await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
+      await eventually('Active', () => phase(world) === 'Active');
+      // The pod goes while nobody watches (no signal), and the last read is over a minute old.
+      world.pods.delete(`${NS}/demo-0`);
+      await env.sleep(120_000);
+      await world.putCR({ ...world.cr(NS, 'hib')!, desire: 'Hibernate' });
+      await skipUntil(env, 'Pending (pod not present)', () => phase(world) === 'Pending', 180_000, 5_000);
+    });
+  });
+
+  it('a desire edit on a CR in error backoff is acted on at once, not when the backoff ends (found by a new-user test)', async () => {
+    await withWorld(env, async (world) => {
+      world.probeError = new Error('registry down');
+      await world.putPod(NS, 'demo-0', {
+        annotations: podAnnotations({
+          [Annotations.hibernate]: 'true',
+          [Annotations.lifecycleState]: 'hibernated',
+        }),
+      });
+      await hibernateCR(world);
+      await eventually('probe attempted', () => world.calls.some((c) => c.startsWith('HEAD')));
+      // Several failed passes: the error backoff has grown to many seconds.
+      await env.sleep(45_000);
+      expect(world.calls.filter((c) => c.startsWith('HEAD')).length).toBeGreaterThan(3);
+      // Edit while the workflow waits out its backoff (no pass running): no probe for 2 s of real time.
+      await quiet(() => world.calls.length, 2_000);
+      world.probeError = undefined;
+      expect(world.cr(NS, 'hib')?.status?.observedGeneration).toBe(1);
+      await world.putCR({ ...world.cr(NS, 'hib')!, desire: 'Wake' });
+      // Acted on = a pass ran for generation 2 (what it does with a reversed desire is the routing table's).
+      await eventually(
+        'a pass for the Wake edit (status.observedGeneration 2)',
+        () => world.cr(NS, 'hib')?.status?.observedGeneration === 2,
+        10_000,
+      );
     });
   });
 
