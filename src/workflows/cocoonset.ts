@@ -82,6 +82,9 @@ const FALLBACK_PASS_MS = 10 * 60 * 60 * 1000;
  * (not in the reference's wire contract: deliberate, so the request is not silently ignored).
  */
 export const SUSPEND_NOT_IMPLEMENTED = 'SuspendNotImplemented';
+
+/** Reason of the Warning Event a failed pass records on the CocoonSet (ours; the reference logs only). */
+export const RECONCILE_FAILED = 'ReconcileFailed';
 /** Safety bound of `planPass` steps in one pass (a pass of N pods needs O(N) steps). */
 const MAX_STEPS = 10_000;
 
@@ -209,12 +212,14 @@ async function runPass(
 ): Promise<boolean> {
   state.passes++;
   let result: PassResult & { delegated?: DelegatedFlow };
+  let cs: CocoonSet | undefined;
   try {
     const world = await kube.cocoonSetReadWorld({ namespace: state.namespace, name: state.name });
     if (!world.cs) {
       log.info('cocoonset gone; workflow completes', { namespace: state.namespace, name: state.name });
       return true;
     }
+    cs = world.cs;
     result = await drive(state, input, world.cs, world.pods, registry);
   } catch (err) {
     result = { requeue: false, requeueAfterMs: 0, error: errorMessage(err) };
@@ -222,6 +227,22 @@ async function runPass(
   state.lastResult = { ...result, pass: state.passes };
   if (result.error !== undefined) {
     log.warn('cocoonset pass failed', { namespace: state.namespace, name: state.name, error: result.error });
+    // The user sees it on the CocoonSet (kubectl describe), not only in our log: a folded Warning Event.
+    // Not in the reference, which only returns the error (deliberate: bad input gets a visible error).
+    if (cs) {
+      await execute(
+        state,
+        cs,
+        {
+          id: `event:${RECONCILE_FAILED}`,
+          type: 'event',
+          eventType: 'Warning',
+          reason: RECONCILE_FAILED,
+          message: result.error,
+        },
+        registry,
+      );
+    }
     state.failures++;
     state.nextPassAt = Date.now() + backoffDelay(state.failures);
   } else if (result.requeue) {

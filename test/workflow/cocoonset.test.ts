@@ -10,7 +10,7 @@ import { Annotations, EventReasons } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { buildAgentPod, buildToolboxPod, toolboxVMName } from '../../src/cocoonset/pods.js';
 import { lastDeletedMs, readRebuildHistory } from '../../src/cocoonset/rebuild.js';
-import { SUSPEND_NOT_IMPLEMENTED } from '../../src/workflows/cocoonset.js';
+import { RECONCILE_FAILED, SUSPEND_NOT_IMPLEMENTED } from '../../src/workflows/cocoonset.js';
 import { hibernation, IMAGE, newCocoonSet, readyPod, withFinalizer } from '../unit/cocoonset-fixtures.js';
 import { CocoonSetWorld, withCocoonSetWorld } from './cocoonset-world.js';
 import { createEnv, eventually, skipUntil } from './harness.js';
@@ -146,6 +146,20 @@ describe('CocoonSet workflow', { retry: 1 }, () => {
       expect(w.events.find((e) => e.reason === SUSPEND_NOT_IMPLEMENTED)).toMatchObject({ type: 'Warning' });
       expect(uids(w)).toEqual(before);
       expect(w.calls.filter((c) => /^(create|delete|annotate|status)/.test(c))).toEqual([]);
+    });
+  });
+
+  it('a failed pass (a toolbox named like an agent slot) is told on the CocoonSet as a Warning Event ReconcileFailed, not only logged (deliberate: the reference only returns the error)', async () => {
+    const cs = demoSet(withFinalizer, (c) => {
+      c.spec.toolboxes = [{ name: '0', image: IMAGE }];
+    });
+    const world = new CocoonSetWorld(cs, convergedPods(demoSet()).slice(0, 3));
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await eventually('the Warning Event', () => w.events.some((e) => e.reason === RECONCILE_FAILED));
+      const e = w.events.find((x) => x.reason === RECONCILE_FAILED)!;
+      expect(e.type).toBe('Warning');
+      expect(e.message).toContain('must not be an integer');
     });
   });
 
