@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # npm test: installs the npm dependencies when missing or stale (scripts/deps.sh), builds the stack's
-# tools if needed, brings the local stack up (idempotent), exports its environment and runs vitest with the given arguments, on Node 24 when scripts/node.sh can provide it.
+# tools if needed, brings the local stack up (idempotent), exports its environment and runs vitest with
+# the given arguments, on Node 24 when scripts/node.sh can provide it.
 # Exit code is vitest's (or the setup step's when that fails first). The stack is left running;
 # `npm run stack -- down` stops it.
 set -euo pipefail
