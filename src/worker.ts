@@ -66,6 +66,7 @@ async function loadModules() {
     temporalLevelFor: log.temporalLevelFor,
     temporalLogger: log.temporalLogger,
     createMetricsRegistry: metrics.createMetricsRegistry,
+    registerWatcherSyncedGauge: metrics.registerWatcherSyncedGauge,
     OCIRegistryClient: registry.OCIRegistryClient,
     startWatcher: watcher.startWatcher,
   };
@@ -227,6 +228,7 @@ export async function run(config: Config, log: Logger): Promise<number> {
     temporalLevelFor,
     temporalLogger,
     createMetricsRegistry,
+    registerWatcherSyncedGauge,
     OCIRegistryClient,
     startWatcher,
   } = await loadModules();
@@ -305,14 +307,13 @@ export async function run(config: Config, log: Logger): Promise<number> {
     });
   }
   if (runsWatcher) {
-    readyChecks.push({
-      name: 'watcher',
-      check: () => {
-        if (running.elector && !running.elector.isLeader()) return undefined; // standby replicas are ready
-        if (!running.watcher) return 'not started';
-        return running.watcher.synced() ? undefined : 'informers not synced';
-      },
-    });
+    const watcherNotReady = () => {
+      if (running.elector && !running.elector.isLeader()) return undefined; // standby replicas are ready
+      if (!running.watcher) return 'not started';
+      return running.watcher.synced() ? undefined : 'informers not synced';
+    };
+    readyChecks.push({ name: 'watcher', check: watcherNotReady });
+    registerWatcherSyncedGauge(metricsRegistry, () => watcherNotReady() === undefined);
   }
   if (config.leaderElect && runsWatcher) {
     new Gauge({
