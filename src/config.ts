@@ -91,7 +91,7 @@ export interface Config {
   shutdownGraceMs: number;
 }
 
-/** One row of the settings table (README and the compose tests check against it). */
+/** One row of the settings table (docs/configuration.md and the compose tests check against it). */
 export interface SettingSpec {
   env: string;
   flag: string;
