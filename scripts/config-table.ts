@@ -1,6 +1,6 @@
 /**
- * Prints the README's configuration table from src/config.ts ENV_SETTINGS (the single source), so the
- * README cannot drift: test/unit/readme.test.ts checks the README holds exactly this output.
+ * Prints the configuration table of docs/configuration.md from src/config.ts ENV_SETTINGS (the single
+ * source), so the docs cannot drift: test/unit/readme.test.ts checks the page holds exactly this output.
  *   npx tsx scripts/config-table.ts
  */
 import { pathToFileURL } from 'node:url';

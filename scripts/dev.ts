@@ -1,8 +1,10 @@
 /**
  * `npm run dev`: the whole thing on this machine. Brings up the local stack (`npm run stack -- up`), reads
- * its environment (`npm run -s stack -- env`), starts the operator (`npm start`) with it, applies
- * config/samples/ with the stack's kubectl, prints where to look, and runs until Ctrl-C (which stops
- * the operator gracefully; the stack keeps running, `npm run stack -- down` stops it).
+ * its environment (`npm run -s stack -- env`), starts the operator (`npm start`) with it, readable logs
+ * (`LOG_FORMAT=pretty`) and Temporal UI links on its CRs (`TEMPORAL_UI_URL`), applies config/samples/ with
+ * the stack's kubectl, waits for the sample CocoonSet to report Running, prints the commands to watch and
+ * drive it, and runs until Ctrl-C (which stops the operator gracefully; the stack keeps running,
+ * `npm run stack -- down` stops it). `npm run dev` installs the npm dependencies first (scripts/deps.sh).
  */
 import { execFileSync, spawn, spawnSync } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
@@ -10,6 +12,10 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+/** The local stack's Temporal UI (scripts/stack.ts starts the dev server's UI there). */
+const TEMPORAL_UI = 'http://127.0.0.1:8233';
+/** How long to wait for the sample CocoonSet to report Running before printing the guide anyway. */
+const SAMPLE_READY_TIMEOUT_MS = 180_000;
 
 /** Pushes every `image:` named in the sample manifests to the stack's registry as a simulator base image. */
 async function seedSampleImages(dir: string, registry: string): Promise<void> {
@@ -44,13 +50,47 @@ function step(msg: string): void {
   console.log(`\n==> ${msg}`);
 }
 
-function kubectl(env: NodeJS.ProcessEnv, args: string[]): void {
+function kubectlBin(): string {
   const dir = execFileSync('bash', [join(ROOT, 'scripts', 'tools.sh'), 'path', 'kube'], {
     encoding: 'utf8',
   }).trim();
   const bin = join(dir, 'bin', 'kubectl');
-  const r = spawnSync(existsSync(bin) ? bin : 'kubectl', args, { env, stdio: 'inherit' });
+  return existsSync(bin) ? bin : 'kubectl';
+}
+
+function kubectl(env: NodeJS.ProcessEnv, args: string[]): void {
+  const r = spawnSync(kubectlBin(), args, { env, stdio: 'inherit' });
   if (r.status !== 0) throw new Error(`kubectl ${args.join(' ')} failed (exit ${r.status})`);
+}
+
+/** The sample CocoonSet's `status.phase`, `readyAgents/desiredAgents` and toolbox counts ('' when unread). */
+function sampleSetStatus(env: NodeJS.ProcessEnv): { phase: string; summary: string } {
+  const r = spawnSync(
+    kubectlBin(),
+    [
+      'get',
+      'cocoonset',
+      'demo',
+      '-n',
+      'default',
+      '-o',
+      'jsonpath={.status.phase} {.status.readyAgents}/{.status.desiredAgents} agents, {.status.readyToolboxes}/{.status.desiredToolboxes} toolboxes',
+    ],
+    { env, encoding: 'utf8' },
+  );
+  const out = r.status === 0 ? r.stdout.trim() : '';
+  return { phase: out.split(' ')[0] ?? '', summary: out };
+}
+
+/** Polls the sample set until it reports Running (or the timeout passes); returns its last status line. */
+async function waitForSampleSet(env: NodeJS.ProcessEnv, isStopping: () => boolean): Promise<string> {
+  const deadline = Date.now() + SAMPLE_READY_TIMEOUT_MS;
+  let last = sampleSetStatus(env);
+  while (last.phase !== 'Running' && Date.now() < deadline && !isStopping()) {
+    await new Promise((r) => setTimeout(r, 2000));
+    last = sampleSetStatus(env);
+  }
+  return last.summary || '(no status yet)';
 }
 
 async function main(): Promise<void> {
@@ -59,8 +99,12 @@ async function main(): Promise<void> {
   if (up.status !== 0) throw new Error(`npm run stack -- up failed (exit ${up.status})`);
   const env: NodeJS.ProcessEnv = { ...process.env, ...stackEnv() };
 
+  // Readable logs and UI links unless the caller chose otherwise.
+  env.LOG_FORMAT ||= 'pretty';
+  env.TEMPORAL_UI_URL ||= TEMPORAL_UI;
+
   step('starting the operator (npm start)');
-  const operator = spawn('npm', ['start'], { cwd: ROOT, env, stdio: 'inherit', detached: true });
+  const operator = spawn('npm', ['start', '--silent'], { cwd: ROOT, env, stdio: 'inherit', detached: true });
   let stopping = false;
   const stop = () => {
     if (stopping) return;
@@ -91,14 +135,29 @@ async function main(): Promise<void> {
       // the samples name (idempotent), or the sample CocoonSet's pods fail with "image … not found".
       await seedSampleImages(samples, env.OCI_REGISTRY ?? '');
       kubectl(env, ['apply', '-k', samples]);
+      step('waiting for the sample CocoonSet default/demo to report Running');
+      console.log(`    demo: ${await waitForSampleSet(env, () => stopping)}`);
     }
     console.log(`
-cocoon-operator is running against the local stack.
-  Temporal UI   http://127.0.0.1:8233
+cocoon-operator is running against the local stack (logs below; Ctrl-C stops it, the stack keeps running:
+npm run stack -- down stops that).
+  Temporal UI   ${TEMPORAL_UI}   (search: CocoonKind = "CocoonSet")
   metrics       ${metrics}
-  readiness     ${probe}/readyz
-  kubectl       KUBECONFIG=${env.KUBECONFIG ?? '(see npm run -s stack -- env)'} kubectl get cocoonsets,cocoonhibernations -A
-Ctrl-C stops the operator; npm run stack -- down stops the stack.`);
+  readiness     ${probe}/readyz?verbose
+
+In another terminal:
+  eval "$(npm run -s stack -- env)"          # kubectl, temporal and KUBECONFIG of the local stack
+  kubectl get cocoonsets,cocoonhibernations,pods -n default
+  temporal workflow list --query 'CocoonNamespace = "default"'
+  temporal workflow query --workflow-id cocoonset/default/demo --type state
+
+Hibernate the main agent, watch it happen, wake it again:
+  kubectl apply -f config/samples/cocoonhibernation.yaml
+  kubectl get cocoonhibernations -n default -w
+  temporal workflow show --workflow-id vm/default/demo-0
+  kubectl patch cocoonhibernation demo-0 -n default --type merge -p '{"spec":{"desire":"Wake"}}'
+  kubectl describe cocoonhibernation demo-0 -n default   # annotations link the workflow; Events at the end
+`);
   }
 
   const code = await new Promise<number>((resolve) => operator.on('exit', (c) => resolve(c ?? 0)));

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# npm test: builds the stack's tools if needed, brings the local stack up (idempotent), exports its
-# environment and runs vitest with the given arguments, on Node 24 when scripts/node.sh can provide it.
+# npm test: installs the npm dependencies when missing or stale (scripts/deps.sh), builds the stack's
+# tools if needed, brings the local stack up (idempotent), exports its environment and runs vitest with
+# the given arguments, on Node 24 when scripts/node.sh can provide it.
 # Exit code is vitest's (or the setup step's when that fails first). The stack is left running;
 # `npm run stack -- down` stops it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+bash scripts/deps.sh
 bash scripts/tools.sh all
 
 if [ "${COCOON_TEST_NODE:-24}" != "system" ]; then

@@ -100,6 +100,22 @@ install_temporal() {
   chmod +x "$t" "$ts"
 }
 
+# Prometheus and promtool, only for test/e2e/observability.test.ts (it checks the shipped Grafana dashboard
+# and alert rules against a real Prometheus). The Debian package `prometheus`, installed with apt-get when
+# missing and this is root on a Debian-like system; otherwise the message says what to install.
+install_prometheus() {
+  command -v prometheus >/dev/null && command -v promtool >/dev/null && return 0
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    log "installing prometheus and promtool (Debian package prometheus)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -qq --no-install-recommends prometheus >/dev/null 2>&1 ||
+      { apt-get update -qq && apt-get install -y -qq --no-install-recommends prometheus >/dev/null; }
+  else
+    log "prometheus and promtool are missing: install the prometheus package (Debian/Ubuntu) or put both on PATH"
+    return 1
+  fi
+}
+
 # One builder per tool at a time (two `npm test` runs, or CI next to a session): flock on a per-tool file.
 locked() {
   mkdir -p "$TOOLS_DIR"
@@ -116,6 +132,9 @@ case "$cmd" in
   etcd) locked build_etcd ;;
   registry) locked build_registry ;;
   temporal) locked install_temporal ;;
-  all) locked install_temporal; locked build_etcd; locked build_registry; locked build_kube ;;
-  *) echo "usage: $0 [all|kube|etcd|registry|temporal|path NAME]" >&2; exit 2 ;;
+  prometheus) locked install_prometheus ;;
+  # Prometheus is best effort here: only the observability e2e test needs it, and it says so when missing.
+  all) locked install_temporal; locked build_etcd; locked build_registry; locked build_kube
+    locked install_prometheus || true ;;
+  *) echo "usage: $0 [all|kube|etcd|registry|temporal|prometheus|path NAME]" >&2; exit 2 ;;
 esac

@@ -34,6 +34,9 @@ export type Mode = 'all' | 'worker' | 'watcher';
 /** pino level names (what `OPERATOR_LOG_LEVEL` resolves to). */
 export type LogLevelName = 'trace' | 'debug' | 'info' | 'warn' | 'error' | 'fatal' | 'silent';
 
+/** How log lines are written (`LOG_FORMAT`). */
+export type LogFormat = 'json' | 'pretty';
+
 /** A TCP listen address; `host` is undefined for `:port` (all interfaces). `port` 0 = ephemeral. */
 export interface ListenAddress {
   host: string | undefined;
@@ -79,12 +82,16 @@ export interface Config {
   /** Namespace the watcher is limited to; '' = all namespaces. */
   watchNamespace: string;
   logLevel: LogLevelName;
+  /** `json`: one JSON object per line (the default); `pretty`: human-readable lines for a terminal. */
+  logFormat: LogFormat;
+  /** Base URL of the Temporal Web UI, without a trailing slash; undefined = no UI links. */
+  temporalUiUrl: string | undefined;
   mode: Mode;
   /** How long in-flight activities may run after SIGTERM before they are cancelled, in milliseconds. */
   shutdownGraceMs: number;
 }
 
-/** One row of the settings table (README and the compose tests check against it). */
+/** One row of the settings table (docs/configuration.md and the compose tests check against it). */
 export interface SettingSpec {
   env: string;
   flag: string;
@@ -179,6 +186,13 @@ export const ENV_SETTINGS: SettingSpec[] = [
     description: 'Temporal Cloud API key (sent as a bearer token; turns TLS on)',
   },
   {
+    env: 'TEMPORAL_UI_URL',
+    flag: '--temporal-ui-url',
+    required: false,
+    description:
+      'base URL of the Temporal Web UI, e.g. http://127.0.0.1:8233; set = each CR gets an annotation linking its workflow',
+  },
+  {
     env: 'TEMPORAL_METRICS_ADDR',
     flag: '--temporal-metrics-bind-address',
     default: '',
@@ -234,6 +248,13 @@ export const ENV_SETTINGS: SettingSpec[] = [
     default: 'info',
     required: false,
     description: 'trace, debug, info, warn, error, fatal, panic or disabled',
+  },
+  {
+    env: 'LOG_FORMAT',
+    flag: '--log-format',
+    default: 'json',
+    required: false,
+    description: 'json = one JSON object per line; pretty = human-readable lines (npm run dev sets it)',
   },
   {
     env: 'OPERATOR_MODE',
@@ -382,6 +403,27 @@ function parseLogLevel(raw: Raw): LogLevelName {
     );
   }
   return level;
+}
+
+function parseLogFormat(raw: Raw): LogFormat {
+  const v = raw.value ?? '';
+  if (v !== 'json' && v !== 'pretty') throw new ConfigError(raw.source, `must be json or pretty, got "${v}"`);
+  return v;
+}
+
+/** An http(s) URL without query or fragment; returned without its trailing slashes. */
+function parseBaseUrl(raw: Raw): string {
+  const v = raw.value ?? '';
+  let url: URL;
+  try {
+    url = new URL(v);
+  } catch {
+    throw new ConfigError(raw.source, `must be an http(s) URL, got "${v}"`);
+  }
+  if ((url.protocol !== 'http:' && url.protocol !== 'https:') || url.search || url.hash) {
+    throw new ConfigError(raw.source, `must be an http(s) URL without query or fragment, got "${v}"`);
+  }
+  return v.replace(/\/+$/, '');
 }
 
 const DURATION_UNITS: Record<string, number> = { ms: 1, s: 1000, m: 60_000, h: 3_600_000 };
@@ -558,6 +600,9 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, opts: LoadCon
   }
 
   const logLevel = parseLogLevel(get('OPERATOR_LOG_LEVEL'));
+  const logFormat = parseLogFormat(get('LOG_FORMAT'));
+  const uiRaw = optional('TEMPORAL_UI_URL');
+  const temporalUiUrl = uiRaw ? parseBaseUrl(uiRaw) : undefined;
   const modeRaw = get('OPERATOR_MODE');
   if (!['all', 'worker', 'watcher'].includes(modeRaw.value ?? '')) {
     throw new ConfigError(modeRaw.source, `must be all, worker or watcher, got "${modeRaw.value ?? ''}"`);
@@ -578,6 +623,8 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, opts: LoadCon
     leaderElectionNamespaceSource,
     watchNamespace,
     logLevel,
+    logFormat,
+    temporalUiUrl,
     mode,
     shutdownGraceMs,
   };

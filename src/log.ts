@@ -1,12 +1,13 @@
 /**
  * Logging: one pino root logger writing JSON lines to stdout, with the level from OPERATOR_LOG_LEVEL
  * (spec/operator-shell.md §5; the reference writes zerolog console lines, this port writes JSON so log
- * pipelines can parse it). The Temporal runtime (core, worker, workflow and activity loggers) is routed
+ * pipelines can parse it; `LOG_FORMAT=pretty`, which `npm run dev` sets, writes readable lines instead,
+ * see docs/observability.md#logs). The Temporal runtime (core, worker, workflow and activity loggers) is routed
  * into the same logger through {@link temporalLogger}.
  */
 import type { LogMetadata, Logger as TemporalLogger, LogLevel as TemporalLogLevel } from '@temporalio/common';
 import { type DestinationStream, type Logger as PinoLogger, pino } from 'pino';
-import type { LogLevelName } from './config.js';
+import type { LogFormat, LogLevelName } from './config.js';
 
 /** The operator's logger type (a pino logger); modules take it as a dependency and call `.child()`. */
 export type Logger = PinoLogger;
@@ -16,15 +17,59 @@ export type Logger = PinoLogger;
  * (`cocoon-operator`), `pid`, `hostname`, `msg`; children add `component`.
  * `destination` defaults to stdout (synchronous writes, so lines are not lost on exit).
  */
-export function createLogger(level: LogLevelName = 'info', destination?: DestinationStream): Logger {
+export function createLogger(
+  level: LogLevelName = 'info',
+  destination?: DestinationStream,
+  format: LogFormat = 'json',
+): Logger {
+  const stdout = pino.destination({ dest: 1, sync: true });
   return pino(
     {
       level,
       name: 'cocoon-operator',
       formatters: { level: (label) => ({ level: label }) },
     },
-    destination ?? pino.destination({ dest: 1, sync: true }),
+    format === 'pretty' ? prettyDestination(destination ?? stdout) : (destination ?? stdout),
   );
+}
+
+/** Fields every line carries that the pretty form leaves out or places itself. */
+const PRETTY_OMIT = new Set(['time', 'level', 'name', 'pid', 'hostname', 'msg', 'component', 'err']);
+
+/**
+ * Formats one pino JSON line as `HH:MM:SS.mmm LEVEL [component] msg key=value …` (local time), with an
+ * error's stack on the following lines. A line that is not JSON passes through unchanged.
+ */
+export function prettyLine(json: string): string {
+  let o: Record<string, unknown>;
+  try {
+    o = JSON.parse(json);
+  } catch {
+    return json.endsWith('\n') ? json : `${json}\n`;
+  }
+  const t = new Date(typeof o.time === 'number' ? o.time : Date.now());
+  const pad = (n: number, w = 2) => String(n).padStart(w, '0');
+  const clock = `${pad(t.getHours())}:${pad(t.getMinutes())}:${pad(t.getSeconds())}.${pad(t.getMilliseconds(), 3)}`;
+  const level = String(o.level ?? '')
+    .toUpperCase()
+    .padEnd(5);
+  const component = typeof o.component === 'string' ? ` [${o.component}]` : '';
+  const fields = Object.entries(o)
+    .filter(([k]) => !PRETTY_OMIT.has(k))
+    .map(([k, v]) => `${k}=${typeof v === 'string' && !/\s/.test(v) ? v : JSON.stringify(v)}`);
+  const err = o.err as { message?: string; stack?: string } | string | undefined;
+  const errText =
+    err === undefined
+      ? ''
+      : typeof err === 'string'
+        ? ` err=${err}`
+        : `\n    ${(err.stack ?? err.message ?? '').replaceAll('\n', '\n    ')}`;
+  return `${clock} ${level}${component} ${o.msg ?? ''}${fields.length ? `  ${fields.join(' ')}` : ''}${errText}\n`;
+}
+
+/** A pino destination that writes {@link prettyLine}s to `out`. */
+export function prettyDestination(out: DestinationStream): DestinationStream {
+  return { write: (line: string) => out.write(prettyLine(line)) };
 }
 
 const LEVEL_MAP: Record<TemporalLogLevel, 'trace' | 'debug' | 'info' | 'warn' | 'error'> = {

@@ -3,7 +3,7 @@
  * types, label names and buckets are byte-identical to the Go operator's `metrics/` package so dashboards
  * and alerts keep working across a switch. Help strings are this port's own wording.
  */
-import { Counter, collectDefaultMetrics, Histogram, Registry } from 'prom-client';
+import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client';
 
 /** Buckets of both phase-duration histograms, in seconds. */
 export const PHASE_DURATION_BUCKETS_SECONDS = [10, 30, 60, 180, 600, 1800];
@@ -95,6 +95,23 @@ export function createOperatorMetrics(registry: Registry): OperatorMetrics {
       (kind === 'hibernate' ? m.hibernatePhaseDuration : m.wakePhaseDuration).observe({ result }, seconds);
     },
   };
+}
+
+/**
+ * Registers `cocoon_operator_watcher_synced` (this port's own family, not the reference's): 1 while the
+ * watcher's informers have synced, or while this process is a standby that does not watch; 0 while the
+ * process that should watch has not synced (the same rule as /readyz's `watcher` check). `synced` is
+ * read at each scrape. Alert on it staying 0 (config/prometheus/alerts.yaml).
+ */
+export function registerWatcherSyncedGauge(registry: Registry, synced: () => boolean): Gauge {
+  return new Gauge({
+    name: 'cocoon_operator_watcher_synced',
+    help: '1 when the watcher has synced its informers (or this replica is a standby), 0 while it has not.',
+    registers: [registry],
+    collect() {
+      this.set(synced() ? 1 : 0);
+    },
+  });
 }
 
 /**

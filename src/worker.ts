@@ -66,6 +66,7 @@ async function loadModules() {
     temporalLevelFor: log.temporalLevelFor,
     temporalLogger: log.temporalLogger,
     createMetricsRegistry: metrics.createMetricsRegistry,
+    registerWatcherSyncedGauge: metrics.registerWatcherSyncedGauge,
     OCIRegistryClient: registry.OCIRegistryClient,
     startWatcher: watcher.startWatcher,
   };
@@ -227,6 +228,7 @@ export async function run(config: Config, log: Logger): Promise<number> {
     temporalLevelFor,
     temporalLogger,
     createMetricsRegistry,
+    registerWatcherSyncedGauge,
     OCIRegistryClient,
     startWatcher,
   } = await loadModules();
@@ -274,8 +276,12 @@ export async function run(config: Config, log: Logger): Promise<number> {
 
   const { registry: metricsRegistry, metrics } = createMetricsRegistry();
   const temporalMetrics = runsWorker ? await temporalMetricsAddress(config.temporal.metricsAddr) : null;
+  // Read by a person (LOG_FORMAT=pretty): the SDK's info lines (worker states, a workflow bundle's webpack
+  // report) are noise there; its warnings and errors still show. An explicit debug/trace keeps them all.
+  const temporalLevel =
+    config.logFormat === 'pretty' && config.logLevel === 'info' ? 'warn' : config.logLevel;
   Runtime.install({
-    logger: temporalLogger(log.child({ component: 'temporal' })),
+    logger: temporalLogger(log.child({ component: 'temporal' }, { level: temporalLevel })),
     shutdownSignals: [], // this process orders its own shutdown (watcher, lease, then workers)
     telemetryOptions: {
       logging: { filter: { core: temporalLevelFor(config.logLevel), other: 'WARN' }, forward: {} },
@@ -301,14 +307,13 @@ export async function run(config: Config, log: Logger): Promise<number> {
     });
   }
   if (runsWatcher) {
-    readyChecks.push({
-      name: 'watcher',
-      check: () => {
-        if (running.elector && !running.elector.isLeader()) return undefined; // standby replicas are ready
-        if (!running.watcher) return 'not started';
-        return running.watcher.synced() ? undefined : 'informers not synced';
-      },
-    });
+    const watcherNotReady = () => {
+      if (running.elector && !running.elector.isLeader()) return undefined; // standby replicas are ready
+      if (!running.watcher) return 'not started';
+      return running.watcher.synced() ? undefined : 'informers not synced';
+    };
+    readyChecks.push({ name: 'watcher', check: watcherNotReady });
+    registerWatcherSyncedGauge(metricsRegistry, () => watcherNotReady() === undefined);
   }
   if (config.leaderElect && runsWatcher) {
     new Gauge({
@@ -353,13 +358,15 @@ export async function run(config: Config, log: Logger): Promise<number> {
       const namespace = config.temporal.namespace;
       if (runsWorker) {
         const registry = new OCIRegistryClient(config.ociRegistry);
+        const temporalUi = config.temporalUiUrl ? { url: config.temporalUiUrl, namespace } : undefined;
         const kubeActivities = {
           ...createKubeActivities({
             kube,
             log: log.child({ component: 'activity' }),
             metrics,
+            temporalUi,
           }),
-          ...createCocoonSetActivities({ kube, metrics }),
+          ...createCocoonSetActivities({ kube, metrics, temporalUi }),
         };
         const registryActivities = createRegistryActivities({ registry });
         const common = {
@@ -528,7 +535,7 @@ export async function main(argv = process.argv.slice(2), env = process.env): Pro
     throw err;
   }
   const { createLogger } = await import('./log.js');
-  const log = createLogger(config.logLevel);
+  const log = createLogger(config.logLevel, undefined, config.logFormat);
   let code: number;
   try {
     code = await run(config, log);

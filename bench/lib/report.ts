@@ -1,5 +1,5 @@
 /**
- * Plain-text reports of benchmark results: Markdown pipe tables, so they paste into the README as-is.
+ * Plain-text reports of benchmark results: Markdown pipe tables, so they paste into docs/performance.md as-is.
  */
 import type { FleetResult } from '../scenarios/fleet.js';
 import type { HistoryResult } from '../scenarios/history.js';

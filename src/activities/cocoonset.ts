@@ -11,6 +11,7 @@
 import { randomBytes } from 'node:crypto';
 import type { CoreV1Api, CoreV1Event, V1Pod } from '@kubernetes/client-node';
 import { ApplicationFailure } from '@temporalio/common';
+import { cocoonSetWorkflowId, type TemporalUi, workflowAnnotations } from '../api/ids.js';
 import {
   API_VERSION,
   EVENT_KEYS_ANNOTATION,
@@ -31,6 +32,8 @@ import type { OperatorMetrics } from '../metrics.js';
 export interface CocoonSetActivityDeps {
   kube: KubeClients;
   metrics?: Pick<OperatorMetrics, PassMetric>;
+  /** Temporal UI for the workflow-link annotation; absent = the workflow id annotation only. */
+  temporalUi?: TemporalUi;
 }
 
 /** What a pass starts from: the CocoonSet (null when gone) and every pod labelled with its name. */
@@ -167,7 +170,7 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
 
     /**
      * Adds (`present: true`) or removes `finalizer` with a full Update guarded by resourceVersion,
-     * re-reading on 409 (at most 5 times). Returns false when the CocoonSet is gone (§5 step 3, §17 step 6).
+     * re-reading on 409 (at most 5 times). Adding it also writes the workflow-link annotations. Returns false when the CocoonSet is gone (§5 step 3, §17 step 6).
      */
     async cocoonSetSetFinalizer(input: {
       namespace: string;
@@ -183,6 +186,13 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
         cs.metadata.finalizers = input.present
           ? [...finalizers, input.finalizer]
           : finalizers.filter((f) => f !== input.finalizer);
+        if (input.present) {
+          const links = workflowAnnotations(
+            cocoonSetWorkflowId(input.namespace, input.name),
+            deps.temporalUi,
+          );
+          cs.metadata.annotations = { ...cs.metadata.annotations, ...links };
+        }
         try {
           await custom.replaceNamespacedCustomObject({
             group: GROUP,

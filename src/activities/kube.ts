@@ -6,6 +6,7 @@
 import { randomUUID } from 'node:crypto';
 import type { CoreV1Event, V1Pod } from '@kubernetes/client-node';
 import { ApplicationFailure } from '@temporalio/common';
+import { type TemporalUi, vmWorkflowId, workflowAnnotations } from '../api/ids.js';
 import {
   API_VERSION,
   EVENT_SOURCE,
@@ -32,6 +33,8 @@ export interface PhaseDurationObserver {
 export interface KubeActivityDeps {
   kube: KubeClients;
   metrics?: PhaseDurationObserver;
+  /** Temporal UI for the workflow-link annotation; absent = the workflow id annotation only. */
+  temporalUi?: TemporalUi;
   log?: {
     info(o: object, m?: string): void;
     warn(o: object, m?: string): void;
@@ -162,7 +165,7 @@ export function createKubeActivities(deps: KubeActivityDeps) {
 
     /**
      * Adds (`present: true`) or removes our finalizer with a full Update guarded by resourceVersion,
-     * re-reading on conflict. Returns the object after the write, or exists:false when it is gone.
+     * re-reading on conflict. Adding it also writes the workflow-link annotations (src/api/ids.ts). Returns the object after the write, or exists:false when it is gone.
      */
     async setHibernationFinalizer(input: {
       namespace: string;
@@ -178,6 +181,11 @@ export function createKubeActivities(deps: KubeActivityDeps) {
         cr.metadata.finalizers = input.present
           ? [...finalizers, Finalizers.cocoonHibernation]
           : finalizers.filter((f) => f !== Finalizers.cocoonHibernation);
+        const pod = cr.spec?.podRef?.name;
+        if (input.present && pod) {
+          const links = workflowAnnotations(vmWorkflowId(input.namespace, pod), deps.temporalUi);
+          cr.metadata.annotations = { ...cr.metadata.annotations, ...links };
+        }
         try {
           const updated = (await custom.replaceNamespacedCustomObject({
             group: GROUP,

@@ -98,6 +98,17 @@ export const EVENT_SOURCE = 'cocoon-operator';
  */
 export const EVENT_KEYS_ANNOTATION = 'cocoon-operator.cocoonstack.io/event-keys';
 
+/**
+ * Operator-local annotations written on a CocoonHibernation or CocoonSet in the same update that adds its
+ * finalizer (no extra API write), so `kubectl describe` leads to the entity workflow: its id (for
+ * `temporal workflow show --workflow-id …`) and, when TEMPORAL_UI_URL is set, its Temporal UI page. Not
+ * part of the wire contract with other components (docs/observability.md#from-kubectl-to-the-workflow).
+ */
+export const WorkflowAnnotations = {
+  id: 'cocoon-operator.cocoonstack.io/workflow-id',
+  url: 'cocoon-operator.cocoonstack.io/workflow-url',
+} as const;
+
 /** Event reasons (spec/operator-shell.md §6). */
 export const EventReasons = {
   hibernated: 'Hibernated',

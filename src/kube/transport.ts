@@ -3,7 +3,7 @@
  *
  * client-node 1.4 builds a new `https.Agent` for every request (`KubeConfig.applySecurityAuthentication`
  * → `createAgent`), so every API call opens a TCP connection and does a full TLS handshake: ~12 ms of
- * client CPU per GET here, against ~1 ms over a kept-alive connection (README "Performance").
+ * client CPU per GET here, against ~1 ms over a kept-alive connection (docs/performance.md).
  *
  * What stays exactly as client-node does it: the authentication of every request. `applySecurityAuthentication`
  * of the KubeConfig still runs per request, so the kubeconfig's CA, client certificate and key, skip-verify,

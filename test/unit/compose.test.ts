@@ -90,6 +90,13 @@ describe('docker-compose.yml', () => {
     );
   });
 
+  it('pins the Temporal image to the CLI version the local stack and the tests run (scripts/tools.sh)', () => {
+    const tools = readFileSync(join(REPO_ROOT, 'scripts/tools.sh'), 'utf8');
+    const version = /^TEMPORAL_CLI_VERSION=\$\{TEMPORAL_CLI_VERSION:-([0-9.]+)\}/m.exec(tools)?.[1];
+    expect(version, 'TEMPORAL_CLI_VERSION in scripts/tools.sh').toMatch(/^\d+\.\d+\.\d+$/);
+    expect(compose.services.temporal.image).toBe(`temporalio/temporal:${version}`);
+  });
+
   it('registers every custom search attribute as Keyword, once', () => {
     const attrs = flagValues(compose.services.temporal.command, '--search-attribute');
     expect([...attrs].sort()).toEqual(

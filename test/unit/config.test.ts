@@ -55,6 +55,8 @@ describe('loadConfig defaults', () => {
       leaderElectionNamespaceSource: 'fallback',
       watchNamespace: '',
       logLevel: 'info',
+      logFormat: 'json',
+      temporalUiUrl: undefined,
       mode: 'all',
       shutdownGraceMs: 30_000,
     });
@@ -194,6 +196,27 @@ describe('loadConfig from env and flags', () => {
     expect(load([], { OPERATOR_LOG_LEVEL: 'panic' }).logLevel).toBe('fatal');
     expect(load([], { OPERATOR_LOG_LEVEL: 'disabled' }).logLevel).toBe('silent');
     expect(load([], { OPERATOR_LOG_LEVEL: 'Trace' }).logLevel).toBe('trace');
+  });
+
+  it('takes LOG_FORMAT json or pretty (json by default) and rejects anything else with one line', () => {
+    expect(load([], { LOG_FORMAT: 'pretty' }).logFormat).toBe('pretty');
+    expect(load(['--log-format=json'], { LOG_FORMAT: 'pretty' }).logFormat).toBe('json');
+    expect(() => load([], { LOG_FORMAT: 'text' })).toThrow('LOG_FORMAT: must be json or pretty, got "text"');
+  });
+
+  it('takes TEMPORAL_UI_URL as an http(s) base URL without its trailing slash', () => {
+    expect(load([], { TEMPORAL_UI_URL: 'http://127.0.0.1:8233/' }).temporalUiUrl).toBe(
+      'http://127.0.0.1:8233',
+    );
+    expect(load(['--temporal-ui-url=https://cloud.temporal.io']).temporalUiUrl).toBe(
+      'https://cloud.temporal.io',
+    );
+    expect(() => load([], { TEMPORAL_UI_URL: '127.0.0.1:8233' })).toThrow(
+      /^TEMPORAL_UI_URL: must be an http\(s\) URL/,
+    );
+    expect(() => load([], { TEMPORAL_UI_URL: 'http://ui/?q=1' })).toThrow(
+      /^TEMPORAL_UI_URL: must be an http/,
+    );
   });
 
   it('uses only the first file of a KUBECONFIG path list', () => {

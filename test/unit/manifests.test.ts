@@ -352,6 +352,11 @@ describe('config/samples', () => {
     }
   });
 
+  it('apply the set alone, so it comes up Running; the CocoonHibernation is a separate file to apply', () => {
+    const k = parse(readFileSync(join(REPO_ROOT, 'config/samples/kustomization.yaml'), 'utf8'));
+    expect(k.resources).toEqual(['cocoonset.yaml']);
+  });
+
   it('hibernate the main pod of the sample set, named after it', () => {
     expect(ch.metadata.namespace).toBe(cs.metadata.namespace);
     expect(ch.spec.podRef.name).toBe(`${cs.metadata.name}-0`);

@@ -1,6 +1,10 @@
 import { Registry } from 'prom-client';
 import { describe, expect, it } from 'vitest';
-import { createMetricsRegistry, createOperatorMetrics } from '../../src/metrics.js';
+import {
+  createMetricsRegistry,
+  createOperatorMetrics,
+  registerWatcherSyncedGauge,
+} from '../../src/metrics.js';
 
 // The monitoring contract, transcribed from spec/operator-shell.md §4.1.
 const CONTRACT = [
@@ -107,5 +111,16 @@ describe('operator metrics', () => {
     expect(text).toContain('# TYPE process_cpu_seconds_total counter');
     expect(text).toContain('# TYPE nodejs_eventloop_lag_seconds gauge');
     expect(text).toContain('# TYPE cocoon_operator_subagent_rebuild_total counter');
+  });
+});
+
+describe('watcher synced gauge', () => {
+  it('reads the watcher state at each scrape: 1 when synced, 0 when not', async () => {
+    const registry = new Registry();
+    let synced = false;
+    registerWatcherSyncedGauge(registry, () => synced);
+    expect(await registry.metrics()).toContain('\ncocoon_operator_watcher_synced 0\n');
+    synced = true;
+    expect(await registry.metrics()).toContain('\ncocoon_operator_watcher_synced 1\n');
   });
 });

@@ -5,7 +5,7 @@
  * (§4.4) and VM-crash eviction (§4.5), writing the same annotations, pod status and events and pushing
  * real OCI artifacts to the registry.
  *
- * Choices worth knowing (see test/vksim/README.md or the README "Simulator" section):
+ * Choices worth knowing (see docs/development.md#simulator):
  * - Status is written with uid-guarded merge patches to `/status` (the "kind" mode of §8.1); the
  *   framework-faithful full-object status mode is not implemented.
  * - DeletePod snapshot failure (§8 item 4): the newest behaviour — the error is returned, the VM is kept,

@@ -15,6 +15,7 @@ import {
   GROUP,
   PLURAL_COCOONSETS,
   VERSION,
+  WorkflowAnnotations,
 } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { buildAgentPod } from '../../src/cocoonset/pods.js';
@@ -30,7 +31,10 @@ let cs: CocoonSet;
 beforeAll(async () => {
   await stackEnv();
   kube = kubeClients();
-  acts = createCocoonSetActivities({ kube });
+  acts = createCocoonSetActivities({
+    kube,
+    temporalUi: { url: 'http://127.0.0.1:8233', namespace: 'default' },
+  });
   await kube.core.createNamespace({ body: { metadata: { name: NS } } });
   cs = (await kube.custom.createNamespacedCustomObject({
     group: GROUP,
@@ -92,7 +96,7 @@ describe('CocoonSet activities on a real apiserver', () => {
     expect((patchMissing as ApplicationFailure).type).toBe('NotFound');
   });
 
-  it('writes CocoonSet annotations, the finalizer and /status', async () => {
+  it('writes CocoonSet annotations, the finalizer (with the workflow-link annotations in the same update) and /status', async () => {
     await acts.cocoonSetPatchAnnotations({
       namespace: NS,
       name: 'demo',
@@ -131,6 +135,10 @@ describe('CocoonSet activities on a real apiserver', () => {
     let world = await acts.cocoonSetReadWorld({ namespace: NS, name: 'demo' });
     expect(world.cs?.metadata.annotations?.[Annotations.rebuildHistory]).toBe('x');
     expect(world.cs?.metadata.finalizers).toEqual([Finalizers.cocoonSet]);
+    expect(world.cs?.metadata.annotations).toMatchObject({
+      [WorkflowAnnotations.id]: `cocoonset/${NS}/demo`,
+      [WorkflowAnnotations.url]: `http://127.0.0.1:8233/namespaces/default/workflows/cocoonset%2F${NS}%2Fdemo`,
+    });
     expect(world.cs?.status?.phase).toBe('Pending');
     expect(world.cs?.status?.desiredAgents).toBe(2);
 

@@ -1,0 +1,50 @@
+/** Log formats: JSON lines by default, readable lines with LOG_FORMAT=pretty (src/log.ts). */
+import { describe, expect, it } from 'vitest';
+import { createLogger, prettyLine } from '../../src/log.js';
+
+function capture(format: 'json' | 'pretty') {
+  const lines: string[] = [];
+  const log = createLogger('info', { write: (s: string) => lines.push(s) }, format);
+  return { log, lines };
+}
+
+describe('log formats', () => {
+  it('writes one JSON object per line by default', () => {
+    const { log, lines } = capture('json');
+    log.child({ component: 'watcher' }).info({ kind: 'Pod' }, 'synced');
+    expect(lines).toHaveLength(1);
+    expect(JSON.parse(lines[0]!)).toMatchObject({
+      level: 'info',
+      name: 'cocoon-operator',
+      component: 'watcher',
+      kind: 'Pod',
+      msg: 'synced',
+    });
+  });
+
+  it('writes clock, level, component, message and fields with LOG_FORMAT=pretty', () => {
+    const { log, lines } = capture('pretty');
+    log.child({ component: 'watcher' }).warn({ kind: 'Pod', why: 'a b' }, 'relist');
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatch(/^\d\d:\d\d:\d\d\.\d{3} WARN {2}\[watcher\] relist {2}kind=Pod why="a b"\n$/);
+  });
+
+  it('puts an error stack under the pretty line', () => {
+    const { log, lines } = capture('pretty');
+    log.error({ err: new Error('boom') }, 'startup failed');
+    expect(lines[0]).toMatch(/^\S+ ERROR startup failed\n {4}Error: boom\n +at /);
+  });
+
+  it('passes a line that is not JSON through', () => {
+    expect(prettyLine('plain text')).toBe('plain text\n');
+  });
+
+  it('keeps a child logger at its own level (the Temporal SDK logger runs at warn in pretty mode)', () => {
+    const { log, lines } = capture('pretty');
+    const sdk = log.child({ component: 'temporal' }, { level: 'warn' });
+    sdk.info('Workflow bundle created');
+    sdk.warn('slow task');
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toContain('[temporal] slow task');
+  });
+});
