@@ -35,6 +35,8 @@ import type { OperatorMetrics } from '../metrics.js';
 export interface CocoonSetActivityDeps {
   kube: KubeClients;
   metrics?: Pick<OperatorMetrics, PassMetric>;
+  /** Pods per page of a pass's pod read (default POD_PAGE_SIZE; tests lower it). */
+  podPageSize?: number;
 }
 
 /**
@@ -77,7 +79,7 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
       const list = await core.listNamespacedPod({
         namespace,
         labelSelector: `${Labels.cocoonSet}=${name}`,
-        limit: POD_PAGE_SIZE,
+        limit: deps.podPageSize ?? POD_PAGE_SIZE,
         _continue: token,
       });
       const next = list.metadata?._continue;
@@ -263,13 +265,17 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
 
     /** Every CocoonHibernation in the namespace (restore intent, §14; asked only when pods are built). */
     async cocoonSetListHibernations(input: { namespace: string }): Promise<CocoonHibernation[]> {
-      const list = (await custom.listNamespacedCustomObject({
-        group: GROUP,
-        version: VERSION,
-        namespace: input.namespace,
-        plural: PLURAL_COCOONHIBERNATIONS,
-      })) as { items: CocoonHibernation[] };
-      return list.items.map(trim);
+      try {
+        const list = (await custom.listNamespacedCustomObject({
+          group: GROUP,
+          version: VERSION,
+          namespace: input.namespace,
+          plural: PLURAL_COCOONHIBERNATIONS,
+        })) as { items: CocoonHibernation[] };
+        return list.items.map(trim);
+      } catch (err) {
+        throw kubeFailure(err);
+      }
     },
 
     /**

@@ -607,6 +607,8 @@ describe('planner protocol', () => {
     expect(w.ids('createPod')).toEqual([]);
     const progressing = w.cs.status?.conditions?.find((c) => c.type === 'Progressing');
     expect(progressing).toMatchObject({ status: 'False', reason: 'InvalidSpec' });
-    expect(progressing?.message).toContain(`spec.agent: Invalid value: "1kk": unable to parse quantity's suffix`);
+    expect(progressing?.message).toContain(
+      `spec.agent: Invalid value: "1kk": unable to parse quantity's suffix`,
+    );
   });
 });
