@@ -108,6 +108,8 @@ export interface CocoonSetState {
   failing?: boolean;
   /** Passes run so far (event keys). */
   passes: number;
+  /** Signals received so far (the `state` query's barrier: a test knows its signals were handled). */
+  signals?: number;
   /** Consecutive failed or `Requeue: true` passes (the rate limiter's per-item counter). */
   failures: number;
   /** Epoch ms of a requested next pass (requeue-after / backoff); none = wait for a signal. */
@@ -164,13 +166,17 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
   let dirty = !(state.failing && state.nextPassAt !== undefined && state.nextPassAt > Date.now());
   /** True while a pass runs (between its first read and its result), for the `state` query. */
   let passing = false;
+  /** A run continues as new only after a pass of its own, so runs can never chain without work. */
+  let passedThisRun = false;
 
   setHandler(cocoonSetObservedSignal, (obs) => {
+    state.signals = (state.signals ?? 0) + 1;
     if (state.csObs?.uid === obs.uid && olderThan(obs.resourceVersion, state.csObs?.resourceVersion)) return;
     state.csObs = obs;
     dirty = true;
   });
   setHandler(ownedPodObservedSignal, (obs) => {
+    state.signals = (state.signals ?? 0) + 1;
     const cur = state.pods[obs.name];
     if (cur && cur.uid === obs.uid && olderThan(obs.resourceVersion, cur.resourceVersion)) return;
     if (obs.exists) state.pods[obs.name] = { uid: obs.uid, resourceVersion: obs.resourceVersion };
@@ -185,6 +191,7 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
       dirty = false;
       state.nextPassAt = undefined;
       passing = true;
+      passedThisRun = true;
       const gone = await runPass(state, input, registry).finally(() => {
         passing = false;
       });
@@ -198,9 +205,10 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
     }
     const info = workflowInfo();
     if (
-      info.continueAsNewSuggested ||
-      info.historyLength > (input.historyLimit ?? MAX_HISTORY_EVENTS) ||
-      info.historySize > (input.historyBytesLimit ?? MAX_HISTORY_BYTES)
+      passedThisRun &&
+      (info.continueAsNewSuggested ||
+        info.historyLength > (input.historyLimit ?? MAX_HISTORY_EVENTS) ||
+        info.historySize > (input.historyBytesLimit ?? MAX_HISTORY_BYTES))
     ) {
       await condition(allHandlersFinished);
       if (!dirty) await continueAsNew<typeof cocoonSetWorkflow>({ ...input, carried: state });
@@ -584,6 +592,7 @@ function describe(state: CocoonSetState, passing: boolean) {
     mainVM: state.mainVM ?? null,
     passes: state.passes,
     passing,
+    signals: state.signals ?? 0,
     failures: state.failures,
     nextPassAt: state.nextPassAt ? new Date(state.nextPassAt).toISOString() : null,
     lastResult: state.lastResult ?? null,

@@ -89,6 +89,11 @@ export class CocoonSetWorld {
   slowDeletes = false;
   /** Pods (by name) that come up `Failed` when created, as vk-cocoon reports a crashed VM. */
   readonly failOnCreate = new Set<string>();
+  /**
+   * Pod creates the apiserver rejects, by pod name: the activity throws what the product's activity throws
+   * for a 4xx answer (a non-retryable ApplicationFailure with the apiserver's message).
+   */
+  readonly rejectCreate = new Map<string, { type: string; message: string }>();
   /** When set, every registry probe fails with this text. */
   probeError?: string;
   /** VM names whose probe blocks until released (see `blockProbe`). */
@@ -247,6 +252,8 @@ export class CocoonSetWorld {
       cocoonSetCreatePod: async ({ pod }) => {
         const name = pod.metadata!.name!;
         this.calls.push(`create ${name}`);
+        const rejected = this.rejectCreate.get(name);
+        if (rejected) throw ApplicationFailure.create({ ...rejected, nonRetryable: true });
         if (this.pods.has(name)) return 'alreadyExists';
         const p = clone(pod);
         p.status = this.failOnCreate.has(name) ? { phase: 'Failed' } : { phase: 'Pending' };
