@@ -8,7 +8,7 @@
  * - metadata: name, deletionTimestamp, the controller owner reference (uid), labels and annotations under
  *   the cocoonstack.io domains (VM spec, runtime, lifecycle, generation, hibernate, restore, dead letter,
  *   pool) except the post-clone reports and clone-from-dir, which no pass reads; the lifecycle message is
- *   cut to LIFECYCLE_MESSAGE_MAX characters (it only goes into an Event, itself cut at 1 KB);
+ *   cut to LIFECYCLE_MESSAGE_MAX characters (it only goes into an Event, itself cut at 1 KiB);
  * - spec: nodeName, the pool and CPU-class node selector, serviceAccountName, container 0's name,
  *   resources (limits/requests) and envFrom;
  * - status: phase, the Ready condition, and one container status with `state.running` when any runs.
@@ -19,8 +19,11 @@ import type { V1Pod } from '@kubernetes/client-node';
 import { Annotations, Labels } from '../api/keys.js';
 import { containerRunning } from '../api/pod.js';
 
-/** Longest lifecycle-state message kept (it only feeds `PodLifecycleFailed` Event text). */
-export const LIFECYCLE_MESSAGE_MAX = 512;
+/**
+ * Longest lifecycle-state message kept: it only feeds the `PodLifecycleFailed` Event, whose message is cut
+ * at 1 KiB anyway (src/activities/cocoonset.ts).
+ */
+export const LIFECYCLE_MESSAGE_MAX = 1024;
 
 /** Annotations vk-cocoon writes that no pass reads (and that can be long). */
 const UNREAD_ANNOTATIONS = new Set<string>([

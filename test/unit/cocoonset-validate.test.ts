@@ -125,7 +125,7 @@ describe('invalidSpecReason', () => {
 
   it('rejects a pod name past 253 characters (DNS-1123 subdomain)', () => {
     const pod = buildAgentPod(newCocoonSet('demo'), 1, MAIN_VM, '');
-    pod.metadata!.name = `a${'.b'.repeat(126)}`;
+    pod.metadata!.name = `a${'.b'.repeat(127)}`; // 255 characters
     expect(validatePod(pod, 'spec.agent')).toEqual([
       { field: 'metadata.name', value: pod.metadata!.name, detail: 'must be no more than 253 characters' },
     ]);
