@@ -5,7 +5,7 @@
  * (AlreadyExists on create, NotFound on delete); a gone target of a patch is a non-retryable `NotFound`
  * failure; any other API error becomes `kubeFailure` (src/kube/errors.ts): the apiserver's message, not
  * the HTTP dump, and non-retryable for 4xx answers a retry cannot change (a 422 on create), so Temporal
- * retries only 5xx, 408/409/429 and transport errors (DESIGN.md §3.1).
+ * retries only 5xx, 408/409/429 and transport errors.
  *
  * Names carry a `cocoonSet` prefix so they can be merged into one activity object with the VM
  * workflow's Kubernetes activities (src/activities/kube.ts) on the main worker.

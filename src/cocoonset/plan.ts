@@ -351,7 +351,7 @@ function hibernations(st: PassState): { items: CocoonHibernation[] } | { error: 
 }
 
 /**
- * Writes the status built from the pass's classification when it changed (§16.3); `blocked` replaces the
+ * Writes the status built from the pass's classification when it changed (no-op diff); `blocked` replaces the
  * Progressing condition with `False` and that reason and message (a pass that cannot progress). Returns
  * the status written, or undefined when nothing changed. A failed write of the failure status is ignored
  * (the pass already ends with an error); any other failed write ends the pass with `patch status …`.
@@ -660,7 +660,7 @@ function reconcile(st: PassState): never {
     finish(st, { requeue: true });
   }
   // Validation gate (ours): nothing below touches a pod while the spec builds pods the apiserver rejects.
-  // Toolbox names that break the toolbox rules (§13 step 1) keep failing at their step, as in the reference.
+  // Toolbox names that break the toolbox name rules keep failing at their own step, as in the reference.
   const tbNamesOK = validateToolboxes(cs.spec.toolboxes ?? []) === undefined;
   const invalid = invalidSpecReason(cs, vmNameOf(c.main), tbNamesOK);
   if (invalid !== undefined) blockInvalidSpec(st, invalid);
