@@ -150,7 +150,9 @@ describe('CocoonSet workflow faults', () => {
     });
   });
 
-  it('a set of 1000 pods is read in pages of bounded size and its deletion removes every pod', async () => {
+  it('a set of 1000 pods is read in pages of bounded size, scales to 0 and is deleted', {
+    timeout: 600_000,
+  }, async () => {
     const cs = demoSet(999);
     // ~2 KB of an annotation no pass reads on each pod: 1000 such pods as read would be ~3 MB.
     const world = new CocoonSetWorld(cs, readyAgents(cs, 999, 2048));
@@ -166,6 +168,16 @@ describe('CocoonSet workflow faults', () => {
       );
       for (const bytes of w.readPayloadBytes) expect(bytes).toBeLessThan(400 * 1024);
       expect(w.calls.filter((c) => /^(create|delete)/.test(c))).toEqual([]);
+
+      // Scale to 0: every sub-agent is deleted (the generation stamp goes out first, one patch a pod).
+      await w.editSpec((c) => {
+        c.spec.agent.replicas = 0;
+      });
+      await eventually('the main alone', () => w.pods.size === 1 && w.pods.has('demo-0'), 300_000);
+      await eventually(
+        'Running 1/1',
+        () => w.cs?.status?.desiredAgents === 1 && w.cs.status.readyAgents === 1,
+      );
 
       await w.markDeleted();
       await eventually('the set and its pods gone', () => w.cs === null && w.pods.size === 0, 300_000);
