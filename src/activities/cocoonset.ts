@@ -3,7 +3,9 @@
  * pods labelled with its name) and one idempotent write per `planPass` action type (src/cocoonset/plan.ts
  * `PassAction`; spec/cocoonset-core.md §5, §9–§17). Expected API answers are returned as values
  * (AlreadyExists on create, NotFound on delete); a gone target of a patch is a non-retryable `NotFound`
- * failure; any other API error is thrown as-is and retried by Temporal (DESIGN.md §3.1).
+ * failure; any other API error becomes `kubeFailure` (src/kube/errors.ts): the apiserver's message, not
+ * the HTTP dump, and non-retryable for 4xx answers a retry cannot change (a 422 on create), so Temporal
+ * retries only 5xx, 408/409/429 and transport errors.
  *
  * Names carry a `cocoonSet` prefix so they can be merged into one activity object with the VM
  * workflow's Kubernetes activities (src/activities/kube.ts) on the main worker.
@@ -25,7 +27,9 @@ import {
 } from '../api/keys.js';
 import type { CocoonHibernation, CocoonSet } from '../api/types.js';
 import type { PassMetric } from '../cocoonset/plan.js';
+import { summarizePod } from '../cocoonset/summary.js';
 import { type KubeClients, mergePatch, statusCodeOf } from '../kube/client.js';
+import { kubeFailure } from '../kube/errors.js';
 import type { OperatorMetrics } from '../metrics.js';
 
 /** Dependencies of the CocoonSet activities. `metrics` absent = counters are not incremented. */
@@ -34,12 +38,25 @@ export interface CocoonSetActivityDeps {
   metrics?: Pick<OperatorMetrics, PassMetric>;
   /** Temporal UI for the workflow-link annotation; absent = the workflow id annotation only. */
   temporalUi?: TemporalUi;
+  /** Pods per page of a pass's pod read (default POD_PAGE_SIZE; tests lower it). */
+  podPageSize?: number;
 }
 
-/** What a pass starts from: the CocoonSet (null when gone) and every pod labelled with its name. */
-export interface CocoonSetWorld {
-  cs: CocoonSet | null;
+/**
+ * Pods per page of a pass's pod read. A summary is ~1 KB (src/cocoonset/summary.ts), so a page stays far
+ * below Temporal's 2 MB payload limit whatever the set's size.
+ */
+export const POD_PAGE_SIZE = 250;
+
+/** One page of a set's pods (compact summaries); `continue` set = more pages follow. */
+export interface PodPage {
   pods: V1Pod[];
+  continue?: string;
+}
+
+/** What a pass starts from: the CocoonSet (null when gone) and the first page of its pods. */
+export interface CocoonSetWorld extends PodPage {
+  cs: CocoonSet | null;
 }
 
 function notFound(what: string): ApplicationFailure {
@@ -60,6 +77,21 @@ function trim<T extends { metadata?: { managedFields?: unknown } }>(o: T): T {
 export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
   const { core, custom } = deps.kube;
 
+  async function listPodPage(namespace: string, name: string, token: string | undefined): Promise<PodPage> {
+    try {
+      const list = await core.listNamespacedPod({
+        namespace,
+        labelSelector: `${Labels.cocoonSet}=${name}`,
+        limit: deps.podPageSize ?? POD_PAGE_SIZE,
+        _continue: token,
+      });
+      const next = list.metadata?._continue;
+      return { pods: list.items.map(summarizePod), ...(next ? { continue: next } : {}) };
+    } catch (err) {
+      throw kubeFailure(err, `list pods of cocoonset ${namespace}/${name}`);
+    }
+  }
+
   async function getCocoonSet(namespace: string, name: string): Promise<CocoonSet | null> {
     try {
       return (await custom.getNamespacedCustomObject({
@@ -71,24 +103,29 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
       })) as CocoonSet;
     } catch (err) {
       if (statusCodeOf(err) === 404) return null;
-      throw err;
+      throw kubeFailure(err);
     }
   }
 
   return {
     /**
-     * Reads the CocoonSet and the pods in its namespace labelled `cocoonset.cocoonstack.io/name=<name>`
-     * (ownership is filtered by the planner). `cs: null` when the CocoonSet is gone. Used at the start of
-     * every pass and of the deletion flow.
+     * Reads the CocoonSet and the first page of the pods in its namespace labelled
+     * `cocoonset.cocoonstack.io/name=<name>` (ownership is filtered by the planner), each as its compact
+     * summary (src/cocoonset/summary.ts). `cs: null` when the CocoonSet is gone. `continue` set = more
+     * pages: read them with `cocoonSetListPods`. Used at the start of every pass and of the deletion flow.
      */
     async cocoonSetReadWorld(input: { namespace: string; name: string }): Promise<CocoonSetWorld> {
       const cs = await getCocoonSet(input.namespace, input.name);
       if (!cs) return { cs: null, pods: [] };
-      const list = await core.listNamespacedPod({
-        namespace: input.namespace,
-        labelSelector: `${Labels.cocoonSet}=${input.name}`,
-      });
-      return { cs: trim(cs), pods: list.items.map(trim) };
+      return { cs: trim(cs), ...(await listPodPage(input.namespace, input.name, undefined)) };
+    },
+
+    /**
+     * The next page of the pods `cocoonSetReadWorld` started listing (`continue` from its answer or the
+     * previous page's). Errors: an expired token (410 Gone) is non-retryable; the pass starts over.
+     */
+    async cocoonSetListPods(input: { namespace: string; name: string; continue: string }): Promise<PodPage> {
+      return listPodPage(input.namespace, input.name, input.continue);
     },
 
     /** Creates a pod (§11.1, §12.4, §13): `ok`, or `alreadyExists` on 409. */
@@ -98,7 +135,7 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
         return 'ok';
       } catch (err) {
         if (statusCodeOf(err) === 409) return 'alreadyExists';
-        throw err;
+        throw kubeFailure(err);
       }
     },
 
@@ -109,7 +146,7 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
         return 'ok';
       } catch (err) {
         if (statusCodeOf(err) === 404) return 'notFound';
-        throw err;
+        throw kubeFailure(err);
       }
     },
 
@@ -119,7 +156,7 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
         return trim(await core.readNamespacedPod({ name: input.pod, namespace: input.namespace }));
       } catch (err) {
         if (statusCodeOf(err) === 404) throw notFound(`pods "${input.pod}"`);
-        throw err;
+        throw kubeFailure(err);
       }
     },
 
@@ -140,7 +177,7 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
         );
       } catch (err) {
         if (statusCodeOf(err) === 404) throw notFound(`pods "${input.pod}"`);
-        throw err;
+        throw kubeFailure(err);
       }
     },
 
@@ -164,7 +201,7 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
         );
       } catch (err) {
         if (statusCodeOf(err) === 404) throw notFound(`cocoonset ${input.namespace}/${input.name}`);
-        throw err;
+        throw kubeFailure(err);
       }
     },
 
@@ -207,7 +244,7 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
           const code = statusCodeOf(err);
           if (code === 404) return false;
           if (code === 409 && attempt < 5) continue;
-          throw err;
+          throw kubeFailure(err);
         }
       }
     },
@@ -232,19 +269,23 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
         );
       } catch (err) {
         if (statusCodeOf(err) === 404) throw notFound(`cocoonset ${input.namespace}/${input.name}`);
-        throw err;
+        throw kubeFailure(err);
       }
     },
 
     /** Every CocoonHibernation in the namespace (restore intent, §14; asked only when pods are built). */
     async cocoonSetListHibernations(input: { namespace: string }): Promise<CocoonHibernation[]> {
-      const list = (await custom.listNamespacedCustomObject({
-        group: GROUP,
-        version: VERSION,
-        namespace: input.namespace,
-        plural: PLURAL_COCOONHIBERNATIONS,
-      })) as { items: CocoonHibernation[] };
-      return list.items.map(trim);
+      try {
+        const list = (await custom.listNamespacedCustomObject({
+          group: GROUP,
+          version: VERSION,
+          namespace: input.namespace,
+          plural: PLURAL_COCOONHIBERNATIONS,
+        })) as { items: CocoonHibernation[] };
+        return list.items.map(trim);
+      } catch (err) {
+        throw kubeFailure(err);
+      }
     },
 
     /**
@@ -412,7 +453,7 @@ export async function foldEvent(core: CoreV1Api, input: FoldedEventInput): Promi
       const code = statusCodeOf(err);
       // 409: a concurrent fold moved the Event (or the generated name exists); 404: it expired meanwhile.
       if ((code === 409 || code === 404) && attempt < EVENT_FOLD_ATTEMPTS) continue;
-      throw err;
+      throw kubeFailure(err);
     }
   }
 }

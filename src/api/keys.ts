@@ -122,6 +122,8 @@ export const EventReasons = {
   subAgentRebuilding: 'SubAgentRebuilding',
   subAgentDeadLetter: 'SubAgentDeadLetter',
   wakeNoCapacity: 'WakeNoCapacity',
+  /** Ours (not in the reference): the spec builds pods the apiserver would reject; no pod was touched. */
+  invalidSpec: 'InvalidSpec',
 } as const;
 
 /** The Lease the watcher's leader election holds (spec/operator-shell.md §3). */
@@ -207,4 +209,11 @@ export const ConditionReasons = {
   agentsNotReady: 'AgentsNotReady',
   stable: 'Stable',
   reconciling: 'Reconciling',
+  /**
+   * Ours, on `Progressing=False` (as a Deployment says `ProgressDeadlineExceeded` there): the spec builds
+   * pods the apiserver would reject, so the set cannot progress and no pod was touched.
+   */
+  invalidSpec: 'InvalidSpec',
+  /** Ours, on `Progressing=False`: the last pass failed; the message is its error. */
+  reconcileFailed: 'ReconcileFailed',
 } as const;

@@ -29,7 +29,15 @@
  * flow answers "not handled", then calls `planPass` again with the same outcomes.
  */
 import type { V1Pod } from '@kubernetes/client-node';
-import { Annotations, EventReasons, Finalizers, Labels, Roles } from '../api/keys.js';
+import {
+  Annotations,
+  CONDITION_PROGRESSING,
+  ConditionReasons,
+  EventReasons,
+  Finalizers,
+  Labels,
+  Roles,
+} from '../api/keys.js';
 import {
   cocoonSetGenerationOf,
   containerRunning,
@@ -57,6 +65,7 @@ import { buildAgentPod, buildToolboxPod, toolboxPodName } from './pods.js';
 import { readRebuildHistory, triageSubAgent } from './rebuild.js';
 import { markRestoreIfHibernated, podsHibernatedByCR, podsRestorableByCR } from './restore.js';
 import { buildStatus, type CocoonSetStatus, planStatusWrite } from './status.js';
+import { invalidSpecReason } from './validate.js';
 import { hibernatePolicyOf, replicasOf } from './vmspec.js';
 
 /** Requeue delay while waiting for the main / for a terminating predecessor (`requeueWaitForMain`). */
@@ -252,6 +261,8 @@ interface PassState {
   input: PassInput;
   /** Annotations written to the CocoonSet so far (mirrored into later reads). */
   written: Record<string, string>;
+  /** The pass is ending with an error (its failure status is being written). */
+  failing?: boolean;
 }
 
 function finish(st: PassState, result: Partial<PassResult>, status?: CocoonSetStatus): never {
@@ -266,8 +277,52 @@ function finish(st: PassState, result: Partial<PassResult>, status?: CocoonSetSt
   });
 }
 
+/** Longest condition message written (the error texts are one line; a safety cut). */
+const CONDITION_MESSAGE_MAX = 1024;
+
+/**
+ * Ends the pass with `error`. First writes the roll-up of the pods as classified at the start of the pass
+ * with `Progressing=False` reason `ReconcileFailed` and the error as its message (ours: the reference only
+ * returns the error, so its status kept whatever the last good pass wrote, e.g. `Pending` with 0 ready while
+ * the main is Ready). A failing status write is not retried here: the pass ends with the original error.
+ */
 function fail(st: PassState, error: string): never {
+  if (!st.failing) {
+    st.failing = true;
+    writeStatus(st, phaseAfterBlock(st), 'status-on-failure', {
+      reason: ConditionReasons.reconcileFailed,
+      message: error,
+    });
+  }
   return finish(st, { error });
+}
+
+/** The phase a blocked pass reports: `Pending` while the main is missing or not Ready, else derived. */
+function phaseAfterBlock(st: PassState): CocoonSetPhase | '' {
+  return podReady(st.c.main) ? '' : 'Pending';
+}
+
+/**
+ * The validation gate (ours; the reference has none): when the current spec builds a pod the apiserver
+ * would reject (src/cocoonset/validate.ts), the pass touches no pod — no generation stamp, no drift
+ * delete, no create — and says why: the roll-up with `Progressing=False` reason `InvalidSpec` and the
+ * rejection as message, and a folded Warning Event `InvalidSpec`. It ends without a requeue: only a spec
+ * edit (which starts a pass) can change the answer.
+ */
+function blockInvalidSpec(st: PassState, reason: string): never {
+  const message = `invalid spec, no pod changed: ${reason}`;
+  st.d.effect({
+    id: `event:${EventReasons.invalidSpec}`,
+    type: 'event',
+    eventType: 'Warning',
+    reason: EventReasons.invalidSpec,
+    message,
+  });
+  const status = writeStatus(st, phaseAfterBlock(st), 'status', {
+    reason: ConditionReasons.invalidSpec,
+    message,
+  });
+  return finish(st, {}, status);
 }
 
 /** Builds a pod, turning a builder exception into Go's wrapped error. */
@@ -295,15 +350,43 @@ function hibernations(st: PassState): { items: CocoonHibernation[] } | { error: 
   return { error: `list cocoonhibernations in ${st.ns}: ${errText(o) ?? 'unexpected outcome'}` };
 }
 
+/**
+ * Writes the status built from the pass's classification when it changed (no-op diff); `blocked` replaces the
+ * Progressing condition with `False` and that reason and message (a pass that cannot progress). Returns
+ * the status written, or undefined when nothing changed. A failed write of the failure status is ignored
+ * (the pass already ends with an error); any other failed write ends the pass with `patch status …`.
+ */
+function writeStatus(
+  st: PassState,
+  phase: CocoonSetPhase | '',
+  id: string,
+  blocked?: { reason: string; message: string },
+): CocoonSetStatus | undefined {
+  const fresh = buildStatus(st.cs, st.c, phase);
+  if (blocked) {
+    const message =
+      blocked.message.length > CONDITION_MESSAGE_MAX
+        ? `${blocked.message.slice(0, CONDITION_MESSAGE_MAX - 3)}...`
+        : blocked.message;
+    fresh.conditions = (fresh.conditions ?? []).map((c) =>
+      c.type === CONDITION_PROGRESSING ? { ...c, status: 'False', reason: blocked.reason, message } : c,
+    );
+  }
+  const w = planStatusWrite(st.cs, fresh, st.input.nowMs);
+  if (!w) return undefined;
+  const o = st.d.run({ id, type: 'patchStatus', body: w.patch, status: w.status });
+  const err = errText(o);
+  if (err !== undefined) {
+    if (id === 'status-on-failure') return undefined;
+    fail(st, `patch status ${st.ns}/${st.name}: ${err}`);
+  }
+  return w.status;
+}
+
 /** Writes the status when it changed (§16.3), then ends the pass with `result`. */
 function writeStatusAndFinish(st: PassState, phase: CocoonSetPhase | '', result: Partial<PassResult>): never {
-  const w = planStatusWrite(st.cs, buildStatus(st.cs, st.c, phase), st.input.nowMs);
-  if (w) {
-    const o = st.d.run({ id: 'status', type: 'patchStatus', body: w.patch, status: w.status });
-    const err = errText(o);
-    if (err !== undefined) fail(st, `patch status ${st.ns}/${st.name}: ${err}`);
-  }
-  return finish(st, result, w?.status);
+  const status = writeStatus(st, phase, 'status');
+  return finish(st, result, status);
 }
 
 /** Deletes a pod; NotFound counts as done. Returns false when it was already gone. */
@@ -576,6 +659,11 @@ function reconcile(st: PassState): never {
     if (err !== undefined) fail(st, `add finalizer: ${err}`);
     finish(st, { requeue: true });
   }
+  // Validation gate (ours): nothing below touches a pod while the spec builds pods the apiserver rejects.
+  // Toolbox names that break the toolbox name rules keep failing at their own step, as in the reference.
+  const tbNamesOK = validateToolboxes(cs.spec.toolboxes ?? []) === undefined;
+  const invalid = invalidSpecReason(cs, vmNameOf(c.main), tbNamesOK);
+  if (invalid !== undefined) blockInvalidSpec(st, invalid);
   // 6. Generation stamp on every classified pod, in name order.
   const generation = cs.metadata.generation ?? 0;
   for (const pod of podsInNameOrder(c)) {

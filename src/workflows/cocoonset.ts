@@ -13,6 +13,7 @@
  * logged and end the pass; migration and the released-seat wake decline ("not handled"), so the pass goes
  * on past their step, as the planner's contract allows. Deletion (§17) is implemented below.
  */
+import type { V1Pod } from '@kubernetes/client-node';
 import {
   ActivityFailure,
   allHandlersFinished,
@@ -41,7 +42,7 @@ import {
   REQUEUE_WAIT_FOR_MAIN_MS,
 } from '../cocoonset/plan.js';
 import { snapshotPolicyOf } from '../cocoonset/vmspec.js';
-import type { CocoonSetObservation, OwnedPodObservation } from '../watcher/cocoonset-signals.js';
+import type { CocoonSetObservation } from '../watcher/cocoonset-signals.js';
 import { cocoonSetObservedSignal, ownedPodObservedSignal } from '../watcher/cocoonset-signals.js';
 import { publishSearchAttributes } from './search-attributes.js';
 
@@ -94,9 +95,21 @@ export interface CocoonSetState {
   name: string;
   /** Latest observations from the watcher (the pass itself re-reads the objects). */
   csObs?: CocoonSetObservation;
-  pods: Record<string, OwnedPodObservation>;
+  /**
+   * uid and resourceVersion of the latest observation per owned pod (to drop stale signals). Only these:
+   * the state is carried by continue-as-new, one payload, and a set may own thousands of pods.
+   */
+  pods: Record<string, { uid?: string; resourceVersion?: string }>;
+  /**
+   * The last pass failed and `nextPassAt` is its error backoff: until then only a change of the
+   * CocoonSet (a spec edit, a deletion) starts a pass early; pod events wait for the timer, so a failure
+   * that every pass repeats cannot loop at the pace of the set's pod events.
+   */
+  failing?: boolean;
   /** Passes run so far (event keys). */
   passes: number;
+  /** Signals received so far (the `state` query's barrier: a test knows its signals were handled). */
+  signals?: number;
   /** Consecutive failed or `Requeue: true` passes (the rate limiter's per-item counter). */
   failures: number;
   /** Epoch ms of a requested next pass (requeue-after / backoff); none = wait for a signal. */
@@ -147,22 +160,28 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
     failures: 0,
   };
   const registry = registryActivities();
-  // Every run starts with a pass: observations are never trusted across runs.
-  let dirty = true;
+  // Every run starts with a pass (observations are never trusted across runs), except a run carried over
+  // during an error backoff: its pass is the backoff timer's, else a failure that outgrows the history
+  // bound would pass, continue as new and pass again in a loop.
+  let dirty = !(state.failing && state.nextPassAt !== undefined && state.nextPassAt > Date.now());
   /** True while a pass runs (between its first read and its result), for the `state` query. */
   let passing = false;
+  /** A run continues as new only after a pass of its own, so runs can never chain without work. */
+  let passedThisRun = false;
 
   setHandler(cocoonSetObservedSignal, (obs) => {
+    state.signals = (state.signals ?? 0) + 1;
     if (state.csObs?.uid === obs.uid && olderThan(obs.resourceVersion, state.csObs?.resourceVersion)) return;
     state.csObs = obs;
     dirty = true;
   });
   setHandler(ownedPodObservedSignal, (obs) => {
+    state.signals = (state.signals ?? 0) + 1;
     const cur = state.pods[obs.name];
     if (cur && cur.uid === obs.uid && olderThan(obs.resourceVersion, cur.resourceVersion)) return;
-    if (obs.exists) state.pods[obs.name] = obs;
+    if (obs.exists) state.pods[obs.name] = { uid: obs.uid, resourceVersion: obs.resourceVersion };
     else delete state.pods[obs.name];
-    dirty = true;
+    if (!state.failing) dirty = true;
   });
   setHandler(cocoonSetStateQuery, () => describe(state, passing));
 
@@ -172,6 +191,7 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
       dirty = false;
       state.nextPassAt = undefined;
       passing = true;
+      passedThisRun = true;
       const gone = await runPass(state, input, registry).finally(() => {
         passing = false;
       });
@@ -185,9 +205,10 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
     }
     const info = workflowInfo();
     if (
-      info.continueAsNewSuggested ||
-      info.historyLength > (input.historyLimit ?? MAX_HISTORY_EVENTS) ||
-      info.historySize > (input.historyBytesLimit ?? MAX_HISTORY_BYTES)
+      passedThisRun &&
+      (info.continueAsNewSuggested ||
+        info.historyLength > (input.historyLimit ?? MAX_HISTORY_EVENTS) ||
+        info.historySize > (input.historyBytesLimit ?? MAX_HISTORY_BYTES))
     ) {
       await condition(allHandlersFinished);
       if (!dirty) await continueAsNew<typeof cocoonSetWorkflow>({ ...input, carried: state });
@@ -214,7 +235,7 @@ async function runPass(
   let result: PassResult & { delegated?: DelegatedFlow };
   let cs: CocoonSet | undefined;
   try {
-    const world = await kube.cocoonSetReadWorld({ namespace: state.namespace, name: state.name });
+    const world = await readWorld(state.namespace, state.name);
     if (!world.cs) {
       log.info('cocoonset gone; workflow completes', { namespace: state.namespace, name: state.name });
       return true;
@@ -244,17 +265,35 @@ async function runPass(
       );
     }
     state.failures++;
+    state.failing = true;
     state.nextPassAt = Date.now() + backoffDelay(state.failures);
   } else if (result.requeue) {
+    state.failing = false;
     state.failures++;
     state.nextPassAt =
       Date.now() +
       (state.failures <= IMMEDIATE_REQUEUES ? 0 : backoffDelay(state.failures - IMMEDIATE_REQUEUES));
   } else {
+    state.failing = false;
     state.failures = 0;
     state.nextPassAt = result.requeueAfterMs > 0 ? Date.now() + result.requeueAfterMs : undefined;
   }
   return false;
+}
+
+/**
+ * The CocoonSet and all its pods (compact summaries), read page by page so that no activity result
+ * approaches Temporal's payload limit however many pods the set has (src/activities/cocoonset.ts).
+ */
+async function readWorld(namespace: string, name: string): Promise<{ cs: CocoonSet | null; pods: V1Pod[] }> {
+  const first = await kube.cocoonSetReadWorld({ namespace, name });
+  const pods = first.pods;
+  for (let token = first.continue; first.cs && token; ) {
+    const page = await kube.cocoonSetListPods({ namespace, name, continue: token });
+    pods.push(...page.pods);
+    token = page.continue;
+  }
+  return { cs: first.cs, pods };
 }
 
 function backoffDelay(failures: number): number {
@@ -478,7 +517,7 @@ async function deletionFlow(
   }
   let remaining: number;
   try {
-    const again = await kube.cocoonSetReadWorld({ namespace, name: state.name });
+    const again = await readWorld(namespace, state.name);
     remaining = again.cs ? again.pods.filter((p) => isControlledBy(p, cs.metadata.uid)).length : 0;
   } catch (err) {
     return { requeue: false, requeueAfterMs: 0, error: `re-list pods after delete: ${errorMessage(err)}` };
@@ -553,6 +592,7 @@ function describe(state: CocoonSetState, passing: boolean) {
     mainVM: state.mainVM ?? null,
     passes: state.passes,
     passing,
+    signals: state.signals ?? 0,
     failures: state.failures,
     nextPassAt: state.nextPassAt ? new Date(state.nextPassAt).toISOString() : null,
     lastResult: state.lastResult ?? null,

@@ -9,8 +9,9 @@ export type RequestTarget = 'kube' | 'registry';
 
 /**
  * What produced a Kubernetes request, as far as the wire tells: `watch` (a `?watch=true` stream of an
- * informer), `informer-list` (an informer's paginated list: `?limit=`), or `call` (anything else: the
- * activities' reads and writes). Registry requests are always `call`.
+ * informer), `informer-list` (an informer's paginated list: `?limit=` without a label selector; the
+ * informers list whole namespaces), or `call` (anything else: the activities' reads and writes, including
+ * the CocoonSet pass's paged pod read by label). Registry requests are always `call`.
  */
 export type RequestOrigin = 'watch' | 'informer-list' | 'call';
 
@@ -169,7 +170,8 @@ export class RequestLog {
     if (target === 'kube') {
       ({ verb, template } = kubeTemplate(method, path, query));
       if (verb === 'WATCH') origin = 'watch';
-      else if (verb === 'LIST' && query.limit !== undefined) origin = 'informer-list';
+      else if (verb === 'LIST' && query.limit !== undefined && query.labelSelector === undefined)
+        origin = 'informer-list';
     } else {
       verb = method;
       template = registryTemplate(method, path);

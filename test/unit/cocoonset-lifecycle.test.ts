@@ -55,6 +55,7 @@ describe('generation stamp', () => {
     const w = new FakeWorld(cs, [main, leaving]);
     w.failures.set('stamp:demo-0', 'conflict');
     expect(done(w.pass()).result.error).toBe('patch cocoonset generation on ns/demo-0: conflict');
-    expect(w.ids()).toEqual(['stamp:demo-0']);
+    // The terminating pod is not stamped; the failed pass then writes its roll-up (ours: ReconcileFailed).
+    expect(w.ids()).toEqual(['stamp:demo-0', 'status-on-failure']);
   });
 });

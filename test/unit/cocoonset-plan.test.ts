@@ -598,8 +598,17 @@ describe('planner protocol', () => {
     expect(w.pods.has('demo-2')).toBe(true);
   });
 
-  it('fails a build with Go-style context on a malformed quantity', () => {
-    const w = new FakeWorld(set((c) => (c.spec.agent.storage = '1kk')));
-    expect(done(w.pass()).result.error).toBe("build main agent: unable to parse quantity's suffix");
+  it('a malformed quantity is an invalid spec (deliberate: the reference fails the build after its drift delete): no pod touched, Progressing=False InvalidSpec naming the field', () => {
+    const cs = set((c) => (c.spec.agent.storage = '1kk'));
+    const w = new FakeWorld(cs, [readyPod(buildAgentPod(set(), 0, '', ''))]);
+    const step = done(w.pass());
+    expect(step.result).toEqual({ requeue: false, requeueAfterMs: 0, error: undefined });
+    expect(w.ids('deletePod')).toEqual([]);
+    expect(w.ids('createPod')).toEqual([]);
+    const progressing = w.cs.status?.conditions?.find((c) => c.type === 'Progressing');
+    expect(progressing).toMatchObject({ status: 'False', reason: 'InvalidSpec' });
+    expect(progressing?.message).toContain(
+      `spec.agent: Invalid value: "1kk": unable to parse quantity's suffix`,
+    );
   });
 });

@@ -19,6 +19,8 @@ import {
 } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { buildAgentPod } from '../../src/cocoonset/pods.js';
+import { summarizePod } from '../../src/cocoonset/summary.js';
+import { formatFieldError, validatePod } from '../../src/cocoonset/validate.js';
 import { type KubeClients, mergePatch } from '../../src/kube/client.js';
 import { kubeClients, stackEnv } from '../e2e/stack-harness.js';
 import { IMAGE } from '../unit/cocoonset-fixtures.js';
@@ -94,6 +96,66 @@ describe('CocoonSet activities on a real apiserver', () => {
       .cocoonSetPatchPodAnnotations({ namespace: NS, pod: 'demo-0', annotations: { a: 'b' } })
       .catch((e) => e);
     expect((patchMissing as ApplicationFailure).type).toBe('NotFound');
+  });
+
+  it('reads the pods as compact summaries page by page, and reports a rejected create as one short non-retryable line (no HTTP dump)', async () => {
+    const paged = createCocoonSetActivities({ kube, podPageSize: 2 });
+    const slots = [1, 2, 3, 4, 5];
+    for (const slot of slots) {
+      const pod = buildAgentPod(cs, slot, `vk-${NS}-demo-0`, '');
+      // Something large that no pass reads (kubectl apply leaves such annotations).
+      pod.metadata!.annotations!['kubectl.kubernetes.io/last-applied-configuration'] = 'x'.repeat(2000);
+      await kube.core.createNamespacedPod({ namespace: NS, body: pod });
+    }
+    const first = await paged.cocoonSetReadWorld({ namespace: NS, name: 'demo' });
+    const pages = [first.pods.length];
+    const read = [...first.pods];
+    for (let token = first.continue; token; ) {
+      const page = await paged.cocoonSetListPods({ namespace: NS, name: 'demo', continue: token });
+      pages.push(page.pods.length);
+      read.push(...page.pods);
+      token = page.continue;
+    }
+    expect(pages).toEqual([2, 2, 1]);
+    expect(read.map((p) => p.metadata?.name).sort()).toEqual(slots.map((s) => `demo-${s}`));
+    const full = await kube.core.readNamespacedPod({ namespace: NS, name: 'demo-5' });
+    const summary = read.find((p) => p.metadata?.name === 'demo-5')!;
+    expect(summary).toEqual(summarizePod(full));
+    const fullBytes = Buffer.byteLength(JSON.stringify(full));
+    const summaryBytes = Buffer.byteLength(JSON.stringify(summary));
+    console.log(`[payload] pod as read ${fullBytes} B, as the pass reads it ${summaryBytes} B`);
+    expect(summaryBytes).toBeLessThan(1200);
+
+    const bad = buildAgentPod(
+      { ...cs, spec: { ...cs.spec, agent: { ...cs.spec.agent, storage: '-5Gi' } } },
+      9,
+      '',
+      '',
+    );
+    const errs: ApplicationFailure[] = [];
+    for (let i = 0; i < 2; i++) {
+      errs.push(await paged.cocoonSetCreatePod({ namespace: NS, pod: bad }).catch((e) => e));
+    }
+    for (const e of errs) {
+      expect(e).toBeInstanceOf(ApplicationFailure);
+      expect(e.nonRetryable).toBe(true);
+      expect(e.type).toBe('KubeApiInvalid');
+      expect(e.message).toMatch(
+        /^Pod "demo-9" is invalid: .*must be greater than or equal to 0\] \(Invalid, HTTP 422\)$/,
+      );
+      // The operator's own validation words each rejection as the apiserver does.
+      for (const fe of validatePod(bad, 'spec.agent')) {
+        expect(e.message).toContain(formatFieldError({ ...fe, source: undefined }));
+      }
+      expect(e.message).not.toMatch(/audit-id|HTTP-Code|Headers/i);
+    }
+    // The same rejection gives the same text (so its Event folds).
+    expect(errs[0]!.message).toBe(errs[1]!.message);
+    for (const slot of slots) {
+      await kube.core
+        .deleteNamespacedPod({ name: `demo-${slot}`, namespace: NS, gracePeriodSeconds: 0 })
+        .catch(() => undefined);
+    }
   });
 
   it('writes CocoonSet annotations, the finalizer (with the workflow-link annotations in the same update) and /status', async () => {

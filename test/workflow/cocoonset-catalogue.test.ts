@@ -232,8 +232,14 @@ describe('§21.1 reconciler_test.go at workflow level', { retry: 1 }, () => {
         'duplicate-name error',
         async () => (await w.lastResult())?.error === 'duplicate toolbox name "tb" in spec',
       );
-      // Nothing was created or deleted, no status was written, and the main was never replaced.
-      expect(w.calls.filter((c) => /^(create|delete|status)/.test(c))).toEqual([]);
+      // Nothing was created or deleted and the main was never replaced. The status says why the set does
+      // not progress (ours: the reference writes no status on a failed pass).
+      expect(w.calls.filter((c) => /^(create|delete)/.test(c))).toEqual([]);
+      expect(w.cs?.status?.conditions?.find((c) => c.type === 'Progressing')).toMatchObject({
+        status: 'False',
+        reason: 'ReconcileFailed',
+        message: 'duplicate toolbox name "tb" in spec',
+      });
       expect(uidOf(w, 'demo-0')).toBe(mainUID);
 
       await w.editSpec(toolboxes('tb'));

@@ -11,11 +11,12 @@ import type { WorkflowClient } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
-import type { CocoonSetActivities } from '../../src/activities/cocoonset.js';
+import { type CocoonSetActivities, POD_PAGE_SIZE } from '../../src/activities/cocoonset.js';
 import type { RegistryActivities } from '../../src/activities/registry.js';
 import { cocoonSetWorkflowId, taskQueues } from '../../src/api/ids.js';
 import { Annotations, Finalizers, Labels } from '../../src/api/keys.js';
 import type { CocoonHibernation, CocoonSet } from '../../src/api/types.js';
+import { summarizePod } from '../../src/cocoonset/summary.js';
 import {
   cocoonSetObservedSignal,
   observeCocoonSet,
@@ -88,12 +89,23 @@ export class CocoonSetWorld {
   slowDeletes = false;
   /** Pods (by name) that come up `Failed` when created, as vk-cocoon reports a crashed VM. */
   readonly failOnCreate = new Set<string>();
+  /**
+   * Pod creates the apiserver rejects, by pod name: the activity throws what the product's activity throws
+   * for a 4xx answer (a non-retryable ApplicationFailure with the apiserver's message).
+   */
+  readonly rejectCreate = new Map<string, { type: string; message: string }>();
   /** When set, every registry probe fails with this text. */
   probeError?: string;
   /** VM names whose probe blocks until released (see `blockProbe`). */
   private readonly blocked = new Map<string, { enter: () => void; released: Promise<void> }>();
   client?: WorkflowClient;
   taskQueue = '';
+  /** Pods per page of the pass's pod read (the product's POD_PAGE_SIZE unless a test lowers it). */
+  pageSize = POD_PAGE_SIZE;
+  /** Byte size (JSON) of every activity result the pod reads returned, in order. */
+  readonly readPayloadBytes: number[] = [];
+  private snapshots = 0;
+  private readonly snapshotsByToken = new Map<string, V1Pod[]>();
   private rv = 100;
   private uidSeq = 0;
 
@@ -124,6 +136,15 @@ export class CocoonSetWorld {
     p.metadata.resourceVersion = this.nextRV();
     this.pods.set(p.metadata.name!, p);
     return p;
+  }
+
+  private page(snap: string, offset: number): { pods: V1Pod[]; continue?: string } {
+    const all = this.snapshotsByToken.get(snap) ?? [];
+    const pods = all.slice(offset, offset + this.pageSize);
+    const next = offset + this.pageSize;
+    const out = { pods, ...(next < all.length ? { continue: `${snap}@${next}` } : {}) };
+    this.readPayloadBytes.push(Buffer.byteLength(JSON.stringify(out)));
+    return out;
   }
 
   pod(name: string): V1Pod | undefined {
@@ -215,11 +236,24 @@ export class CocoonSetWorld {
         const pods = [...this.pods.values()].filter(
           (p) => p.metadata?.labels?.[Labels.cocoonSet] === name && !this.hidden.has(p.metadata?.name ?? ''),
         );
-        return { cs: clone(this.cs), pods: clone(pods) };
+        // A consistent snapshot served page by page, as the apiserver's limit/continue does.
+        const token = `snap-${++this.snapshots}`;
+        this.snapshotsByToken.set(
+          token,
+          pods.map((p) => summarizePod(clone(p))),
+        );
+        return { cs: clone(this.cs), ...this.page(token, 0) };
+      },
+      cocoonSetListPods: async ({ continue: token }) => {
+        this.calls.push('list-pods');
+        const [snap, offset] = token.split('@');
+        return this.page(snap!, Number(offset));
       },
       cocoonSetCreatePod: async ({ pod }) => {
         const name = pod.metadata!.name!;
         this.calls.push(`create ${name}`);
+        const rejected = this.rejectCreate.get(name);
+        if (rejected) throw ApplicationFailure.create({ ...rejected, nonRetryable: true });
         if (this.pods.has(name)) return 'alreadyExists';
         const p = clone(pod);
         p.status = this.failOnCreate.has(name) ? { phase: 'Failed' } : { phase: 'Pending' };

@@ -1,0 +1,133 @@
+/**
+ * The compact form in which a CocoonSet pass receives its pods: a V1Pod holding only what the planner,
+ * drift, status and deletion read (src/cocoonset/plan.ts, drift.ts, status.ts, classify.ts). A pod as the
+ * apiserver returns it is 3–5 KB (managed fields, full status, volumes, tolerations…); the pass's read
+ * crosses into workflow history as an activity result, whose payload Temporal caps at 2 MB, so a set of a
+ * few hundred full pods could no longer be read at all. The summary keeps:
+ *
+ * - metadata: name, deletionTimestamp, the controller owner reference (uid), labels and annotations under
+ *   the cocoonstack.io domains (VM spec, runtime, lifecycle, generation, hibernate, restore, dead letter,
+ *   pool) except the post-clone reports and clone-from-dir, which no pass reads; the lifecycle message is
+ *   cut to LIFECYCLE_MESSAGE_MAX characters (it only goes into an Event, itself cut at 1 KiB);
+ * - spec: nodeName, the pool and CPU-class node selector, serviceAccountName, container 0's name,
+ *   resources (limits/requests) and envFrom;
+ * - status: phase, the Ready condition, and one container status with `state.running` when any runs.
+ *
+ * Pure; `summarizePod(summarizePod(p))` equals `summarizePod(p)`.
+ */
+import type { V1Pod } from '@kubernetes/client-node';
+import { Annotations, Labels } from '../api/keys.js';
+import { containerRunning } from '../api/pod.js';
+
+/**
+ * Longest lifecycle-state message kept: it only feeds the `PodLifecycleFailed` Event, whose message is cut
+ * at 1 KiB anyway (src/activities/cocoonset.ts).
+ */
+export const LIFECYCLE_MESSAGE_MAX = 1024;
+
+/** Annotations vk-cocoon writes that no pass reads (and that can be long). */
+const UNREAD_ANNOTATIONS = new Set<string>([
+  Annotations.postCloneErrors,
+  Annotations.postCloneHint,
+  Annotations.postCloneState,
+  Annotations.cloneFromDir,
+]);
+
+/** `cocoonstack.io/…`, `vm.cocoonstack.io/…`, `cocoonset.cocoonstack.io/…`. */
+function cocoonKey(key: string): boolean {
+  const slash = key.indexOf('/');
+  if (slash < 0) return false;
+  const prefix = key.slice(0, slash);
+  return prefix === 'cocoonstack.io' || prefix.endsWith('.cocoonstack.io');
+}
+
+function pick(m: Record<string, string> | undefined, keep: (k: string) => boolean): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(m ?? {})) if (keep(k)) out[k] = v;
+  return out;
+}
+
+/** The compact pod a pass reads (see the module comment). */
+export function summarizePod(pod: V1Pod): V1Pod {
+  const m = pod.metadata ?? {};
+  const annotations = pick(m.annotations, (k) => cocoonKey(k) && !UNREAD_ANNOTATIONS.has(k));
+  const msg = annotations[Annotations.lifecycleStateMessage];
+  if (msg !== undefined && msg.length > LIFECYCLE_MESSAGE_MAX) {
+    annotations[Annotations.lifecycleStateMessage] = msg.slice(0, LIFECYCLE_MESSAGE_MAX);
+  }
+  const controller = m.ownerReferences?.find((o) => o.controller === true);
+  const c0 = pod.spec?.containers?.[0];
+  const out: V1Pod = {
+    metadata: {
+      name: m.name,
+      labels: pick(m.labels, cocoonKey),
+      annotations,
+      ...(m.deletionTimestamp != null ? { deletionTimestamp: m.deletionTimestamp } : {}),
+      ...(controller
+        ? {
+            ownerReferences: [
+              {
+                apiVersion: controller.apiVersion,
+                kind: controller.kind,
+                name: controller.name,
+                uid: controller.uid,
+                controller: true,
+              },
+            ],
+          }
+        : {}),
+    },
+  };
+  if (pod.spec) {
+    out.spec = {
+      containers: c0
+        ? [
+            {
+              name: c0.name,
+              ...(c0.resources
+                ? {
+                    resources: {
+                      ...(c0.resources.limits ? { limits: c0.resources.limits } : {}),
+                      ...(c0.resources.requests ? { requests: c0.resources.requests } : {}),
+                    },
+                  }
+                : {}),
+              ...(c0.envFrom ? { envFrom: c0.envFrom } : {}),
+            },
+          ]
+        : [],
+      ...(pod.spec.nodeName ? { nodeName: pod.spec.nodeName } : {}),
+      ...(pod.spec.serviceAccountName ? { serviceAccountName: pod.spec.serviceAccountName } : {}),
+      ...(pod.spec.nodeSelector
+        ? {
+            nodeSelector: pick(
+              pod.spec.nodeSelector,
+              (k) => k === Labels.nodePool || k === Labels.snapshotCPUClass,
+            ),
+          }
+        : {}),
+    };
+  }
+  if (pod.status) {
+    const ready = pod.status.conditions?.find((c) => c.type === 'Ready');
+    out.status = {
+      ...(pod.status.phase ? { phase: pod.status.phase } : {}),
+      ...(ready ? { conditions: [{ type: 'Ready', status: ready.status }] } : {}),
+      ...(containerRunning(pod)
+        ? {
+            containerStatuses: [
+              {
+                name: c0?.name ?? '',
+                image: '',
+                imageID: '',
+                ready: false,
+                restartCount: 0,
+                state: { running: {} },
+              },
+            ],
+          }
+        : {}),
+    };
+  }
+  return out;
+}

@@ -1,0 +1,234 @@
+/**
+ * Validation of the pods a pass would build, before the pass deletes or creates anything: the checks of
+ * the apiserver's pod validation (k8s.io/kubernetes pkg/apis/core/validation) that a CocoonSet spec can
+ * break, with the apiserver's field paths and wording. A spec that fails them must not cost a live VM:
+ * drift would delete the running pod and the create of its replacement would then be rejected (422).
+ *
+ * Why local validation and not a server-side dry run (`dryRun=All`) of the replacement: a dry-run create
+ * under the pod's own name answers AlreadyExists while the drifted pod still exists; under another name it
+ * counts the old pod against a ResourceQuota (refusing a replacement that fits once the old one is gone)
+ * and shows admission webhooks a pod that never exists. Every value the spec feeds into a pod is checked
+ * here instead (names, label values, annotation size, quantities, resource names, requests ≤ limits,
+ * envFrom, service account); what only admission can reject still fails the create, non-retryably, and is
+ * reported on the set.
+ *
+ * Pure: no I/O, deterministic (safe in workflow code).
+ */
+import type { V1EnvFromSource, V1Pod, V1ResourceRequirements } from '@kubernetes/client-node';
+import type { CocoonSet, VMOptions } from '../api/types.js';
+import { buildAgentPod, buildToolboxPod } from './pods.js';
+import { compareQuantities, parseQuantity, type Quantity, QuantityParseError } from './quantity.js';
+import { replicasOf } from './vmspec.js';
+
+/** DNS-1123 subdomain: at most 253 characters (apimachinery `DNS1123SubdomainMaxLength`). */
+const DNS1123_SUBDOMAIN_MAX = 253;
+const DNS1123_SUBDOMAIN_RE = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+/** Label values: at most 63 characters, alphanumeric at both ends (`LabelValueMaxLength`). */
+const LABEL_VALUE_MAX = 63;
+const LABEL_VALUE_RE = /^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$/;
+/** Qualified-name part of a resource name (`IsQualifiedName`, the name after an optional prefix). */
+const QUALIFIED_NAME_RE = /^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$/;
+/** Sum of the lengths of all annotation keys and values (`TotalAnnotationSizeLimitB`, 256 KiB). */
+const ANNOTATIONS_MAX_BYTES = 256 * 1024;
+/** Resource names valid without a domain prefix (`IsStandardContainerResourceName`). */
+const STANDARD_RESOURCES = new Set(['cpu', 'memory', 'ephemeral-storage']);
+
+/** One rejection, as the apiserver words it: `<field>: Invalid value: "<value>": <detail>`. */
+export interface PodFieldError {
+  field: string;
+  value: string;
+  detail: string;
+  /** The CocoonSet field the value came from, when it is not obvious from `field`. */
+  source?: string;
+}
+
+/** `<field>: Invalid value: "<value>": <detail>` (field.ErrorList text), plus `(from <source>)`. */
+export function formatFieldError(e: PodFieldError): string {
+  const base = `${e.field}: Invalid value: ${JSON.stringify(e.value)}: ${e.detail}`;
+  return e.source ? `${base} (from ${e.source})` : base;
+}
+
+function subdomainErrors(field: string, value: string): PodFieldError[] {
+  const out: PodFieldError[] = [];
+  if (value.length > DNS1123_SUBDOMAIN_MAX) {
+    out.push({ field, value, detail: `must be no more than ${DNS1123_SUBDOMAIN_MAX} characters` });
+  }
+  if (!DNS1123_SUBDOMAIN_RE.test(value)) {
+    out.push({
+      field,
+      value,
+      detail:
+        "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', " +
+        'and must start and end with an alphanumeric character',
+    });
+  }
+  return out;
+}
+
+function labelValueErrors(field: string, value: string): PodFieldError[] {
+  const out: PodFieldError[] = [];
+  if (value.length > LABEL_VALUE_MAX) {
+    out.push({ field, value, detail: `must be no more than ${LABEL_VALUE_MAX} characters` });
+  }
+  if (!LABEL_VALUE_RE.test(value)) {
+    out.push({
+      field,
+      value,
+      detail:
+        "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or '.', " +
+        'and must start and end with an alphanumeric character',
+    });
+  }
+  return out;
+}
+
+function resourceNameErrors(field: string, name: string): PodFieldError[] {
+  if (STANDARD_RESOURCES.has(name) || name.startsWith('hugepages-')) return [];
+  const slash = name.indexOf('/');
+  const ok =
+    slash > 0 &&
+    DNS1123_SUBDOMAIN_RE.test(name.slice(0, slash)) &&
+    name.length - slash - 1 <= LABEL_VALUE_MAX &&
+    QUALIFIED_NAME_RE.test(name.slice(slash + 1));
+  return ok ? [] : [{ field, value: name, detail: 'must be a standard resource type or fully qualified' }];
+}
+
+function resourcesErrors(
+  path: string,
+  r: V1ResourceRequirements | undefined,
+  sourcePath: string,
+): PodFieldError[] {
+  const out: PodFieldError[] = [];
+  const parsed: Record<'limits' | 'requests', Map<string, Quantity>> = {
+    limits: new Map(),
+    requests: new Map(),
+  };
+  for (const kind of ['limits', 'requests'] as const) {
+    for (const [name, raw] of Object.entries(r?.[kind] ?? {})) {
+      const field = `${path}.${kind}[${name}]`;
+      const source =
+        name === 'ephemeral-storage' ? `${sourcePath}.storage` : `${sourcePath}.resources.${kind}`;
+      out.push(...resourceNameErrors(field, name));
+      let q: Quantity;
+      try {
+        q = parseQuantity(String(raw));
+      } catch (err) {
+        out.push({ field, value: String(raw), detail: (err as Error).message, source });
+        continue;
+      }
+      if (q.unscaled < 0n) {
+        out.push({ field, value: String(raw), detail: 'must be greater than or equal to 0', source });
+        continue;
+      }
+      parsed[kind].set(name, q);
+    }
+  }
+  for (const [name, req] of parsed.requests) {
+    const lim = parsed.limits.get(name);
+    if (lim && compareQuantities(req, lim) > 0) {
+      out.push({
+        field: `${path}.requests[${name}]`,
+        value: String(r?.requests?.[name]),
+        detail: `must be less than or equal to ${name} limit of ${String(r?.limits?.[name])}`,
+        source: name === 'ephemeral-storage' ? `${sourcePath}.storage` : `${sourcePath}.resources`,
+      });
+    }
+  }
+  return out;
+}
+
+function envFromErrors(path: string, list: V1EnvFromSource[] | undefined): PodFieldError[] {
+  const out: PodFieldError[] = [];
+  (list ?? []).forEach((e, i) => {
+    const at = `${path}[${i}]`;
+    if (e.prefix && !/^[\x20-\x7e]+$/.test(e.prefix.replace(/=/g, '\x00'))) {
+      out.push({
+        field: `${at}.prefix`,
+        value: e.prefix,
+        detail:
+          "a valid environment variable name must consist only of printable ASCII characters other than '='",
+      });
+    }
+    for (const [ref, src] of [
+      ['configMapRef', e.configMapRef],
+      ['secretRef', e.secretRef],
+    ] as const) {
+      if (!src) continue;
+      const name = src.name ?? '';
+      if (name === '') out.push({ field: `${at}.${ref}.name`, value: '', detail: 'Required value' });
+      else out.push(...subdomainErrors(`${at}.${ref}.name`, name));
+    }
+  });
+  return out;
+}
+
+/**
+ * The apiserver-style rejections of `pod` (one container; as built by src/cocoonset/pods.ts), [] when it
+ * would pass validation. `sourcePath` names the CocoonSet field its options came from (`spec.agent`,
+ * `spec.toolboxes[i]`) for the messages of resource values.
+ */
+export function validatePod(pod: V1Pod, sourcePath: string): PodFieldError[] {
+  const out: PodFieldError[] = [];
+  out.push(...subdomainErrors('metadata.name', pod.metadata?.name ?? ''));
+  for (const [k, v] of Object.entries(pod.metadata?.labels ?? {})) {
+    out.push(...labelValueErrors(`metadata.labels[${k}]`, v));
+  }
+  let annotationBytes = 0;
+  for (const [k, v] of Object.entries(pod.metadata?.annotations ?? {}))
+    annotationBytes += k.length + v.length;
+  if (annotationBytes > ANNOTATIONS_MAX_BYTES) {
+    out.push({
+      field: 'metadata.annotations',
+      value: `${annotationBytes} bytes`,
+      detail: `may not be more than ${ANNOTATIONS_MAX_BYTES} bytes`,
+    });
+  }
+  for (const [k, v] of Object.entries(pod.spec?.nodeSelector ?? {})) {
+    out.push(...labelValueErrors(`spec.nodeSelector[${k}]`, v));
+  }
+  if (pod.spec?.serviceAccountName) {
+    out.push(...subdomainErrors('spec.serviceAccountName', pod.spec.serviceAccountName));
+  }
+  const c = pod.spec?.containers?.[0];
+  out.push(...resourcesErrors('spec.containers[0].resources', c?.resources, sourcePath));
+  out.push(...envFromErrors('spec.containers[0].envFrom', c?.envFrom));
+  return out;
+}
+
+/**
+ * Why the pods the current spec builds would be rejected, or undefined when they would all pass: one line,
+ * `pod <name> would be rejected: <field error>[; <field error>…]` for the first invalid pod. Checks the
+ * main, the first and the last sub-agent slot (sub-agents differ only in their slot number, and the last
+ * has the longest names) and every toolbox. A builder error (a malformed quantity) is reported the same
+ * way, naming the spec field. `mainVM` is the fork-from sub-agents would get. `checkToolboxes` false skips
+ * the toolboxes (their names failed the pass's own toolbox-name rules, which report them).
+ */
+export function invalidSpecReason(cs: CocoonSet, mainVM: string, checkToolboxes = true): string | undefined {
+  const replicas = replicasOf(cs);
+  const candidates: { path: string; opts: VMOptions; build: () => V1Pod }[] = [];
+  const agentSlots = [0, ...(replicas >= 1 ? [1] : []), ...(replicas > 1 ? [replicas] : [])];
+  for (const slot of agentSlots) {
+    candidates.push({
+      path: 'spec.agent',
+      opts: cs.spec.agent,
+      build: () => buildAgentPod(cs, slot, mainVM, ''),
+    });
+  }
+  (checkToolboxes ? (cs.spec.toolboxes ?? []) : []).forEach((tb, i) => {
+    candidates.push({ path: `spec.toolboxes[${i}]`, opts: tb, build: () => buildToolboxPod(cs, tb) });
+  });
+  for (const c of candidates) {
+    let pod: V1Pod;
+    try {
+      pod = c.build();
+    } catch (err) {
+      const value = err instanceof QuantityParseError ? err.input : String(c.opts.storage ?? '');
+      return `${c.path}: Invalid value: ${JSON.stringify(value)}: ${(err as Error).message}`;
+    }
+    const errs = validatePod(pod, c.path);
+    if (errs.length > 0) {
+      return `pod ${pod.metadata?.name ?? ''} would be rejected: ${errs.map(formatFieldError).join('; ')}`;
+    }
+  }
+  return undefined;
+}

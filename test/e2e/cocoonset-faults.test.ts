@@ -1,0 +1,223 @@
+/**
+ * CocoonSet faults end to end: the operator process (`src/worker.ts`) against the local stack's
+ * kube-apiserver, Temporal dev server and registry, with the stack's vk-cocoon simulator running the VMs
+ * (pool `default`, run-mode agents, so no base image is needed).
+ *
+ * (a) A Running set whose `agent.storage` is edited to `-5Gi`: the apiserver would reject the rebuilt pods,
+ *     so no pod is deleted (same uids), the set says why (Progressing=False InvalidSpec and a Warning Event
+ *     with the apiserver's wording) and still counts its Ready pods; the edit back is taken without a
+ *     recreate (deliberate: the reference deletes the main first and then fails the create with 422).
+ * (b) A set of 60 pods: the pass reads each pod as its compact summary (payload measured from the
+ *     workflow history against the pods as the apiserver serves them), it scales to 0 and is deleted.
+ *     The 1000-pod bound is proven at the workflow level (test/workflow/cocoonset-faults.test.ts): 1000
+ *     simulated VMs are too heavy for this CI machine.
+ */
+import { randomBytes, randomUUID } from 'node:crypto';
+import type { V1Pod } from '@kubernetes/client-node';
+import { Client, Connection } from '@temporalio/client';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { bundleWorkflows } from '../../scripts/bundle-workflows.js';
+import { cocoonSetWorkflowId } from '../../src/api/ids.js';
+import { KIND_COCOONSET, Labels } from '../../src/api/keys.js';
+import { podReady } from '../../src/api/pod.js';
+import type { CocoonSet } from '../../src/api/types.js';
+import { summarizePod } from '../../src/cocoonset/summary.js';
+import type { KubeClients } from '../../src/kube/client.js';
+import { CocoonSets, cocoonSetWorkflowState } from './cocoonset-harness.js';
+import { operatorEvents, waitFor } from './hibernation-harness.js';
+import {
+  cleanEnv,
+  freePort,
+  type OperatorProcess,
+  stackEnv as operatorStackEnv,
+  startReadyOperator,
+  stopOperator,
+} from './operator-process.js';
+import { kubeClients, stackEnv } from './stack-harness.js';
+
+const ns = `cs-faults-${randomBytes(3).toString('hex')}`;
+const taskQueue = `cs-faults-${randomUUID()}`;
+const IMAGE = 'ghcr.io/cocoonstack/agent:1.0';
+const BRING_UP_MS = 240_000;
+
+let kube: KubeClients;
+let sets: CocoonSets;
+let temporal: Client;
+let connection: Connection;
+let op: OperatorProcess | undefined;
+const made: string[] = [];
+
+function spec(replicas: number, storage: string): CocoonSet['spec'] {
+  return { agent: { image: IMAGE, mode: 'run', os: 'linux', replicas, storage } };
+}
+
+async function podsOf(name: string): Promise<V1Pod[]> {
+  return (await kube.core.listNamespacedPod({ namespace: ns, labelSelector: `${Labels.cocoonSet}=${name}` }))
+    .items;
+}
+
+const uids = (pods: V1Pod[]) => Object.fromEntries(pods.map((p) => [p.metadata!.name!, p.metadata!.uid!]));
+const progressing = (cs: CocoonSet | undefined) =>
+  cs?.status?.conditions?.find((c) => c.type === 'Progressing');
+const current = (cs: CocoonSet | undefined) =>
+  cs !== undefined && cs.status?.observedGeneration === cs.metadata.generation;
+
+async function waitRunning(name: string, agents: number): Promise<CocoonSet> {
+  return (await sets.waitUntil(
+    name,
+    `Running with ${agents} Ready agents`,
+    (cs) => current(cs) && cs!.status?.phase === 'Running' && cs!.status.readyAgents === agents,
+    BRING_UP_MS,
+  ))!;
+}
+
+/** The byte sizes of the results of the pod reads (`cocoonSetReadWorld`, `cocoonSetListPods`) in the set's open run. */
+async function podReadResultBytes(name: string): Promise<number[]> {
+  const history = await temporal.workflow.getHandle(cocoonSetWorkflowId(ns, name)).fetchHistory();
+  const types = new Map<string, string>();
+  const out: number[] = [];
+  for (const e of history.events ?? []) {
+    const s = e.activityTaskScheduledEventAttributes;
+    if (s) types.set(String(e.eventId), s.activityType?.name ?? '');
+    const c = e.activityTaskCompletedEventAttributes;
+    if (!c) continue;
+    const type = types.get(String(c.scheduledEventId));
+    if (type !== 'cocoonSetReadWorld' && type !== 'cocoonSetListPods') continue;
+    out.push((c.result?.payloads ?? []).reduce((n, p) => n + (p.data?.length ?? 0), 0));
+  }
+  return out;
+}
+
+describe('CocoonSet faults end to end (operator process, local stack)', () => {
+  beforeAll(async () => {
+    const stack = await stackEnv();
+    kube = kubeClients(stack.kubeconfig);
+    await kube.core.createNamespace({ body: { metadata: { name: ns } } });
+    sets = new CocoonSets(kube, ns);
+    connection = await Connection.connect({ address: stack.temporalAddress });
+    temporal = new Client({ connection, namespace: stack.temporalNamespace });
+    await bundleWorkflows();
+    const env = cleanEnv({
+      ...operatorStackEnv(),
+      OCI_REGISTRY: stack.ociRegistry,
+      TEMPORAL_TASK_QUEUE: taskQueue,
+      WATCH_NAMESPACE: ns,
+      LEADER_ELECT: 'false',
+      PROBE_ADDR: `127.0.0.1:${await freePort()}`,
+      METRICS_ADDR: `127.0.0.1:${await freePort()}`,
+      OPERATOR_LOG_LEVEL: 'info',
+    });
+    op = await startReadyOperator(env, {
+      probePort: Number(env.PROBE_ADDR!.split(':')[1]),
+      metricsPort: Number(env.METRICS_ADDR!.split(':')[1]),
+      launcher: 'node',
+    });
+  }, 180_000);
+
+  afterAll(async () => {
+    await stopOperator(op).catch(() => undefined);
+    for (const name of made) {
+      await temporal?.workflow
+        .getHandle(cocoonSetWorkflowId(ns, name))
+        .terminate('e2e teardown')
+        .catch(() => undefined);
+      await sets?.forceDelete(name);
+    }
+    for (const p of (await kube?.core.listNamespacedPod({ namespace: ns }).catch(() => undefined))?.items ??
+      []) {
+      await kube.core
+        .deleteNamespacedPod({ name: p.metadata!.name!, namespace: ns, gracePeriodSeconds: 0 })
+        .catch(() => undefined);
+    }
+    await kube?.core.deleteNamespace({ name: ns }).catch(() => undefined);
+    await connection?.close();
+  }, 120_000);
+
+  it('(a) storage edited to -5Gi on a Running set: no pod deleted, Progressing=False InvalidSpec and a Warning Event in the apiserver wording, Ready pods still counted; the edit back is taken without a recreate', async () => {
+    const name = 'edit';
+    made.push(name);
+    await sets.create(name, spec(1, '10Gi'));
+    await waitRunning(name, 2);
+    const before = uids(await podsOf(name));
+    expect(Object.keys(before).sort()).toEqual(['edit-0', 'edit-1']);
+
+    await sets.patchSpec(name, { agent: { storage: '-5Gi' } });
+    const blocked = await sets.waitUntil(
+      name,
+      'Progressing=False InvalidSpec at the edited generation',
+      (cs) => current(cs) && progressing(cs)?.reason === 'InvalidSpec',
+      60_000,
+    );
+    expect(progressing(blocked)?.status).toBe('False');
+    expect(progressing(blocked)?.message).toContain(
+      'spec.containers[0].resources.limits[ephemeral-storage]: Invalid value: "-5Gi": must be greater than or equal to 0 (from spec.agent.storage)',
+    );
+    expect(blocked?.status).toMatchObject({ phase: 'Running', readyAgents: 2, desiredAgents: 2 });
+    // The pass that wrote the condition decided to touch nothing: every pod is the one from before, live.
+    const st = await cocoonSetWorkflowState(temporal, ns, name);
+    await waitFor(
+      'that pass to finish',
+      async () => {
+        const s = await cocoonSetWorkflowState(temporal, ns, name);
+        return s.passes >= st.passes && !s.passing ? s : undefined;
+      },
+      30_000,
+    );
+    const during = await podsOf(name);
+    expect(uids(during)).toEqual(before);
+    expect(during.every((p) => p.metadata?.deletionTimestamp == null && podReady(p))).toBe(true);
+    const events = await operatorEvents(kube, ns, name, 'InvalidSpec', KIND_COCOONSET);
+    expect(events).toHaveLength(1);
+    expect(events[0]).toMatchObject({ type: 'Warning', message: progressing(blocked)?.message });
+
+    await sets.patchSpec(name, { agent: { storage: '10Gi' } });
+    const fixed = await sets.waitUntil(
+      name,
+      'Progressing back to Stable at the fixed generation',
+      (cs) => current(cs) && progressing(cs)?.reason === 'Stable',
+      60_000,
+    );
+    expect(fixed?.status).toMatchObject({ phase: 'Running', readyAgents: 2 });
+    expect(uids(await podsOf(name))).toEqual(before);
+  });
+
+  it('(b) a set of 60 pods: the pass reads compact pods (payload per pod measured), scales to 0 and is deleted', async () => {
+    const name = 'big';
+    made.push(name);
+    await sets.create(name, spec(59, '1Gi'));
+    await waitRunning(name, 60);
+
+    const served = await podsOf(name);
+    const fullPerPod = Buffer.byteLength(JSON.stringify(served)) / served.length;
+    const summaryPerPod = Buffer.byteLength(JSON.stringify(served.map(summarizePod))) / served.length;
+    const reads = await podReadResultBytes(name);
+    const biggest = Math.max(...reads);
+    console.log(
+      `[payload] 60 pods: as served ${fullPerPod.toFixed(0)} B a pod, as the pass reads it ${summaryPerPod.toFixed(0)} B a pod; largest pod-read result in the history ${biggest} B (${(biggest / 60).toFixed(0)} B a pod)`,
+    );
+    expect(biggest / 60).toBeLessThan(2000);
+    expect(summaryPerPod * 3).toBeLessThan(fullPerPod);
+
+    await sets.patchSpec(name, { agent: { replicas: 0 } });
+    const scaled = await sets.waitUntil(
+      name,
+      'scaled to the main alone',
+      (cs) => current(cs) && cs!.status?.phase === 'Running' && cs!.status.desiredAgents === 1,
+      BRING_UP_MS,
+    );
+    expect(scaled?.status?.readyAgents).toBe(1);
+    await waitFor(
+      'the 59 sub-agents gone',
+      async () => ((await podsOf(name)).length === 1 ? true : undefined),
+      BRING_UP_MS,
+    );
+
+    await sets.delete(name);
+    await waitFor(
+      'the set and its pods gone',
+      async () =>
+        (await sets.get(name)) === undefined && (await podsOf(name)).length === 0 ? true : undefined,
+      BRING_UP_MS,
+    );
+  });
+});

@@ -1,0 +1,232 @@
+/**
+ * The validation gate of a pass (src/cocoonset/validate.ts): the pods the spec builds are checked as the
+ * apiserver's pod validation would check them, and the planner touches no pod while they would be
+ * rejected (ours; the reference deletes a drifted pod, then its replacement is rejected with 422).
+ */
+import { describe, expect, it } from 'vitest';
+import { Annotations } from '../../src/api/keys.js';
+import type { CocoonSet } from '../../src/api/types.js';
+import { buildAgentPod } from '../../src/cocoonset/pods.js';
+import { invalidSpecReason, validatePod } from '../../src/cocoonset/validate.js';
+import { done, FakeWorld, newCocoonSet, readyPod, withFinalizer } from './cocoonset-fixtures.js';
+
+function set(...mods: ((cs: CocoonSet) => void)[]): CocoonSet {
+  return newCocoonSet('demo', withFinalizer, ...mods);
+}
+
+const MAIN_VM = 'vk-ns-demo-0';
+
+describe('invalidSpecReason', () => {
+  it('accepts the sets the other tests build (agents, sub-agents, toolboxes, resources, envFrom, storage)', () => {
+    const cs = set((c) => {
+      c.spec.agent.replicas = 3;
+      c.spec.agent.storage = '100Gi';
+      c.spec.agent.serviceAccountName = 'agent-sa';
+      c.spec.agent.envFrom = [{ configMapRef: { name: 'cfg' }, prefix: 'APP_' }];
+      c.spec.agent.resources = { limits: { cpu: '2', memory: '4Gi' }, requests: { cpu: '500m' } };
+      c.spec.nodePool = 'pool-a';
+      c.spec.snapshotCompatibilityClass = 'cascade-lake-v1';
+      c.spec.toolboxes = [
+        { name: 'vnc', mode: 'static', staticVMID: 'q', staticIP: '10.0.0.1', vncPort: 5901 },
+      ];
+    });
+    expect(invalidSpecReason(cs, MAIN_VM)).toBeUndefined();
+  });
+
+  it('rejects a negative storage with the apiserver field, value and reason, naming the spec field', () => {
+    const reason = invalidSpecReason(
+      set((c) => {
+        c.spec.agent.storage = '-5Gi';
+      }),
+      MAIN_VM,
+    );
+    expect(reason).toBe(
+      'pod demo-0 would be rejected: ' +
+        'spec.containers[0].resources.limits[ephemeral-storage]: Invalid value: "-5Gi": must be greater than or equal to 0 (from spec.agent.storage); ' +
+        'spec.containers[0].resources.requests[ephemeral-storage]: Invalid value: "-5Gi": must be greater than or equal to 0 (from spec.agent.storage)',
+    );
+  });
+
+  it('rejects negative resources, requests above limits and unqualified resource names', () => {
+    const neg = invalidSpecReason(
+      set((c) => {
+        c.spec.agent.resources = { limits: { memory: '-1Gi' } };
+      }),
+      MAIN_VM,
+    );
+    expect(neg).toContain(
+      'spec.containers[0].resources.limits[memory]: Invalid value: "-1Gi": must be greater than or equal to 0 (from spec.agent.resources.limits)',
+    );
+    const over = invalidSpecReason(
+      set((c) => {
+        c.spec.agent.resources = { limits: { cpu: '1' }, requests: { cpu: '2' } };
+      }),
+      MAIN_VM,
+    );
+    expect(over).toContain(
+      'spec.containers[0].resources.requests[cpu]: Invalid value: "2": must be less than or equal to cpu limit of 1',
+    );
+    const name = invalidSpecReason(
+      set((c) => {
+        c.spec.agent.resources = { limits: { gpu: '1' } };
+      }),
+      MAIN_VM,
+    );
+    expect(name).toContain(
+      'limits[gpu]: Invalid value: "gpu": must be a standard resource type or fully qualified',
+    );
+    expect(
+      invalidSpecReason(
+        set((c) => {
+          c.spec.agent.resources = { limits: { 'nvidia.com/gpu': '1', 'hugepages-2Mi': '0' } };
+        }),
+        MAIN_VM,
+      ),
+    ).toBeUndefined();
+  });
+
+  it('rejects a malformed quantity (which the builder cannot even parse) naming the spec field', () => {
+    expect(
+      invalidSpecReason(
+        set((c) => {
+          c.spec.toolboxes = [{ name: 'tb', storage: '1kk' }];
+        }),
+        MAIN_VM,
+      ),
+    ).toBe(`spec.toolboxes[0]: Invalid value: "1kk": unable to parse quantity's suffix`);
+  });
+
+  it('rejects names and label values past the apiserver limits the CRD does not enforce', () => {
+    // A CocoonSet name of 64 characters is a valid object name but not a label value (63).
+    const long = 'a'.repeat(64);
+    expect(invalidSpecReason(newCocoonSet(long, withFinalizer), MAIN_VM)).toContain(
+      `metadata.labels[cocoonset.cocoonstack.io/name]: Invalid value: "${long}": must be no more than 63 characters`,
+    );
+    // A toolbox name passes the CRD's pattern at any length; the slot label does not.
+    const tb = 't'.repeat(70);
+    expect(
+      invalidSpecReason(
+        set((c) => {
+          c.spec.toolboxes = [{ name: tb }];
+        }),
+        MAIN_VM,
+      ),
+    ).toContain(`metadata.labels[cocoonset.cocoonstack.io/slot]: Invalid value: "${tb}"`);
+    // The pool is a free string in the CRD but becomes a node-selector label value.
+    expect(
+      invalidSpecReason(
+        set((c) => {
+          c.spec.nodePool = 'pool a';
+        }),
+        MAIN_VM,
+      ),
+    ).toContain('spec.nodeSelector[cocoonstack.io/pool]: Invalid value: "pool a"');
+  });
+
+  it('rejects a pod name past 253 characters (DNS-1123 subdomain)', () => {
+    const pod = buildAgentPod(newCocoonSet('demo'), 1, MAIN_VM, '');
+    pod.metadata!.name = `a${'.b'.repeat(127)}`; // 255 characters
+    expect(validatePod(pod, 'spec.agent')).toEqual([
+      { field: 'metadata.name', value: pod.metadata!.name, detail: 'must be no more than 253 characters' },
+    ]);
+  });
+
+  it('rejects an envFrom without a name, a bad service account and oversized annotations', () => {
+    expect(
+      invalidSpecReason(
+        set((c) => {
+          c.spec.agent.envFrom = [{ secretRef: {} }];
+        }),
+        MAIN_VM,
+      ),
+    ).toContain('spec.containers[0].envFrom[0].secretRef.name: Invalid value: "": Required value');
+    expect(
+      invalidSpecReason(
+        set((c) => {
+          c.spec.agent.serviceAccountName = 'Agent_SA';
+        }),
+        MAIN_VM,
+      ),
+    ).toContain('spec.serviceAccountName: Invalid value: "Agent_SA"');
+    expect(
+      invalidSpecReason(
+        set((c) => {
+          c.spec.agent.image = `registry/${'x'.repeat(300 * 1024)}`;
+        }),
+        MAIN_VM,
+      ),
+    ).toContain('metadata.annotations: Invalid value:');
+  });
+});
+
+describe('the pass with an invalid spec', () => {
+  const running = (cs: CocoonSet) => [
+    readyPod(buildAgentPod(cs, 0, '', '')),
+    readyPod(buildAgentPod(cs, 1, MAIN_VM, '')),
+  ];
+
+  it('a storage edit to -5Gi deletes, stamps and creates nothing; the status keeps counting the Ready pods and says why; the fix recovers without a recreate', () => {
+    const good = set((c) => {
+      c.metadata.generation = 1;
+      c.spec.agent.replicas = 1;
+      c.spec.agent.storage = '10Gi';
+    });
+    const w = new FakeWorld(good, running(good));
+    expect(done(w.pass()).result.error).toBeUndefined();
+    expect(w.cs.status).toMatchObject({ phase: 'Running', readyAgents: 2 });
+    w.log.length = 0;
+
+    w.cs.spec.agent.storage = '-5Gi';
+    w.cs.metadata.generation = 2;
+    const step = done(w.pass());
+    expect(step.result).toEqual({ requeue: false, requeueAfterMs: 0, error: undefined });
+    expect(w.log.map((a) => a.type).sort()).toEqual(['event', 'patchStatus']);
+    expect([...w.pods.keys()]).toEqual(['demo-0', 'demo-1']);
+    expect(w.cs.status).toMatchObject({
+      phase: 'Running',
+      readyAgents: 2,
+      desiredAgents: 2,
+      observedGeneration: 2,
+    });
+    const progressing = w.cs.status?.conditions?.find((c) => c.type === 'Progressing');
+    expect(progressing).toMatchObject({ status: 'False', reason: 'InvalidSpec' });
+    expect(progressing?.message).toContain(
+      '"-5Gi": must be greater than or equal to 0 (from spec.agent.storage)',
+    );
+    expect(w.events).toEqual([
+      { eventType: 'Warning', reason: 'InvalidSpec', message: progressing?.message },
+    ]);
+
+    w.log.length = 0;
+    w.cs.spec.agent.storage = '10Gi';
+    w.cs.metadata.generation = 3;
+    expect(done(w.pass()).result.error).toBeUndefined();
+    expect(w.ids('deletePod')).toEqual([]);
+    expect(w.ids('createPod')).toEqual([]);
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')).toMatchObject({
+      status: 'False',
+      reason: 'Stable',
+      message: 'Running',
+    });
+    // The stamp of the new generation goes out now that the spec is valid again.
+    expect(w.pod('demo-0')!.metadata?.annotations?.[Annotations.cocoonSetGeneration]).toBe('3');
+  });
+
+  it('a failed pass writes the roll-up it saw (the Ready main counts) with Progressing=False ReconcileFailed, then ends with the error', () => {
+    const cs = set((c) => {
+      c.spec.agent.replicas = 1;
+    });
+    const w = new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
+    w.failures.set('create:demo-1', 'Pod "demo-1" is forbidden: exceeded quota (Forbidden, HTTP 403)');
+    const step = done(w.pass());
+    expect(step.result.error).toBe(
+      'create sub-agent slot 1: Pod "demo-1" is forbidden: exceeded quota (Forbidden, HTTP 403)',
+    );
+    expect(w.cs.status).toMatchObject({ phase: 'Scaling', readyAgents: 1, desiredAgents: 2 });
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')).toMatchObject({
+      status: 'False',
+      reason: 'ReconcileFailed',
+      message: step.result.error,
+    });
+  });
+});
