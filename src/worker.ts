@@ -306,7 +306,8 @@ export async function run(config: Config, log: Logger): Promise<number> {
       check: () => {
         if (running.elector && !running.elector.isLeader()) return undefined; // standby replicas are ready
         if (!running.watcher) return 'not started';
-        return running.watcher.synced() ? undefined : 'informers not synced';
+        const behind = running.watcher.unsynced();
+        return behind.length === 0 ? undefined : `informers not synced: ${behind.join(', ')}`;
       },
     });
   }

@@ -209,7 +209,7 @@ describe('operator process against the local stack', () => {
       await local.waitForLog((l) => l.msg === 'cannot reach Temporal yet; retrying', 60_000);
       expect(await fetch(`${local.probeUrl}/healthz`).then((r) => r.status)).toBe(200);
       const res = await fetch(`${local.probeUrl}/readyz`);
-      expect(res.status).toBe(500);
+      expect(res.status).toBe(503);
       expect(await res.text()).toContain('[-]temporal failed: not connected');
       local.child.kill('SIGTERM');
       expect(await local.exited).toBe(0);
