@@ -3,8 +3,9 @@
  * logger (the Temporal runtime routed into it), the Temporal workers, the leader-elected watcher and the
  * HTTP endpoints. `npm start` runs it; `--mode=worker|watcher` runs one half only.
  *
- * Exit codes: 0 after a graceful SIGTERM/SIGINT; 2 for a bad or missing setting (one line on stderr, no
- * stack); 1 for any other startup or runtime failure (a fatal JSON log line).
+ * Exit codes: 0 after a graceful SIGTERM/SIGINT; 2 for a bad or missing setting, or a Temporal namespace
+ * the operator cannot use (unknown, or lacking search attributes it may not register) (one line on stderr,
+ * no stack); 1 for any other startup or runtime failure (a fatal JSON log line).
  */
 import { readdirSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
@@ -29,22 +30,37 @@ import type { startWatcher } from './watcher/index.js';
  * second instead of after loading the Temporal SDK and the Kubernetes client.
  */
 async function loadModules() {
-  const [client, worker, prom, activities, ids, keys, http, kube, leader, log, metrics, registry, watcher] =
-    await Promise.all([
-      import('@temporalio/client'),
-      import('@temporalio/worker'),
-      import('prom-client'),
-      import('./activities/index.js'),
-      import('./api/ids.js'),
-      import('./api/keys.js'),
-      import('./http.js'),
-      import('./kube/client.js'),
-      import('./leader.js'),
-      import('./log.js'),
-      import('./metrics.js'),
-      import('./registry/client.js'),
-      import('./watcher/index.js'),
-    ]);
+  const [
+    client,
+    worker,
+    prom,
+    activities,
+    ids,
+    keys,
+    http,
+    kube,
+    leader,
+    log,
+    metrics,
+    registry,
+    searchAttributes,
+    watcher,
+  ] = await Promise.all([
+    import('@temporalio/client'),
+    import('@temporalio/worker'),
+    import('prom-client'),
+    import('./activities/index.js'),
+    import('./api/ids.js'),
+    import('./api/keys.js'),
+    import('./http.js'),
+    import('./kube/client.js'),
+    import('./leader.js'),
+    import('./log.js'),
+    import('./metrics.js'),
+    import('./registry/client.js'),
+    import('./search-attributes.js'),
+    import('./watcher/index.js'),
+  ]);
   return {
     Client: client.Client,
     NativeConnection: worker.NativeConnection,
@@ -67,6 +83,7 @@ async function loadModules() {
     temporalLogger: log.temporalLogger,
     createMetricsRegistry: metrics.createMetricsRegistry,
     OCIRegistryClient: registry.OCIRegistryClient,
+    ensureSearchAttributes: searchAttributes.ensureSearchAttributes,
     startWatcher: watcher.startWatcher,
   };
 }
@@ -228,6 +245,7 @@ export async function run(config: Config, log: Logger): Promise<number> {
     temporalLogger,
     createMetricsRegistry,
     OCIRegistryClient,
+    ensureSearchAttributes,
     startWatcher,
   } = await loadModules();
   let kube: ReturnType<typeof makeKubeClients>;
@@ -353,6 +371,8 @@ export async function run(config: Config, log: Logger): Promise<number> {
       const connection = running.connection;
       const namespace = config.temporal.namespace;
       if (runsWorker) {
+        // Before any worker polls: without them every workflow task fails (BadSearchAttributes).
+        await ensureSearchAttributes(connection.operatorService, namespace, log);
         const registry = new OCIRegistryClient(config.ociRegistry);
         const kubeActivities = {
           ...createKubeActivities({
@@ -472,7 +492,7 @@ export async function run(config: Config, log: Logger): Promise<number> {
     }
   } catch (err) {
     fatal ??= err;
-    log.fatal({ err }, 'startup failed');
+    if (!(err instanceof ConfigError)) log.fatal({ err }, 'startup failed');
     stopping.abort();
     resolveDone();
   }
@@ -481,6 +501,9 @@ export async function run(config: Config, log: Logger): Promise<number> {
   await shutdown(running, config, log);
   process.off('SIGTERM', onSignal);
   process.off('SIGINT', onSignal);
+  // A setting the environment cannot satisfy (e.g. search attributes that may not be registered): main
+  // prints its one line and exits 2, as for a bad setting.
+  if (fatal instanceof ConfigError) throw fatal;
   return fatal === undefined ? 0 : 1;
 }
 
