@@ -7,11 +7,10 @@
  * the operator cannot use (unknown, or lacking search attributes it may not register) (one line on stderr,
  * no stack); 1 for any other startup or runtime failure (a fatal JSON log line).
  */
-import { readdirSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { dirname, join } from 'node:path';
+import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { NativeConnection, Worker, WorkerOptions } from '@temporalio/worker';
+import type { NativeConnection, Worker } from '@temporalio/worker';
 import {
   type Config,
   ConfigError,
@@ -45,6 +44,7 @@ async function loadModules() {
     registry,
     searchAttributes,
     watcher,
+    workflowCode,
   ] = await Promise.all([
     import('@temporalio/client'),
     import('@temporalio/worker'),
@@ -60,6 +60,7 @@ async function loadModules() {
     import('./registry/client.js'),
     import('./search-attributes.js'),
     import('./watcher/index.js'),
+    import('./workflow-code.js'),
   ]);
   return {
     Client: client.Client,
@@ -85,6 +86,7 @@ async function loadModules() {
     OCIRegistryClient: registry.OCIRegistryClient,
     ensureSearchAttributes: searchAttributes.ensureSearchAttributes,
     startWatcher: watcher.startWatcher,
+    workflowBundleFor: workflowCode.workflowBundleFor,
   };
 }
 
@@ -99,49 +101,6 @@ const TEMPORAL_HEALTH_TIMEOUT_MS = 2_000;
 const TEMPORAL_CONNECT_RETRY_MS = 2_000;
 
 type Watcher = Awaited<ReturnType<typeof startWatcher>>;
-
-/** Newest modification time (ms) of the .ts files under `dir`, 0 when it does not exist. */
-function newestSource(dir: string): number {
-  let newest = 0;
-  let entries: import('node:fs').Dirent[];
-  try {
-    entries = readdirSync(dir, { withFileTypes: true });
-  } catch {
-    return 0;
-  }
-  for (const e of entries) {
-    const p = join(dir, e.name);
-    if (e.isDirectory()) newest = Math.max(newest, newestSource(p));
-    else if (e.name.endsWith('.ts')) newest = Math.max(newest, statSync(p).mtimeMs);
-  }
-  return newest;
-}
-
-/**
- * Picks how the worker gets its workflow code: the prebuilt bundle (`dist/workflow-bundle.js`, written by
- * scripts/bundle-workflows.ts) when it exists and is not older than the sources next to it, else the
- * workflows module, bundled at start.
- */
-export function workflowSource(
-  root = join(HERE, '..'),
-): Pick<WorkerOptions, 'workflowBundle' | 'workflowsPath'> {
-  const bundle = join(root, 'dist', 'workflow-bundle.js');
-  const srcDir = join(root, 'src');
-  let bundleMtime = 0;
-  try {
-    bundleMtime = statSync(bundle).mtimeMs;
-  } catch {
-    // no prebuilt bundle
-  }
-  if (bundleMtime > 0 && bundleMtime >= newestSource(srcDir)) return { workflowBundle: { codePath: bundle } };
-  const ts = join(srcDir, 'workflows', 'index.ts');
-  try {
-    statSync(ts);
-    return { workflowsPath: ts };
-  } catch {
-    return { workflowsPath: join(HERE, 'workflows', 'index.js') };
-  }
-}
 
 /** A free TCP port on 127.0.0.1 (for the SDK's Prometheus exporter when none is configured). */
 function freeLoopbackPort(): Promise<number> {
@@ -247,6 +206,7 @@ export async function run(config: Config, log: Logger): Promise<number> {
     OCIRegistryClient,
     ensureSearchAttributes,
     startWatcher,
+    workflowBundleFor,
   } = await loadModules();
   let kube: ReturnType<typeof makeKubeClients>;
   try {
@@ -383,6 +343,14 @@ export async function run(config: Config, log: Logger): Promise<number> {
           ...createCocoonSetActivities({ kube, metrics }),
         };
         const registryActivities = createRegistryActivities({ registry });
+        const bundleStarted = Date.now();
+        const bundle = await workflowBundleFor(HERE, log);
+        log.info(
+          { path: bundle.codePath, origin: bundle.origin, ms: Date.now() - bundleStarted },
+          bundle.origin === 'built'
+            ? 'built and cached the workflow bundle'
+            : 'loaded prebuilt workflow bundle',
+        );
         const common = {
           connection,
           namespace,
@@ -393,7 +361,7 @@ export async function run(config: Config, log: Logger): Promise<number> {
           await Worker.create({
             ...common,
             taskQueue: queues.workflows,
-            ...workflowSource(),
+            workflowBundle: { codePath: bundle.codePath },
             activities: kubeActivities,
           }),
           await Worker.create({
