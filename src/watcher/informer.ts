@@ -13,7 +13,14 @@
  * against a fake source and run in production against {@link kubeWatchSource}.
  */
 import type { KubernetesObject } from '@kubernetes/client-node';
-import type { Logger } from 'pino';
+
+/** The logging the informer does (a pino logger fits). */
+export interface InformerLog {
+  debug(fields: object, msg: string): void;
+  info(fields: object, msg: string): void;
+  warn(fields: object, msg: string): void;
+  error(fields: object, msg: string): void;
+}
 
 /** One page-merged list: the objects and the collection resourceVersion to watch from. */
 export interface ListResult<T> {
@@ -61,7 +68,7 @@ export interface InformerOptions<T> {
   /** Name used in logs and stats (e.g. `pods`, `cocoonhibernations`). */
   name: string;
   source: WatchSource<T>;
-  log: Logger;
+  log: InformerLog;
   backoff?: BackoffOptions;
   /** A watch with no event and no bookmark for this long is restarted (default 300 000 ms = 5 min). */
   stallTimeoutMs?: number;
