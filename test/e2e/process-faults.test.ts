@@ -149,6 +149,34 @@ describe('operator process against faults of its surroundings', () => {
       70_000,
       { intervalMs: 1000 },
     );
+    // A CocoonHibernation for a pod that does not exist: its VM workflow reports Pending on the CR and
+    // upserts its search attributes, so a visibility query by them finds it (an upsert of attributes the
+    // namespace lacks fails the workflow task instead, over and over).
+    const crs = new Hibernations(kube, ns);
+    await crs.create('fresh-ns', 'no-such-pod', 'Hibernate');
+    const cr = await crs.waitPhase('fresh-ns', 'Pending', QUICK_MS);
+    expect(cr.status?.phase).toBe('Pending');
+    const query = `CocoonNamespace = "${ns}" AND CocoonKind = "VM"`;
+    const found = await waitFor(
+      'the VM workflow listed by its search attributes',
+      () => {
+        const out = temporalCli([
+          'workflow',
+          'list',
+          '--namespace',
+          temporalNs,
+          '--query',
+          query,
+          '--output',
+          'json',
+        ]);
+        const rows = JSON.parse(out || '[]') as Array<{ execution?: { workflowId?: string } }>;
+        return rows.length > 0 ? rows : undefined;
+      },
+      20_000,
+      { intervalMs: 500 },
+    );
+    expect(found[0]?.execution?.workflowId).toBe(`vm/${ns}/no-such-pod`);
     expect(op.logs.find((l) => l.msg === 'registered missing search attributes')).toMatchObject({
       namespace: temporalNs,
       searchAttributes: [...requiredSearchAttributes],
@@ -156,12 +184,6 @@ describe('operator process against faults of its surroundings', () => {
     const after = temporalCli(['operator', 'search-attribute', 'list', '--namespace', temporalNs]);
     for (const n of requiredSearchAttributes) expect(after).toContain(n);
 
-    // A CocoonHibernation for a pod that does not exist: its VM workflow (which upserts the attributes)
-    // reports Pending on the CR, which only happens when its workflow tasks succeed.
-    const crs = new Hibernations(kube, ns);
-    await crs.create('fresh-ns', 'no-such-pod', 'Hibernate');
-    const cr = await crs.waitPhase('fresh-ns', 'Pending', QUICK_MS);
-    expect(cr.status?.phase).toBe('Pending');
     expect(op.logs.some((l) => /BadSearchAttributes/.test(JSON.stringify(l)))).toBe(false);
     await stopOperator(op);
     await crs.forceDelete('fresh-ns');
