@@ -208,17 +208,20 @@ describe('operator process against faults of its surroundings', () => {
     );
 
     stackCli('down', 'kube-apiserver');
-    const notReady = await waitFor(
-      '/readyz to fail while the apiserver is down',
-      async () => {
-        const res = await fetch(`${op.probeUrl}/readyz`);
-        return res.status === 503 ? res.text() : undefined;
-      },
-      30_000,
-      { intervalMs: 100 },
-    );
-    expect(notReady).toContain('[-]watcher failed: informers not synced');
-    stackCli('up', 'kube-apiserver');
+    try {
+      const notReady = await waitFor(
+        '/readyz to fail while the apiserver is down',
+        async () => {
+          const res = await fetch(`${op.probeUrl}/readyz`);
+          return res.status === 503 ? res.text() : undefined;
+        },
+        30_000,
+        { intervalMs: 100 },
+      );
+      expect(notReady).toContain('[-]watcher failed: informers not synced');
+    } finally {
+      stackCli('up', 'kube-apiserver'); // also when the assertion failed: later tests need it
+    }
 
     // The edit, right after the apiserver answers again.
     const t0 = Date.now();
