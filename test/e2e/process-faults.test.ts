@@ -219,6 +219,15 @@ describe('operator process against faults of its surroundings', () => {
         { intervalMs: 100 },
       );
       expect(notReady).toContain('[-]watcher failed: informers not synced');
+      // The simulator's /healthz reflects its blind watches too (after its 15 s grace).
+      await waitFor(
+        'the simulator /healthz to fail while its watches cannot sync',
+        async () => !(await sim.healthy()),
+        30_000,
+        {
+          intervalMs: 250,
+        },
+      );
     } finally {
       stackCli('up', 'kube-apiserver'); // also when the assertion failed: later tests need it
     }
@@ -242,7 +251,7 @@ describe('operator process against faults of its surroundings', () => {
       await crs.waitPhase(name, 'Hibernated', 60_000);
       expect(lifecycleOf(await readPod(name)).state).toBe(LifecycleStates.hibernated);
     }
-    expect(await sim.healthy()).toBe(true);
+    await waitFor('the simulator /healthz to recover', () => sim.healthy(), 30_000);
     await stopOperator(op);
   }, 240_000);
 });
