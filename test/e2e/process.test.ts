@@ -131,7 +131,7 @@ describe('operator process against the local stack', () => {
 
   beforeAll(async () => {
     const stack = stackEnv();
-    // A prebuilt bundle keeps start-up short (the worker prefers it while it is newer than src/).
+    // Warms the content-hash bundle cache, so the operator starts without bundling.
     await bundleWorkflows();
     probePort = await freePort();
     metricsPort = await freePort();
@@ -183,8 +183,10 @@ describe('operator process against the local stack', () => {
     // The Temporal worker's own metrics (SDK exporter, merged into the same scrape).
     expect(text).toMatch(/^temporal_\w+\{.*task_queue="shell-e2e-/m);
 
-    // Logs are JSON lines, with the Temporal runtime's lines routed into the same logger.
-    expect(op.logs.some((l) => l.component === 'temporal' && l.sdkComponent === 'worker')).toBe(true);
+    // Logs are JSON lines, with the Temporal runtime's lines routed into the same logger (the worker's
+    // state change to RUNNING may be logged just after /readyz turned ready).
+    await op.waitForLog((l) => l.component === 'temporal' && l.sdkComponent === 'worker', 10_000);
+    await op.waitForLog((l) => l.component === 'temporal' && l.sdkComponent === 'core', 10_000);
     expect(op.logs.find((l) => l.msg === 'cocoon-operator dev starting')).toBeDefined();
 
     const t0 = Date.now();
