@@ -1,9 +1,10 @@
 # syntax=docker/dockerfile:1
 # cocoon-operator-ts image: Temporal workers + watcher in one Node process (src/worker.ts).
 #   docker build -t ghcr.io/cocoonstack/cocoon-operator-ts:latest .
-# Stages: build (TypeScript → dist/, workflow code pre-bundled so the worker never runs webpack at
-# start-up), deps (production node_modules only), runtime (non-root, numeric uid so Kubernetes can
-# verify runAsNonRoot). Debian (glibc) rather than Alpine: the Temporal SDK's native core ships for glibc.
+# Stages: build (`npm run build`: TypeScript → dist/, then scripts/bundle-workflows.ts writes the workflow
+# bundle dist/workflow-bundle.js, so the worker never runs webpack at start-up), deps (production
+# node_modules only), runtime (non-root, numeric uid so Kubernetes can verify runAsNonRoot). Debian
+# (glibc) rather than Alpine: the Temporal SDK's native core ships for glibc.
 ARG NODE_IMAGE=node:24-bookworm-slim
 
 FROM ${NODE_IMAGE} AS build
@@ -14,7 +15,6 @@ COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
 COPY scripts ./scripts
 RUN npm run build \
- && npx tsx scripts/bundle-workflows.ts \
  && test -f dist/worker.js \
  && test -f dist/workflow-bundle.js
 

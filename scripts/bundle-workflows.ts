@@ -1,24 +1,27 @@
 /**
- * Prebuilds the workflow bundle so the worker starts without running webpack (for the image and for
- * repeated test runs): `tsx scripts/bundle-workflows.ts [outFile]` writes dist/workflow-bundle.js from
- * src/workflows/index.ts. src/worker.ts uses the file when it is not older than the sources.
+ * The workflow bundle outside the worker's start: `tsx scripts/bundle-workflows.ts [outFile]` writes
+ * dist/workflow-bundle.js (part of `npm run build`, so `node dist/worker.js` and the image never bundle);
+ * `bundleWorkflows()` without a file warms the content-hash cache that `npm start` and the tests use
+ * (src/workflow-code.ts).
  */
-import { mkdir, writeFile } from 'node:fs/promises';
-import { dirname, join, resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { bundleWorkflowCode } from '@temporalio/worker';
+import { buildWorkflowBundle, cachedWorkflowBundle, PREBUILT_BUNDLE_NAME } from '../src/workflow-code.js';
 
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
+const ROOT = join(fileURLToPath(import.meta.url), '..', '..');
+const SRC = join(ROOT, 'src');
 
-/** Bundles src/workflows/index.ts into `outFile` (default dist/workflow-bundle.js); returns the path. */
-export async function bundleWorkflows(outFile = join(ROOT, 'dist', 'workflow-bundle.js')): Promise<string> {
-  const { code } = await bundleWorkflowCode({ workflowsPath: join(ROOT, 'src', 'workflows', 'index.ts') });
-  await mkdir(dirname(outFile), { recursive: true });
-  await writeFile(outFile, code);
+/**
+ * With `outFile`: bundles src/workflows/index.ts into it. Without: makes sure the content-hash cache holds
+ * the bundle of the current sources (a no-op when it does). Returns the bundle's path.
+ */
+export async function bundleWorkflows(outFile?: string): Promise<string> {
+  if (!outFile) return (await cachedWorkflowBundle({ srcDir: SRC })).codePath;
+  await buildWorkflowBundle(SRC, outFile);
   return outFile;
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === resolve(process.argv[1])) {
-  const out = await bundleWorkflows(process.argv[2] ? resolve(process.argv[2]) : undefined);
+  const out = await bundleWorkflows(resolve(process.argv[2] ?? join(ROOT, 'dist', PREBUILT_BUNDLE_NAME)));
   console.log(`workflow bundle written to ${out}`);
 }

@@ -3,9 +3,10 @@
  * and a metrics listener with `/metrics`, plain HTTP, on separate addresses as in the reference (`:8081`,
  * `:8080`). When both settings name the same address, one listener serves all three paths.
  *
- * Deliberate deviation: `/readyz` is not a constant `ok`. It fails while Temporal is unreachable or while
- * this process leads but its informers have not synced; a standby (non-leader) with a reachable Temporal
- * reports ready, as in the reference.
+ * Deliberate deviation: `/readyz` is not a constant `ok`. It answers 503 while Temporal is unreachable, the
+ * workers are not running, or this process leads but one of its informers is not synced (first list not
+ * done yet, or a watch failed and has not been re-established, e.g. during an apiserver restart); a standby
+ * (non-leader) with a reachable Temporal reports ready, as in the reference.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -52,7 +53,7 @@ function send(
 
 /**
  * Runs every readiness check; with `?verbose` lists each as `[+]name ok` / `[-]name failed: reason` like
- * controller-runtime's healthz handler. 200 `ok` when all pass, 500 otherwise.
+ * controller-runtime's healthz handler. 200 `ok` when all pass, 503 (Service Unavailable) otherwise.
  */
 async function readyz(checks: ReadyCheck[], res: ServerResponse, url: URL, only?: string): Promise<void> {
   const selected = only ? checks.filter((c) => c.name === only) : checks;
@@ -72,7 +73,7 @@ async function readyz(checks: ReadyCheck[], res: ServerResponse, url: URL, only?
       r.error === undefined ? `[+]${r.name} ok` : `[-]${r.name} failed: ${r.error}`,
     );
     lines.push(failed.length === 0 ? 'readyz check passed' : 'readyz check failed');
-    return send(res, failed.length === 0 ? 200 : 500, `${lines.join('\n')}\n`);
+    return send(res, failed.length === 0 ? 200 : 503, `${lines.join('\n')}\n`);
   }
   send(res, 200, 'ok');
 }

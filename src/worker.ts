@@ -3,14 +3,14 @@
  * logger (the Temporal runtime routed into it), the Temporal workers, the leader-elected watcher and the
  * HTTP endpoints. `npm start` runs it; `--mode=worker|watcher` runs one half only.
  *
- * Exit codes: 0 after a graceful SIGTERM/SIGINT; 2 for a bad or missing setting (one line on stderr, no
- * stack); 1 for any other startup or runtime failure (a fatal JSON log line).
+ * Exit codes: 0 after a graceful SIGTERM/SIGINT; 2 for a bad or missing setting, or a Temporal namespace
+ * the operator cannot use (unknown, or lacking search attributes it may not register) (one line on stderr,
+ * no stack); 1 for any other startup or runtime failure (a fatal JSON log line).
  */
-import { readdirSync, statSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { dirname, join } from 'node:path';
+import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import type { NativeConnection, Worker, WorkerOptions } from '@temporalio/worker';
+import type { NativeConnection, Worker } from '@temporalio/worker';
 import {
   type Config,
   ConfigError,
@@ -29,22 +29,39 @@ import type { startWatcher } from './watcher/index.js';
  * second instead of after loading the Temporal SDK and the Kubernetes client.
  */
 async function loadModules() {
-  const [client, worker, prom, activities, ids, keys, http, kube, leader, log, metrics, registry, watcher] =
-    await Promise.all([
-      import('@temporalio/client'),
-      import('@temporalio/worker'),
-      import('prom-client'),
-      import('./activities/index.js'),
-      import('./api/ids.js'),
-      import('./api/keys.js'),
-      import('./http.js'),
-      import('./kube/client.js'),
-      import('./leader.js'),
-      import('./log.js'),
-      import('./metrics.js'),
-      import('./registry/client.js'),
-      import('./watcher/index.js'),
-    ]);
+  const [
+    client,
+    worker,
+    prom,
+    activities,
+    ids,
+    keys,
+    http,
+    kube,
+    leader,
+    log,
+    metrics,
+    registry,
+    searchAttributes,
+    watcher,
+    workflowCode,
+  ] = await Promise.all([
+    import('@temporalio/client'),
+    import('@temporalio/worker'),
+    import('prom-client'),
+    import('./activities/index.js'),
+    import('./api/ids.js'),
+    import('./api/keys.js'),
+    import('./http.js'),
+    import('./kube/client.js'),
+    import('./leader.js'),
+    import('./log.js'),
+    import('./metrics.js'),
+    import('./registry/client.js'),
+    import('./search-attributes.js'),
+    import('./watcher/index.js'),
+    import('./workflow-code.js'),
+  ]);
   return {
     Client: client.Client,
     NativeConnection: worker.NativeConnection,
@@ -68,7 +85,9 @@ async function loadModules() {
     createMetricsRegistry: metrics.createMetricsRegistry,
     registerWatcherSyncedGauge: metrics.registerWatcherSyncedGauge,
     OCIRegistryClient: registry.OCIRegistryClient,
+    ensureSearchAttributes: searchAttributes.ensureSearchAttributes,
     startWatcher: watcher.startWatcher,
+    workflowBundleFor: workflowCode.workflowBundleFor,
   };
 }
 
@@ -83,49 +102,6 @@ const TEMPORAL_HEALTH_TIMEOUT_MS = 2_000;
 const TEMPORAL_CONNECT_RETRY_MS = 2_000;
 
 type Watcher = Awaited<ReturnType<typeof startWatcher>>;
-
-/** Newest modification time (ms) of the .ts files under `dir`, 0 when it does not exist. */
-function newestSource(dir: string): number {
-  let newest = 0;
-  let entries: import('node:fs').Dirent[];
-  try {
-    entries = readdirSync(dir, { withFileTypes: true });
-  } catch {
-    return 0;
-  }
-  for (const e of entries) {
-    const p = join(dir, e.name);
-    if (e.isDirectory()) newest = Math.max(newest, newestSource(p));
-    else if (e.name.endsWith('.ts')) newest = Math.max(newest, statSync(p).mtimeMs);
-  }
-  return newest;
-}
-
-/**
- * Picks how the worker gets its workflow code: the prebuilt bundle (`dist/workflow-bundle.js`, written by
- * scripts/bundle-workflows.ts) when it exists and is not older than the sources next to it, else the
- * workflows module, bundled at start.
- */
-export function workflowSource(
-  root = join(HERE, '..'),
-): Pick<WorkerOptions, 'workflowBundle' | 'workflowsPath'> {
-  const bundle = join(root, 'dist', 'workflow-bundle.js');
-  const srcDir = join(root, 'src');
-  let bundleMtime = 0;
-  try {
-    bundleMtime = statSync(bundle).mtimeMs;
-  } catch {
-    // no prebuilt bundle
-  }
-  if (bundleMtime > 0 && bundleMtime >= newestSource(srcDir)) return { workflowBundle: { codePath: bundle } };
-  const ts = join(srcDir, 'workflows', 'index.ts');
-  try {
-    statSync(ts);
-    return { workflowsPath: ts };
-  } catch {
-    return { workflowsPath: join(HERE, 'workflows', 'index.js') };
-  }
-}
 
 /** A free TCP port on 127.0.0.1 (for the SDK's Prometheus exporter when none is configured). */
 function freeLoopbackPort(): Promise<number> {
@@ -230,7 +206,9 @@ export async function run(config: Config, log: Logger): Promise<number> {
     createMetricsRegistry,
     registerWatcherSyncedGauge,
     OCIRegistryClient,
+    ensureSearchAttributes,
     startWatcher,
+    workflowBundleFor,
   } = await loadModules();
   let kube: ReturnType<typeof makeKubeClients>;
   try {
@@ -310,7 +288,8 @@ export async function run(config: Config, log: Logger): Promise<number> {
     const watcherNotReady = () => {
       if (running.elector && !running.elector.isLeader()) return undefined; // standby replicas are ready
       if (!running.watcher) return 'not started';
-      return running.watcher.synced() ? undefined : 'informers not synced';
+      const behind = running.watcher.unsynced();
+      return behind.length === 0 ? undefined : `informers not synced: ${behind.join(', ')}`;
     };
     readyChecks.push({ name: 'watcher', check: watcherNotReady });
     registerWatcherSyncedGauge(metricsRegistry, () => watcherNotReady() === undefined);
@@ -357,6 +336,8 @@ export async function run(config: Config, log: Logger): Promise<number> {
       const connection = running.connection;
       const namespace = config.temporal.namespace;
       if (runsWorker) {
+        // Before any worker polls: without them every workflow task fails (BadSearchAttributes).
+        await ensureSearchAttributes(connection.operatorService, namespace, log);
         const registry = new OCIRegistryClient(config.ociRegistry);
         const temporalUi = config.temporalUiUrl ? { url: config.temporalUiUrl, namespace } : undefined;
         const kubeActivities = {
@@ -369,6 +350,14 @@ export async function run(config: Config, log: Logger): Promise<number> {
           ...createCocoonSetActivities({ kube, metrics, temporalUi }),
         };
         const registryActivities = createRegistryActivities({ registry });
+        const bundleStarted = Date.now();
+        const bundle = await workflowBundleFor(HERE, log);
+        log.info(
+          { path: bundle.codePath, origin: bundle.origin, ms: Date.now() - bundleStarted },
+          bundle.origin === 'built'
+            ? 'built and cached the workflow bundle'
+            : 'loaded prebuilt workflow bundle',
+        );
         const common = {
           connection,
           namespace,
@@ -379,7 +368,7 @@ export async function run(config: Config, log: Logger): Promise<number> {
           await Worker.create({
             ...common,
             taskQueue: queues.workflows,
-            ...workflowSource(),
+            workflowBundle: { codePath: bundle.codePath },
             activities: kubeActivities,
           }),
           await Worker.create({
@@ -478,7 +467,7 @@ export async function run(config: Config, log: Logger): Promise<number> {
     }
   } catch (err) {
     fatal ??= err;
-    log.fatal({ err }, 'startup failed');
+    if (!(err instanceof ConfigError)) log.fatal({ err }, 'startup failed');
     stopping.abort();
     resolveDone();
   }
@@ -487,6 +476,9 @@ export async function run(config: Config, log: Logger): Promise<number> {
   await shutdown(running, config, log);
   process.off('SIGTERM', onSignal);
   process.off('SIGINT', onSignal);
+  // A setting the environment cannot satisfy (e.g. search attributes that may not be registered): main
+  // prints its one line and exits 2, as for a bad setting.
+  if (fatal instanceof ConfigError) throw fatal;
   return fatal === undefined ? 0 : 1;
 }
 

@@ -5,16 +5,12 @@
  * Kubernetes clients for the benchmark's own setup and observation.
  */
 import { createServer } from 'node:net';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { Client, Connection } from '@temporalio/client';
-import { bundleWorkflowCode, DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
+import { DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
 import pino, { type Logger } from 'pino';
 import { type KubeClients, loadKubeConfig, makeKubeClients } from '../../src/kube/client.js';
-import { workflowSource } from '../../src/worker.js';
+import { cachedWorkflowBundle } from '../../src/workflow-code.js';
 import { type StackEnv, stackEnv } from '../../test/e2e/stack-harness.js';
-
-const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
 /** Shared handles of one benchmark process (see the module comment). */
 export interface BenchEnv {
@@ -73,18 +69,8 @@ export async function openBenchEnv(): Promise<BenchEnv> {
   const connection = await NativeConnection.connect({ address: stack.temporalAddress });
   const clientConnection = await Connection.connect({ address: stack.temporalAddress });
   const client = new Client({ connection: clientConnection, namespace: stack.temporalNamespace });
-  const source = workflowSource(ROOT);
-  const workflowBundle =
-    source.workflowBundle && 'codePath' in source.workflowBundle && source.workflowBundle.codePath
-      ? { codePath: source.workflowBundle.codePath }
-      : {
-          code: (
-            await bundleWorkflowCode({
-              workflowsPath: join(ROOT, 'src', 'workflows', 'index.ts'),
-              logger: new DefaultLogger('WARN'),
-            })
-          ).code,
-        };
+  // The content-hash cached bundle npm start uses (src/workflow-code.ts): built once per source change.
+  const workflowBundle = { codePath: (await cachedWorkflowBundle()).codePath };
   const log = pino({ level: process.env.BENCH_LOG_LEVEL ?? 'warn' });
   return {
     stack,

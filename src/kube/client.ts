@@ -40,10 +40,11 @@ export function loadKubeConfig(path?: string): KubeConfig {
 /**
  * Builds the typed API clients from one KubeConfig. They share one {@link KeepAliveTransport}: the
  * KubeConfig's credentials applied per request as client-node does, over kept-alive connections.
- * Watches (`new Watch(kc)`) keep client-node's own transport.
+ * Watches (`new Watch(kc)`) keep client-node's own transport. `requestTimeoutMs` bounds every call
+ * (default: no bound).
  */
-export function makeKubeClients(kc: KubeConfig): KubeClients {
-  const transport = new KeepAliveTransport(kc);
+export function makeKubeClients(kc: KubeConfig, opts: { requestTimeoutMs?: number } = {}): KubeClients {
+  const transport = new KeepAliveTransport(kc, opts);
   return {
     kc,
     core: transport.makeApiClient(CoreV1Api),

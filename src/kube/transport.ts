@@ -191,7 +191,14 @@ export class KeepAliveTransport {
   private readonly fallback = new IsomorphicFetchHttpLibrary();
   private readonly counters: TransportStats = { requests: 0, staleRetries: 0, passthrough: 0, agents: 0 };
 
-  constructor(private readonly kc: KubeConfig) {}
+  /**
+   * `requestTimeoutMs`: bound of one API call, retries included (aborted with a TimeoutError after it);
+   * unset = none (the caller's own signal, e.g. an activity's cancellation, is the only bound).
+   */
+  constructor(
+    private readonly kc: KubeConfig,
+    private readonly opts: { requestTimeoutMs?: number } = {},
+  ) {}
 
   /** The name client-node's auth-method interface asks for. */
   getName(): string {
@@ -226,6 +233,11 @@ export class KeepAliveTransport {
 
   /** Sends the request (client-node's PromiseHttpLibrary interface). */
   async send(ctx: RequestContext): Promise<ResponseContext> {
+    if (this.opts.requestTimeoutMs) {
+      const own = ctx.getSignal();
+      const timeout = AbortSignal.timeout(this.opts.requestTimeoutMs);
+      ctx.setSignal(own ? AbortSignal.any([own, timeout]) : timeout);
+    }
     const agent = this.chosen.get(ctx);
     const body = ctx.getBody();
     if (!agent || (body !== undefined && typeof body !== 'string')) {

@@ -63,8 +63,10 @@ export interface WatcherStats {
 }
 
 export interface Watcher {
-  /** True once every informer has applied its first list. */
+  /** True while every informer is synced (see Informer.synced: current, not a one-time latch). */
   synced(): boolean;
+  /** Names of the informers not synced now (e.g. `pods`), empty while synced. */
+  unsynced(): string[];
   /** Resolves once synced. */
   waitForSync(): Promise<void>;
   /** Resolves when no signal is queued or in flight (tests). */
@@ -135,6 +137,7 @@ export async function startWatcher(opts: WatcherOptions): Promise<Watcher> {
 
   return {
     synced: () => informers.every(([, inf]) => inf.synced()),
+    unsynced: () => informers.filter(([, inf]) => !inf.synced()).map(([kind]) => kind),
     waitForSync: async () => {
       await Promise.all(informers.map(([, inf]) => inf.waitForSync()));
     },

@@ -1,14 +1,26 @@
 /**
  * A list+watch informer that keeps itself alive. client-node's own ListWatch re-lists on 410 but stops on
  * any other watch error, so this one owns the loop: list, watch from the list's resourceVersion with
- * bookmarks, relist on 410 Gone, restart on any error or end with exponential backoff, and restart a watch
- * that has gone silent (no event and no bookmark) for too long (DESIGN.md §2 "Watcher").
+ * bookmarks, relist at once on 410 Gone, restart on any error or end with exponential backoff (reset by a
+ * successful list, capped at 1 s so an apiserver that comes back is seen within a second), and restart a
+ * watch that has gone silent (no event and no bookmark) for too long.
+ *
+ * `synced()` is the informer's current state, not a one-time latch: true after a successful list or once a
+ * watch is established, false from a watch failure (error, 410, stall) or a failed list until one of
+ * those succeeds again, so readiness shows a blind watcher.
  *
  * The Kubernetes API is reached through one boundary, {@link WatchSource}, so the loop is unit-tested
  * against a fake source and run in production against {@link kubeWatchSource}.
  */
 import type { KubernetesObject } from '@kubernetes/client-node';
-import type { Logger } from 'pino';
+
+/** The logging the informer does (a pino logger fits). */
+export interface InformerLog {
+  debug(fields: object, msg: string): void;
+  info(fields: object, msg: string): void;
+  warn(fields: object, msg: string): void;
+  error(fields: object, msg: string): void;
+}
 
 /** One page-merged list: the objects and the collection resourceVersion to watch from. */
 export interface ListResult<T> {
@@ -26,8 +38,10 @@ export interface WatchHandle {
 
 /**
  * The informer's only boundary. `list()` returns the full collection (all pages). `watch()` opens a watch
- * from `resourceVersion` with bookmarks on; it calls `onEvent` per event and `onDone` exactly once when
- * the watch ends, with the error if any (an HTTP failure carries `statusCode`, e.g. 410).
+ * from `resourceVersion` with bookmarks on and resolves once the server has accepted it (HTTP 200); it
+ * calls `onEvent` per event and `onDone` exactly once when the watch ends, with the error if any (an HTTP
+ * failure carries `statusCode`, e.g. 410). A watch that cannot be opened calls `onDone` before resolving,
+ * or rejects.
  */
 export interface WatchSource<T> {
   list(): Promise<ListResult<T>>;
@@ -44,7 +58,7 @@ export type InformerHandler<T> = (obj: T, old?: T) => void;
 export interface BackoffOptions {
   /** First restart delay, ms (default 200). */
   initialMs?: number;
-  /** Ceiling, ms (default 30 000). */
+  /** Ceiling, ms (default 1 000: a restarted apiserver is seen at most this long after it answers). */
   maxMs?: number;
   /** A watch that stayed open at least this long resets the delay to `initialMs` (default 30 000 ms). */
   healthyAfterMs?: number;
@@ -54,7 +68,7 @@ export interface InformerOptions<T> {
   /** Name used in logs and stats (e.g. `pods`, `cocoonhibernations`). */
   name: string;
   source: WatchSource<T>;
-  log: Logger;
+  log: InformerLog;
   backoff?: BackoffOptions;
   /** A watch with no event and no bookmark for this long is restarted (default 300 000 ms = 5 min). */
   stallTimeoutMs?: number;
@@ -76,7 +90,7 @@ export interface InformerStats {
 }
 
 export const DEFAULT_BACKOFF_INITIAL_MS = 200;
-export const DEFAULT_BACKOFF_MAX_MS = 30_000;
+export const DEFAULT_BACKOFF_MAX_MS = 1_000;
 export const DEFAULT_HEALTHY_AFTER_MS = 30_000;
 export const DEFAULT_STALL_TIMEOUT_MS = 5 * 60_000;
 
@@ -128,7 +142,7 @@ export class Backoff {
     this.current = Math.min(this.maxMs, this.current * 2);
     return d;
   }
-  /** Back to the first delay (after a healthy period). */
+  /** Back to the first delay (after a successful list or a healthy period). */
   reset(): void {
     this.current = this.initialMs;
   }
@@ -161,6 +175,8 @@ export class Informer<T extends KubernetesObject> {
     bookmarks: 0,
   };
   private isSynced = false;
+  /** Epoch ms since when the informer is not synced (undefined while synced). */
+  private unsyncedAt: number | undefined = Date.now();
   private forceRelist = false;
   private stopped = true;
   private loop?: Promise<void>;
@@ -206,12 +222,21 @@ export class Informer<T extends KubernetesObject> {
     this.interrupt?.({ kind: 'error', detail: 'restart requested' });
   }
 
-  /** True once the first list has been applied to the cache. */
+  /**
+   * True while the cache is known current: after a successful list or once a watch is established, until
+   * a watch fails (error, 410 Gone, stall) or a list fails. A watch's clean end (the server's timeout)
+   * does not count as a failure.
+   */
   synced(): boolean {
     return this.isSynced;
   }
 
-  /** Resolves once synced (immediately if already). */
+  /** How long (ms) the informer has not been synced; 0 while synced. */
+  unsyncedForMs(): number {
+    return this.unsyncedAt === undefined ? 0 : Date.now() - this.unsyncedAt;
+  }
+
+  /** Resolves when synced (immediately if it is now). */
   waitForSync(): Promise<void> {
     if (this.isSynced) return Promise.resolve();
     return new Promise((resolve) => this.syncWaiters.push(resolve));
@@ -245,8 +270,11 @@ export class Informer<T extends KubernetesObject> {
           this.replace(listed.items);
           resourceVersion = listed.resourceVersion;
           needList = false;
+          this.backoff.reset();
+          this.setSynced(true);
         } catch (err) {
           this.counters.listFailures++;
+          this.setSynced(false);
           const delay = this.backoff.next();
           this.opts.log.warn(
             { informer: this.opts.name, err: describe(err), delayMs: delay },
@@ -261,12 +289,19 @@ export class Informer<T extends KubernetesObject> {
       if (lastResourceVersion) resourceVersion = lastResourceVersion;
       if (outcome.kind === 'stopped') return;
       this.counters.restarts++;
+      if (outcome.kind !== 'end') this.setSynced(false);
       if (Date.now() - openedAt >= this.healthyAfterMs) this.backoff.reset();
+      if (outcome.kind === 'stall') this.counters.stalls++;
       if (outcome.kind === 'gone') {
+        // The resourceVersion is too old (e.g. after an apiserver restart): relist now, no backoff.
         this.counters.gone++;
         needList = true;
+        this.opts.log.info(
+          { informer: this.opts.name, detail: outcome.detail, resourceVersion },
+          'watch expired; relisting',
+        );
+        continue;
       }
-      if (outcome.kind === 'stall') this.counters.stalls++;
       const delay = this.backoff.next();
       const fields = { informer: this.opts.name, reason: outcome.kind, delayMs: delay, resourceVersion };
       if (outcome.kind === 'end') this.opts.log.debug(fields, 'watch ended; restarting');
@@ -277,6 +312,14 @@ export class Informer<T extends KubernetesObject> {
         );
       await this.sleep(delay);
     }
+  }
+
+  /** Records the sync state; wakes `waitForSync` callers when it turns true. */
+  private setSynced(synced: boolean): void {
+    if (synced === this.isSynced) return;
+    this.isSynced = synced;
+    this.unsyncedAt = synced ? undefined : Date.now();
+    if (synced) for (const w of this.syncWaiters.splice(0)) w();
   }
 
   /** Waits `ms` unless stopped first. */
@@ -355,6 +398,7 @@ export class Informer<T extends KubernetesObject> {
         (h) => {
           handle = h;
           if (finished) h.abort();
+          else this.setSynced(true); // the server accepted the watch: events flow again
         },
         (err) => onDone(err ?? new Error('watch failed to open')),
       );
@@ -389,10 +433,6 @@ export class Informer<T extends KubernetesObject> {
       if (seen.has(key)) continue;
       this.cache.delete(key);
       this.emit('delete', old);
-    }
-    if (!this.isSynced) {
-      this.isSynced = true;
-      for (const w of this.syncWaiters.splice(0)) w();
     }
   }
 

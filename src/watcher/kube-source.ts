@@ -24,13 +24,15 @@ interface Page<T> {
 
 /**
  * Builds a WatchSource from a page fetcher and a watch path. `decode` turns a raw watch object into the
- * shape the lister returns.
+ * shape the lister returns; `watchQuery` adds query parameters to the watch (e.g. the lister's
+ * `fieldSelector`).
  */
 export function kubeWatchSource<T extends KubernetesObject>(
   kube: KubeClients,
   watchPath: string,
   listPage: (cont: string | undefined) => Promise<Page<T>>,
   decode: (raw: unknown) => T = (raw) => raw as T,
+  watchQuery: Record<string, string> = {},
 ): WatchSource<T> {
   const watcher = new Watch(kube.kc);
   return {
@@ -50,7 +52,12 @@ export function kubeWatchSource<T extends KubernetesObject>(
       const timeoutSeconds = WATCH_TIMEOUT_MIN_S + Math.floor(Math.random() * WATCH_TIMEOUT_MIN_S);
       const controller = await watcher.watch(
         watchPath,
-        { allowWatchBookmarks: true, resourceVersion: resourceVersion || undefined, timeoutSeconds },
+        {
+          ...watchQuery,
+          allowWatchBookmarks: true,
+          resourceVersion: resourceVersion || undefined,
+          timeoutSeconds,
+        },
         (type: string, obj: unknown) => {
           const t = type as WatchEventType;
           onEvent(t, t === 'ERROR' || t === 'BOOKMARK' ? obj : decode(obj));
@@ -62,17 +69,19 @@ export function kubeWatchSource<T extends KubernetesObject>(
   };
 }
 
-/** Pods in `namespace` ('' = all namespaces). */
-export function podSource(kube: KubeClients, namespace = ''): WatchSource<V1Pod> {
+/** Pods in `namespace` ('' = all namespaces), optionally only those matching `fieldSelector`. */
+export function podSource(kube: KubeClients, namespace = '', fieldSelector?: string): WatchSource<V1Pod> {
   const path = namespace ? `/api/v1/namespaces/${namespace}/pods` : '/api/v1/pods';
+  const page = { limit: LIST_PAGE_SIZE, fieldSelector };
   return kubeWatchSource<V1Pod>(
     kube,
     path,
     (cont) =>
       namespace
-        ? kube.core.listNamespacedPod({ namespace, limit: LIST_PAGE_SIZE, _continue: cont })
-        : kube.core.listPodForAllNamespaces({ limit: LIST_PAGE_SIZE, _continue: cont }),
+        ? kube.core.listNamespacedPod({ namespace, ...page, _continue: cont })
+        : kube.core.listPodForAllNamespaces({ ...page, _continue: cont }),
     (raw) => ObjectSerializer.deserialize(raw, 'V1Pod', '') as V1Pod,
+    fieldSelector === undefined ? {} : { fieldSelector },
   );
 }
 

@@ -131,7 +131,7 @@ describe('operator process against the local stack', () => {
 
   beforeAll(async () => {
     const stack = stackEnv();
-    // A prebuilt bundle keeps start-up short (the worker prefers it while it is newer than src/).
+    // Warms the content-hash bundle cache, so the operator starts without bundling.
     await bundleWorkflows();
     probePort = await freePort();
     metricsPort = await freePort();
@@ -183,8 +183,10 @@ describe('operator process against the local stack', () => {
     // The Temporal worker's own metrics (SDK exporter, merged into the same scrape).
     expect(text).toMatch(/^temporal_\w+\{.*task_queue="shell-e2e-/m);
 
-    // Logs are JSON lines, with the Temporal runtime's lines routed into the same logger.
-    expect(op.logs.some((l) => l.component === 'temporal' && l.sdkComponent === 'worker')).toBe(true);
+    // Logs are JSON lines, with the Temporal runtime's lines routed into the same logger (the worker's
+    // state change to RUNNING may be logged just after /readyz turned ready).
+    await op.waitForLog((l) => l.component === 'temporal' && l.sdkComponent === 'worker', 10_000);
+    await op.waitForLog((l) => l.component === 'temporal' && l.sdkComponent === 'core', 10_000);
     expect(op.logs.find((l) => l.msg === 'cocoon-operator dev starting')).toBeDefined();
 
     const t0 = Date.now();
@@ -209,7 +211,7 @@ describe('operator process against the local stack', () => {
       await local.waitForLog((l) => l.msg === 'cannot reach Temporal yet; retrying', 60_000);
       expect(await fetch(`${local.probeUrl}/healthz`).then((r) => r.status)).toBe(200);
       const res = await fetch(`${local.probeUrl}/readyz`);
-      expect(res.status).toBe(500);
+      expect(res.status).toBe(503);
       expect(await res.text()).toContain('[-]temporal failed: not connected');
       local.child.kill('SIGTERM');
       expect(await local.exited).toBe(0);

@@ -204,7 +204,7 @@ describe('Dockerfile', () => {
     expect(dockerfile).toMatch(/scripts\/bundle-workflows\.ts/);
     expect(dockerfile).toMatch(/dist\/workflow-bundle\.js/);
     const pkg = JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8'));
-    expect(pkg.scripts.build).toBeDefined();
+    expect(pkg.scripts.build).toMatch(/tsx scripts\/bundle-workflows\.ts/);
     // `npm run build` compiles src/ into dist/ (tsconfig.build.json), so src/worker.ts → dist/worker.js.
     const build = JSON.parse(readFileSync(join(REPO_ROOT, 'tsconfig.build.json'), 'utf8'));
     expect(build.compilerOptions).toMatchObject({ rootDir: 'src', outDir: 'dist' });

@@ -33,7 +33,7 @@ describe('probe and metrics endpoints', () => {
     expect(await fetch(`${base}/healthz`).then((r) => r.text())).toBe('ok');
 
     let res = await fetch(`${base}/readyz`);
-    expect(res.status).toBe(500);
+    expect(res.status).toBe(503);
     expect(await res.text()).toBe('[-]temporal failed: not connected\n[+]watcher ok\nreadyz check failed\n');
     res = await fetch(`${base}/readyz/watcher`);
     expect(res.status).toBe(200);
@@ -62,7 +62,7 @@ describe('probe and metrics endpoints', () => {
       log,
     });
     const res = await fetch(`http://${servers.probe}/readyz`);
-    expect(res.status).toBe(500);
+    expect(res.status).toBe(503);
     expect(await res.text()).toContain('[-]temporal failed: boom');
   });
 

@@ -65,14 +65,16 @@ const obj = (name: string, rv: string, extra: Record<string, unknown> = {}): Kub
 const log = pino({ level: 'silent' });
 const tick = (ms = 0) => vi.advanceTimersByTimeAsync(ms);
 
-function setup(opts: { stallTimeoutMs?: number; healthyAfterMs?: number } = {}) {
+function setup(opts: { stallTimeoutMs?: number; healthyAfterMs?: number; defaultBackoff?: boolean } = {}) {
   const source = new FakeSource();
   const inf = new Informer<KubernetesObject>({
     name: 'test',
     source,
     log,
     stallTimeoutMs: opts.stallTimeoutMs ?? 60_000,
-    backoff: { initialMs: 200, maxMs: 30_000, healthyAfterMs: opts.healthyAfterMs ?? 10_000 },
+    backoff: opts.defaultBackoff
+      ? undefined
+      : { initialMs: 200, maxMs: 30_000, healthyAfterMs: opts.healthyAfterMs ?? 10_000 },
   });
   const events: string[] = [];
   inf.on('add', (o) => events.push(`add ${o.metadata?.name}@${o.metadata?.resourceVersion}`));
@@ -155,7 +157,7 @@ describe('Informer', () => {
       reason: 'Expired',
       message: 'too old resource version',
     });
-    await tick(200);
+    await tick();
     expect(source.listCalls).toBe(2);
     expect(events).toEqual(['update b@6->20', 'add d@21', 'delete c']);
     expect(source.last.resourceVersion).toBe('30');
@@ -169,7 +171,7 @@ describe('Informer', () => {
     inf.start();
     await tick();
     source.last.done(Object.assign(new Error('Gone'), { statusCode: 410 }));
-    await tick(200);
+    await tick();
     expect(source.listCalls).toBe(2);
   });
 
@@ -317,5 +319,117 @@ describe('Informer', () => {
     await tick(60_000);
     expect(events).toEqual([]);
     expect(source.watches).toHaveLength(1);
+  });
+});
+
+/** Waits (fake time, 50 ms steps) until the informer opens its next watch; returns the wait in ms. */
+async function waitForNextWatch(source: FakeSource, before: number): Promise<number> {
+  let waited = 0;
+  while (source.watches.length === before) {
+    await tick(50);
+    waited += 50;
+    if (waited > 120_000) throw new Error('no new watch within 120 s');
+  }
+  return waited;
+}
+
+describe('Informer restart policy after an apiserver outage', () => {
+  beforeEach(() => {
+    vi.useFakeTimers();
+  });
+  let stopMe: Informer<KubernetesObject> | undefined;
+  afterEach(async () => {
+    await stopMe?.stop();
+    stopMe = undefined;
+    vi.useRealTimers();
+  });
+
+  it('caps the restart delay at 1 s by default, so a returning apiserver is seen within a second', async () => {
+    const { source, inf } = setup({ defaultBackoff: true });
+    stopMe = inf;
+    source.lists = [{ items: [], resourceVersion: '10' }];
+    inf.start();
+    await tick();
+    const delays: number[] = [];
+    for (let i = 0; i < 12; i++) {
+      const before = source.watches.length;
+      source.last.done(new Error('connect ECONNREFUSED'));
+      delays.push(await waitForNextWatch(source, before));
+    }
+    expect(delays.slice(0, 4)).toEqual([200, 400, 800, 1000]);
+    expect(Math.max(...delays)).toBe(1000);
+  });
+
+  it('relists at once on 410 Gone, without waiting out the backoff the outage built up', async () => {
+    const { source, inf } = setup();
+    stopMe = inf;
+    source.lists = [{ items: [], resourceVersion: '10' }];
+    inf.start();
+    await tick();
+    for (let i = 0; i < 6; i++) {
+      const before = source.watches.length;
+      source.last.done(new Error('connect ECONNREFUSED'));
+      await waitForNextWatch(source, before); // backoff now at 12.8 s
+    }
+    source.lists = [{ items: [], resourceVersion: '50' }];
+    source.last.send('ERROR', { kind: 'Status', code: 410, reason: 'Expired', message: 'too old' });
+    await tick();
+    expect(source.listCalls).toBe(2);
+    expect(source.last.resourceVersion).toBe('50');
+  });
+
+  it('resets the backoff on a successful list: the next failure waits the first delay again', async () => {
+    const { source, inf } = setup();
+    stopMe = inf;
+    source.lists = [{ items: [], resourceVersion: '10' }];
+    inf.start();
+    await tick();
+    for (let i = 0; i < 6; i++) {
+      const before = source.watches.length;
+      source.last.done(new Error('connect ECONNREFUSED'));
+      await waitForNextWatch(source, before);
+    }
+    source.last.done(Object.assign(new Error('Gone'), { statusCode: 410 }));
+    await tick();
+    expect(source.listCalls).toBe(2);
+    const before = source.watches.length;
+    source.last.done(new Error('connection reset'));
+    expect(await waitForNextWatch(source, before)).toBe(200);
+  });
+
+  it('is unsynced from a watch failure until a watch is accepted or a list succeeds again', async () => {
+    const { source, inf } = setup();
+    stopMe = inf;
+    source.lists = [{ items: [], resourceVersion: '10' }];
+    inf.start();
+    await tick();
+    expect(inf.synced()).toBe(true);
+    source.last.done(); // the server's timeout: a clean end is not a failure
+    expect(inf.synced()).toBe(true);
+    await tick(200);
+    source.failOpen = new Error('connect ECONNREFUSED');
+    source.last.done(new Error('socket hang up'));
+    await tick();
+    expect(inf.synced()).toBe(false);
+    await tick(400 + 800);
+    expect(inf.synced()).toBe(false);
+    expect(inf.unsyncedForMs()).toBe(1200);
+    let woke = false;
+    void inf.waitForSync().then(() => {
+      woke = true;
+    });
+    source.failOpen = undefined;
+    await tick(1600);
+    expect(inf.synced()).toBe(true);
+    expect(inf.unsyncedForMs()).toBe(0);
+    expect(woke).toBe(true);
+    source.last.send('ERROR', { kind: 'Status', code: 410, reason: 'Expired', message: 'too old' });
+    source.lists = [new Error('apiserver down'), { items: [], resourceVersion: '60' }];
+    await tick();
+    expect(inf.synced()).toBe(false);
+    expect(source.listCalls).toBe(2);
+    await tick(3200); // the backoff the outage built up (reset only by a successful list)
+    expect(source.listCalls).toBe(3);
+    expect(inf.synced()).toBe(true);
   });
 });

@@ -1,6 +1,7 @@
 /**
  * The simulator's control API (node:http), for tests and humans (spec/vk-contract.md §7.5):
- *   GET    /healthz  → 200 "ok" once started and while its informers can list, else 503 with the reason
+ *   GET    /healthz  → 200 "ok" once started and while its pod informers are synced (a list or watch failing
+ *                      over 15 s is not), else 503 with the reason
  *   GET    /state    → SimState JSON (VMs, local snapshots, intents, tracked pods, fault rules)
  *   GET    /faults   → FaultRule[]
  *   POST   /faults   → add a rule (FaultRuleInput JSON) → 201 {rule, crashed}; 400 on an invalid rule

