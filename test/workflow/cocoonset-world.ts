@@ -12,6 +12,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
 import type { CocoonSetActivities } from '../../src/activities/cocoonset.js';
+import { heartbeatWhileRunning } from '../../src/activities/heartbeat.js';
 import type { RegistryActivities } from '../../src/activities/registry.js';
 import { cocoonSetWorkflowId, taskQueues } from '../../src/api/ids.js';
 import { Annotations, Finalizers, Labels } from '../../src/api/keys.js';
@@ -484,6 +485,7 @@ export async function withCocoonSetWorlds<T>(
     connection: env.nativeConnection,
     taskQueue,
     workflowBundle: await workflowBundle(),
+    interceptors: { activity: [heartbeatWhileRunning] },
     activities: kube,
   });
   const reg = await Worker.create({
@@ -491,6 +493,7 @@ export async function withCocoonSetWorlds<T>(
     taskQueue: taskQueues(taskQueue).cocoonSetRegistry,
     activities: registry,
     maxConcurrentActivityTaskExecutions: opts.registrySlots ?? 4,
+    interceptors: { activity: [heartbeatWhileRunning] },
   });
   let result: T | undefined;
   try {

@@ -14,6 +14,7 @@ import {
   Worker,
   type WorkflowBundleWithSourceMap,
 } from '@temporalio/worker';
+import { heartbeatWhileRunning } from '../../src/activities/heartbeat.js';
 import { taskQueues } from '../../src/api/ids.js';
 import { SearchAttributes } from '../../src/api/keys.js';
 import { FakeWorld } from './fake-world.js';
@@ -79,6 +80,7 @@ export async function withWorld<T>(
     connection: env.nativeConnection,
     taskQueue,
     workflowBundle: await workflowBundle(),
+    interceptors: { activity: [heartbeatWhileRunning] },
     activities: world.kubeActivities(),
   });
   const reg = await Worker.create({
@@ -86,6 +88,7 @@ export async function withWorld<T>(
     taskQueue: taskQueues(taskQueue).hibernationRegistry,
     activities: world.registryActivities(),
     maxConcurrentActivityTaskExecutions: opts.registrySlots ?? 4,
+    interceptors: { activity: [heartbeatWhileRunning] },
   });
   let result: T | undefined;
   try {
