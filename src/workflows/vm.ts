@@ -462,8 +462,9 @@ function holderOf(state: VMState): { cr: TrackedCR; path: Path; why: string } | 
   });
   const inFlight = live.find((l) => l.cr.status?.phase === 'Hibernating' || l.cr.status?.phase === 'Waking');
   if (inFlight) return { ...inFlight, why: 'its transition is in flight' };
-  const first = live.find((l) => !conflicting(l.cr)) ?? live[0];
-  return first && { ...first, why: 'created first' };
+  const kept = live.find((l) => !conflicting(l.cr));
+  if (kept && kept !== live[0]) return { ...kept, why: 'it held the VM first' };
+  return live[0] && { ...live[0], why: 'created first' };
 }
 
 function track(state: VMState, obs: HibernationObservation): TrackedCR | undefined {
