@@ -4,7 +4,8 @@
  * operator watches only this file's namespace and reaches the registry through a proxy
  * (test/support/registry-proxy.ts) that can reset or hang its requests.
  *
- * The deadline test takes three minutes of real time (the hibernate deadline is 3m0s): the only slow one.
+ * The deadline test takes three minutes of real time (the hibernate deadline is 3m0s) and is the suite's
+ * only test that waits out a deadline (it also covers the registry coming back).
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
@@ -27,6 +28,7 @@ import {
   occurrences,
   operatorEvents,
   readyOf,
+  settle,
   simPod,
   waitFor,
 } from './hibernation-harness.js';
@@ -148,7 +150,7 @@ describe('CocoonHibernation under faults (operator process, local stack)', () =>
     }
   });
 
-  it('registry failing through the deadline (reset, then hanging): the status says the probes fail, and Failed comes within 2 s of 3m0s', async () => {
+  it('registry failing through the deadline (reset, then hanging): the status says the probes fail, Failed comes within 2 s of 3m0s, Hibernated once the registry is back', async () => {
     const pod = 'f1';
     const vm = vmNameForPod(ns, pod);
     podsMade.add(pod);
@@ -163,6 +165,7 @@ describe('CocoonHibernation under faults (operator process, local stack)', () =>
       QUICK_MS,
     );
     proxy.down = true;
+    const headsBefore = proxy.counts.get('HEAD') ?? 0;
     await crs.create(pod, pod, 'Hibernate');
     // vk-cocoon (the simulator, on the real registry) finishes its round; the operator cannot confirm it.
     await waitFor(
@@ -203,7 +206,26 @@ describe('CocoonHibernation under faults (operator process, local stack)', () =>
     const failed = await crs.get(pod);
     expect(readyOf(failed)?.message).toBe('hibernate not confirmed within 3m0s');
     expect(probeFailing(failed)?.status).toBe('True');
-    expect(occurrences(await operatorEvents(kube, ns, pod, EventReasons.hibernateTimedOut))).toBe(1);
+    expect(rec.phases(pod)).toEqual(['', 'Hibernating', 'Failed']);
+    expect((proxy.counts.get('HEAD') ?? 0) - headsBefore).toBeGreaterThanOrEqual(3); // retried meanwhile
+    const timedOut = await operatorEvents(kube, ns, pod, EventReasons.hibernateTimedOut);
+    expect(occurrences(timedOut)).toBe(1);
+    expect(timedOut[0]).toMatchObject({
+      type: 'Warning',
+      message: `snapshot ${vm} not confirmed in the registry within 3m0s`,
+    });
+    expect(occurrences(await operatorEvents(kube, ns, pod, EventReasons.hibernated))).toBe(0);
+
+    // The registry answers again: the retry 30 s after Failed completes, and the probe condition goes.
     proxy.hang = false;
-  }, 300_000);
+    const back = await crs.waitPhase(pod, 'Hibernated', 90_000);
+    expect(back.status?.vmName).toBe(vm);
+    expect(probeFailing(back)).toBeUndefined();
+    await settle(temporal, vmWorkflowId(ns, pod));
+    expect(
+      occurrences(await operatorEvents(kube, ns, pod, EventReasons.retryRequested)),
+    ).toBeGreaterThanOrEqual(1);
+    expect(occurrences(await operatorEvents(kube, ns, pod, EventReasons.hibernated))).toBe(1);
+    expect(occurrences(await operatorEvents(kube, ns, pod, EventReasons.hibernateTimedOut))).toBe(1);
+  }, 360_000);
 });
