@@ -252,8 +252,8 @@ function nextWake(state: VMState): number | undefined {
     const when = Math.max(t, floor);
     if (when > spent && (at === undefined || when < at)) at = when;
   };
-  // Deadlines are strict (now − LTT > timeout) at second precision: look one second after.
-  const after = (t: number | undefined) => (t === undefined ? undefined : t + 1_000);
+  // Deadlines are strict (now − LTT > timeout; LTT at second precision, now in ms): look 1 ms after.
+  const after = (t: number | undefined) => (t === undefined ? undefined : t + 1);
   for (const cr of Object.values(state.crs)) {
     // A CR backing off after a failed pass gets no retry before backoffUntil; its deadline is not moved
     // by the backoff (a registry outage must turn Hibernating into Failed at 3m0s, not at 3m0s + backoff).
@@ -652,8 +652,8 @@ async function probeUntilDeadline(
   const probe = () => registry.hasManifest({ vmName, tag: Tags.hibernate });
   const deadline = deadlineOf(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS);
   if (deadline === undefined) return probe();
-  // Strictly past the deadline at second precision, as nextWake wakes for it.
-  const remaining = Math.max(1, deadline + 1_000 - Date.now());
+  // Strictly past the deadline, as nextWake wakes for it.
+  const remaining = Math.max(1, deadline + 1 - Date.now());
   try {
     return await CancellationScope.withTimeout(remaining, probe);
   } catch (err) {
