@@ -71,6 +71,7 @@ async function loadModules() {
     createKubeActivities: activities.createKubeActivities,
     createCocoonSetActivities: activities.createCocoonSetActivities,
     createRegistryActivities: activities.createRegistryActivities,
+    heartbeatWhileRunning: activities.heartbeatWhileRunning,
     taskQueues: ids.taskQueues,
     LEADER_ELECTION_ID: keys.LEADER_ELECTION_ID,
     scrapeText: http.scrapeText,
@@ -192,6 +193,7 @@ export async function run(config: Config, log: Logger): Promise<number> {
     createKubeActivities,
     createCocoonSetActivities,
     createRegistryActivities,
+    heartbeatWhileRunning,
     taskQueues,
     LEADER_ELECTION_ID,
     scrapeText,
@@ -363,6 +365,7 @@ export async function run(config: Config, log: Logger): Promise<number> {
           namespace,
           shutdownGraceTime: config.shutdownGraceMs,
           shutdownForceTime: config.shutdownGraceMs + SHUTDOWN_SLACK_MS,
+          interceptors: { activity: [heartbeatWhileRunning] },
         };
         running.workers = [
           await Worker.create({

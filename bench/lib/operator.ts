@@ -13,6 +13,7 @@
 import { randomBytes } from 'node:crypto';
 import { Worker } from '@temporalio/worker';
 import { createCocoonSetActivities } from '../../src/activities/cocoonset.js';
+import { heartbeatWhileRunning } from '../../src/activities/heartbeat.js';
 import { createKubeActivities } from '../../src/activities/kube.js';
 import { createRegistryActivities } from '../../src/activities/registry.js';
 import { taskQueues } from '../../src/api/ids.js';
@@ -118,6 +119,7 @@ export async function startWorkflowHost(
     namespace: env.stack.temporalNamespace,
     taskQueue: taskQueues(taskQueue).workflows,
     workflowBundle: env.workflowBundle,
+    interceptors: { activity: [heartbeatWhileRunning] },
     activities: timed(
       { ...createKubeActivities({ kube }), ...createCocoonSetActivities({ kube }) },
       onActivity,
@@ -156,7 +158,11 @@ export async function startOperator(env: BenchEnv, opts: OperatorOptions): Promi
   const ownHost = opts.host === undefined;
   const { taskQueue, kubeConfig, kube } = host;
   const queues = taskQueues(taskQueue);
-  const common = { connection: env.connection, namespace: env.stack.temporalNamespace };
+  const common = {
+    connection: env.connection,
+    namespace: env.stack.temporalNamespace,
+    interceptors: { activity: [heartbeatWhileRunning] },
+  };
   const registryActivities = timed(createRegistryActivities({ registry }), opts.onActivity);
   const workers = [
     await Worker.create({

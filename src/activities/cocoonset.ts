@@ -10,14 +10,11 @@
  * Names carry a `cocoonSet` prefix so they can be merged into one activity object with the VM
  * workflow's Kubernetes activities (src/activities/kube.ts) on the main worker.
  */
-import { randomBytes } from 'node:crypto';
-import type { CoreV1Api, CoreV1Event, V1Pod } from '@kubernetes/client-node';
+import type { V1Pod } from '@kubernetes/client-node';
 import { ApplicationFailure } from '@temporalio/common';
 import { cocoonSetWorkflowId, type TemporalUi, workflowAnnotations } from '../api/ids.js';
 import {
   API_VERSION,
-  EVENT_KEYS_ANNOTATION,
-  EVENT_SOURCE,
   GROUP,
   KIND_COCOONSET,
   Labels,
@@ -31,6 +28,7 @@ import { summarizePod } from '../cocoonset/summary.js';
 import { type KubeClients, mergePatch, statusCodeOf } from '../kube/client.js';
 import { kubeFailure } from '../kube/errors.js';
 import type { OperatorMetrics } from '../metrics.js';
+import { recordEvent } from './kube.js';
 
 /** Dependencies of the CocoonSet activities. `metrics` absent = counters are not incremented. */
 export interface CocoonSetActivityDeps {
@@ -289,11 +287,9 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
     },
 
     /**
-     * Records an Event on the CocoonSet (§18), folded like client-go's event recorder: an Event from this
-     * operator with the same involved object, type, reason and message whose last occurrence is within
-     * EVENT_FOLD_WINDOW_MS gets its `count` incremented and `lastTimestamp` moved (a resourceVersion-guarded
-     * merge patch), instead of a new Event per pass. `key` identifies this emit: a retried activity whose
-     * first attempt was counted finds its key on the Event and stops, so each key counts once.
+     * Records an Event on the CocoonSet (§18) with the operator's one Event writer, `recordEvent` of
+     * src/activities/kube.ts: folded like client-go's recorder (same object, type, reason and message
+     * within 10 minutes → one Event whose count grows), each `key` counted once however often retried.
      */
     async cocoonSetEmitEvent(input: {
       namespace: string;
@@ -304,15 +300,18 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
       message: string;
       key: string;
     }): Promise<void> {
-      await foldEvent(core, {
-        namespace: input.namespace,
-        involved: { kind: KIND_COCOONSET, name: input.name, uid: input.uid, apiVersion: API_VERSION },
-        type: input.type,
-        reason: input.reason,
-        message: input.message,
-        key: input.key,
-        nowMs: Date.now(),
-      });
+      await recordEvent(
+        core,
+        {
+          namespace: input.namespace,
+          involved: { kind: KIND_COCOONSET, name: input.name, uid: input.uid, apiVersion: API_VERSION },
+          type: input.type,
+          reason: input.reason,
+          message: input.message,
+          key: input.key,
+        },
+        Date.now(),
+      );
     },
 
     /**
@@ -326,136 +325,6 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
       counter?.inc(input.labels);
     },
   };
-}
-
-/**
- * Identical Events whose last occurrence lies within this window fold into one (client-go's
- * EventCorrelator aggregates over 10 minutes; the apiserver drops Events after its 1 h event TTL).
- */
-export const EVENT_FOLD_WINDOW_MS = 10 * 60_000;
-/** How many emit keys a folded Event remembers (a retry comes right after its first attempt). */
-const EVENT_KEYS_KEPT = 20;
-/** Event messages are cut to this many bytes, as the VM path's Events (src/activities/kube.ts). */
-const EVENT_MESSAGE_MAX_BYTES = 1024;
-/** Re-reads after a conflicting concurrent write to the same Event. */
-const EVENT_FOLD_ATTEMPTS = 5;
-
-/** What `foldEvent` records. `nowMs` is the occurrence time (epoch ms). */
-export interface FoldedEventInput {
-  namespace: string;
-  involved: { kind: string; name: string; uid?: string; apiVersion: string };
-  type: 'Normal' | 'Warning';
-  reason: string;
-  message: string;
-  key: string;
-  nowMs: number;
-}
-
-function truncateMessage(s: string): string {
-  if (Buffer.byteLength(s) <= EVENT_MESSAGE_MAX_BYTES) return s;
-  return `${Buffer.from(s)
-    .subarray(0, EVENT_MESSAGE_MAX_BYTES - 3)
-    .toString()}...`;
-}
-
-/** metav1.Time text (RFC 3339, seconds). */
-function metaTime(ms: number): string {
-  return new Date(Math.floor(ms / 1000) * 1000).toISOString().replace(/\.\d{3}Z$/, 'Z');
-}
-
-function timeMs(t: Date | string | undefined): number {
-  if (t === undefined || t === null) return Number.NaN;
-  return t instanceof Date ? t.getTime() : Date.parse(t);
-}
-
-/** The emit keys recorded on an Event (EVENT_KEYS_ANNOTATION), [] when absent or unreadable. */
-export function eventKeysOf(ev: CoreV1Event): string[] {
-  const raw = ev.metadata?.annotations?.[EVENT_KEYS_ANNOTATION];
-  if (!raw) return [];
-  try {
-    const keys = JSON.parse(raw) as unknown;
-    return Array.isArray(keys) ? keys.filter((k): k is string => typeof k === 'string') : [];
-  } catch {
-    return [];
-  }
-}
-
-/**
- * Records one occurrence of an Event with client-go's count folding (spec/hibernation.md §9.1 note,
- * spec/cocoonset-core.md §10 "the recorder aggregates duplicate events"). Lists this operator's Events on
- * the involved object with the same reason and type (field selectors), and among those with the same
- * message: if one already counted `key`, does nothing; else if the newest was last seen within
- * EVENT_FOLD_WINDOW_MS, patches its count + 1 and lastTimestamp (merge patch carrying the
- * resourceVersion read, so a concurrent fold conflicts and is re-read instead of lost); else creates a
- * new Event (`<object>.<hex>`, count 1). Errors: API errors other than a conflict are thrown.
- */
-export async function foldEvent(core: CoreV1Api, input: FoldedEventInput): Promise<void> {
-  const message = truncateMessage(input.message);
-  const selector = [
-    `involvedObject.kind=${input.involved.kind}`,
-    `involvedObject.name=${input.involved.name}`,
-    `reason=${input.reason}`,
-    `type=${input.type}`,
-  ];
-  if (input.involved.uid) selector.push(`involvedObject.uid=${input.involved.uid}`);
-  for (let attempt = 1; ; attempt++) {
-    const list = await core.listNamespacedEvent({
-      namespace: input.namespace,
-      fieldSelector: selector.join(','),
-    });
-    const same = list.items.filter((e) => e.source?.component === EVENT_SOURCE && e.message === message);
-    if (same.some((e) => eventKeysOf(e).includes(input.key))) return;
-    const newest = same
-      .filter((e) => input.nowMs - timeMs(e.lastTimestamp ?? e.firstTimestamp) <= EVENT_FOLD_WINDOW_MS)
-      .sort((a, b) => timeMs(b.lastTimestamp) - timeMs(a.lastTimestamp))[0];
-    try {
-      if (newest) {
-        const keys = [...eventKeysOf(newest), input.key].slice(-EVENT_KEYS_KEPT);
-        await core.patchNamespacedEvent(
-          {
-            name: newest.metadata!.name!,
-            namespace: input.namespace,
-            body: {
-              metadata: {
-                resourceVersion: newest.metadata?.resourceVersion,
-                annotations: { [EVENT_KEYS_ANNOTATION]: JSON.stringify(keys) },
-              },
-              count: (newest.count ?? 1) + 1,
-              lastTimestamp: metaTime(input.nowMs),
-            },
-          },
-          mergePatch,
-        );
-      } else {
-        await core.createNamespacedEvent({
-          namespace: input.namespace,
-          body: {
-            metadata: {
-              name: `${input.involved.name}.${input.nowMs.toString(16)}${randomBytes(4).toString('hex')}`,
-              namespace: input.namespace,
-              annotations: { [EVENT_KEYS_ANNOTATION]: JSON.stringify([input.key]) },
-            },
-            involvedObject: { ...input.involved, namespace: input.namespace },
-            reason: input.reason,
-            message,
-            type: input.type,
-            source: { component: EVENT_SOURCE },
-            reportingComponent: EVENT_SOURCE,
-            reportingInstance: process.env.HOSTNAME || EVENT_SOURCE,
-            firstTimestamp: new Date(metaTime(input.nowMs)),
-            lastTimestamp: new Date(metaTime(input.nowMs)),
-            count: 1,
-          },
-        });
-      }
-      return;
-    } catch (err) {
-      const code = statusCodeOf(err);
-      // 409: a concurrent fold moved the Event (or the generated name exists); 404: it expired meanwhile.
-      if ((code === 409 || code === 404) && attempt < EVENT_FOLD_ATTEMPTS) continue;
-      throw kubeFailure(err);
-    }
-  }
 }
 
 /** The activity interface the CocoonSet workflow proxies (tests implement it in memory). */

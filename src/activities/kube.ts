@@ -3,12 +3,12 @@
  * the hibernate-annotation merge patch, finalizer add/remove, status merge patches and Events. Each is
  * idempotent, so Temporal may retry it (DESIGN.md §3.1). Writes go to the API server.
  */
-import { randomUUID } from 'node:crypto';
-import type { CoreV1Event, V1Pod } from '@kubernetes/client-node';
+import type { CoreV1Api, CoreV1Event, V1Pod } from '@kubernetes/client-node';
 import { ApplicationFailure } from '@temporalio/common';
 import { type TemporalUi, vmWorkflowId, workflowAnnotations } from '../api/ids.js';
 import {
   API_VERSION,
+  EVENT_KEYS_ANNOTATION,
   EVENT_SOURCE,
   Finalizers,
   GROUP,
@@ -22,6 +22,7 @@ import {
   observePod,
   type PodObservation,
 } from '../api/observe.js';
+import { podNameProblem } from '../api/pod.js';
 import type { CocoonHibernation } from '../api/types.js';
 import { type KubeClients, mergePatch, statusCodeOf } from '../kube/client.js';
 
@@ -42,7 +43,10 @@ export interface KubeActivityDeps {
   };
 }
 
-/** Input of emitEvent. `key` makes the Event idempotent: one Event per key, however often retried. */
+/**
+ * Input of emitEvent / recordEvent. `key` identifies one occurrence: it is counted once, however often the
+ * activity is retried.
+ */
 export interface EventInput {
   namespace: string;
   involved: { kind: string; name: string; uid?: string; apiVersion: string };
@@ -50,7 +54,7 @@ export interface EventInput {
   reason: string;
   message: string;
   key: string;
-  /** Observed once, when the Event is first created. */
+  /** Observed once, when this key is first counted. */
   phaseDuration?: { kind: 'hibernate' | 'wake'; result: 'ok' | 'timeout'; seconds: number };
 }
 
@@ -74,6 +78,121 @@ function truncate(s: string, max: number): string {
     : `${Buffer.from(s)
         .subarray(0, max - 3)
         .toString()}...`;
+}
+
+/**
+ * Identical Events whose last occurrence lies within this window fold into one (client-go's
+ * EventCorrelator aggregates over 10 minutes; the apiserver drops Events after its 1 h event TTL).
+ */
+export const EVENT_FOLD_WINDOW_MS = 10 * 60_000;
+/** How many occurrence keys a folded Event remembers (a retry comes right after its first attempt). */
+const EVENT_KEYS_KEPT = 20;
+/** Event messages are cut to this many bytes. */
+const EVENT_MESSAGE_MAX_BYTES = 1024;
+/** Re-reads after a conflicting concurrent fold of the same Event. */
+const EVENT_FOLD_ATTEMPTS = 5;
+
+/** metav1.Time text (RFC 3339, seconds). */
+function metaTime(ms: number): string {
+  return new Date(Math.floor(ms / 1000) * 1000).toISOString().replace(/\.\d{3}Z$/, 'Z');
+}
+
+function timeMs(t: Date | string | undefined): number {
+  if (t === undefined || t === null) return Number.NaN;
+  return t instanceof Date ? t.getTime() : Date.parse(t);
+}
+
+/** The occurrence keys recorded on an Event (EVENT_KEYS_ANNOTATION), [] when absent or unreadable. */
+export function eventKeysOf(ev: CoreV1Event): string[] {
+  const raw = ev.metadata?.annotations?.[EVENT_KEYS_ANNOTATION];
+  if (!raw) return [];
+  try {
+    const keys = JSON.parse(raw) as unknown;
+    return Array.isArray(keys) ? keys.filter((k): k is string => typeof k === 'string') : [];
+  } catch {
+    return [];
+  }
+}
+
+/**
+ * Records one occurrence (`input.key`, at `nowMs` epoch ms) of an Event, folded as client-go's recorder
+ * folds them: this operator's Events on the same involved object with the same type, reason and message
+ * whose last occurrence is within EVENT_FOLD_WINDOW_MS are one Event whose `count` grows. Lists those
+ * Events (field selectors); if one already counted `key`, does nothing; else patches the newest one's
+ * count + 1 and lastTimestamp (a merge patch carrying the resourceVersion read, so a concurrent fold
+ * conflicts and is re-read instead of lost); else creates the Event, named after the object and the key
+ * so that two attempts of one occurrence cannot both create one. Returns true when this call counted the
+ * key, false when it had been counted before. Errors: API errors other than a conflict are thrown.
+ */
+export async function recordEvent(core: CoreV1Api, input: EventInput, nowMs: number): Promise<boolean> {
+  const message = truncate(input.message, EVENT_MESSAGE_MAX_BYTES);
+  const selector = [
+    `involvedObject.kind=${input.involved.kind}`,
+    `involvedObject.name=${input.involved.name}`,
+    `reason=${input.reason}`,
+    `type=${input.type}`,
+  ];
+  if (input.involved.uid) selector.push(`involvedObject.uid=${input.involved.uid}`);
+  for (let attempt = 1; ; attempt++) {
+    const list = await core.listNamespacedEvent({
+      namespace: input.namespace,
+      fieldSelector: selector.join(','),
+    });
+    const same = list.items.filter((e) => e.source?.component === EVENT_SOURCE && e.message === message);
+    if (same.some((e) => eventKeysOf(e).includes(input.key))) return false;
+    const newest = same
+      .filter((e) => nowMs - timeMs(e.lastTimestamp ?? e.firstTimestamp) <= EVENT_FOLD_WINDOW_MS)
+      .sort((a, b) => timeMs(b.lastTimestamp) - timeMs(a.lastTimestamp))[0];
+    try {
+      if (newest) {
+        const keys = [...eventKeysOf(newest), input.key].slice(-EVENT_KEYS_KEPT);
+        await core.patchNamespacedEvent(
+          {
+            name: newest.metadata!.name!,
+            namespace: input.namespace,
+            body: {
+              metadata: {
+                resourceVersion: newest.metadata?.resourceVersion,
+                annotations: { [EVENT_KEYS_ANNOTATION]: JSON.stringify(keys) },
+              },
+              count: (newest.count ?? 1) + 1,
+              lastTimestamp: metaTime(nowMs),
+            },
+          },
+          mergePatch,
+        );
+        return true;
+      }
+      await core.createNamespacedEvent({
+        namespace: input.namespace,
+        body: {
+          metadata: {
+            name: eventName(input.involved.name, input.key),
+            namespace: input.namespace,
+            annotations: { [EVENT_KEYS_ANNOTATION]: JSON.stringify([input.key]) },
+          },
+          involvedObject: { ...input.involved, namespace: input.namespace },
+          reason: input.reason,
+          message,
+          type: input.type,
+          source: { component: EVENT_SOURCE },
+          reportingComponent: EVENT_SOURCE,
+          reportingInstance: process.env.HOSTNAME || EVENT_SOURCE,
+          firstTimestamp: new Date(metaTime(nowMs)),
+          lastTimestamp: new Date(metaTime(nowMs)),
+          count: 1,
+        },
+      });
+      return true;
+    } catch (err) {
+      const code = statusCodeOf(err);
+      // The Event named after this key exists: an earlier attempt of this occurrence created it.
+      if (code === 409 && !newest) return false;
+      // 409: a concurrent fold moved the Event; 404: it expired meanwhile. Re-read and fold again.
+      if ((code === 409 || code === 404) && attempt < EVENT_FOLD_ATTEMPTS) continue;
+      throw err;
+    }
+  }
 }
 
 /**
@@ -119,10 +238,14 @@ export function createKubeActivities(deps: KubeActivityDeps) {
       hibernations: HibernationObservation[];
     }> {
       let pod: PodObservation = { exists: false, namespace: input.namespace, name: input.pod };
-      try {
-        pod = observePod(await core.readNamespacedPod({ name: input.pod, namespace: input.namespace }));
-      } catch (err) {
-        if (statusCodeOf(err) !== 404) throw err;
+      // A name no pod can have (the workflow marks its CRs Failed) is not asked for: the answer could be
+      // a 400 instead of a 404, or another object's path (a name with a '/').
+      if (podNameProblem(input.pod) === undefined) {
+        try {
+          pod = observePod(await core.readNamespacedPod({ name: input.pod, namespace: input.namespace }));
+        } catch (err) {
+          if (statusCodeOf(err) !== 404) throw err;
+        }
       }
       const items = await listHibernationObjects(input.namespace);
       return {
@@ -239,37 +362,13 @@ export function createKubeActivities(deps: KubeActivityDeps) {
     },
 
     /**
-     * Records a core/v1 Event once per `key` (a retried activity finds it already there and stops), and
-     * observes the phase-duration histogram only on that first creation.
+     * Records one occurrence of a core/v1 Event, folded (`recordEvent`: one Event per object, type, reason
+     * and message within 10 minutes, whose count grows; each `key` counted once however often retried),
+     * and observes the phase-duration histogram when this call counted the key.
      */
     async emitEvent(input: EventInput): Promise<void> {
-      const now = new Date();
-      const event: CoreV1Event = {
-        metadata: { name: eventName(input.involved.name, input.key), namespace: input.namespace },
-        involvedObject: {
-          kind: input.involved.kind,
-          name: input.involved.name,
-          namespace: input.namespace,
-          uid: input.involved.uid,
-          apiVersion: input.involved.apiVersion,
-        },
-        reason: input.reason,
-        message: truncate(input.message, 1024),
-        type: input.type,
-        source: { component: EVENT_SOURCE },
-        reportingComponent: EVENT_SOURCE,
-        reportingInstance: process.env.HOSTNAME || randomUUID(),
-        firstTimestamp: now,
-        lastTimestamp: now,
-        count: 1,
-      };
-      try {
-        await core.createNamespacedEvent({ namespace: input.namespace, body: event });
-      } catch (err) {
-        if (statusCodeOf(err) === 409) return; // already recorded by an earlier attempt
-        throw err;
-      }
-      if (input.phaseDuration) {
+      const counted = await recordEvent(core, input, Date.now());
+      if (counted && input.phaseDuration) {
         const d = input.phaseDuration;
         deps.metrics?.observePhaseDuration(d.kind, d.result, d.seconds);
       }

@@ -88,11 +88,16 @@ export const CONDITION_READY = 'Ready';
 export const CONDITION_PROGRESSING = 'Progressing';
 /** Condition type this port adds when several live CocoonHibernations on one VM want opposite things. */
 export const CONDITION_CONFLICT = 'DesireConflict';
+/**
+ * Condition type this port adds while the registry probe of a hibernate fails (True, reason
+ * `RegistryError`, the error and the deadline in its message); removed by the next probe that answers.
+ */
+export const CONDITION_PROBE_FAILING = 'SnapshotProbeFailing';
 
 export const EVENT_SOURCE = 'cocoon-operator';
 
 /**
- * Operator-local annotation on the Events the CocoonSet path folds (src/activities/cocoonset.ts): a JSON
+ * Operator-local annotation on the Events the operator folds (src/activities/kube.ts recordEvent): a JSON
  * array of the last emit keys counted into the Event, so a retried activity never counts twice. Not part
  * of the wire contract with other components.
  */

@@ -96,3 +96,22 @@ export function extractAgentSlot(namespace: string, cocoonSet: string, vmName: s
   const n = Number(rest);
   return Number.isSafeInteger(n) && n >= 0 ? n : -1;
 }
+
+/** Longest object name a DNS-1123 subdomain allows (pods' names are validated as one). */
+export const MAX_POD_NAME_LENGTH = 253;
+const DNS1123_SUBDOMAIN = /^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/;
+
+/**
+ * Why `name` can never be a pod's name, or undefined when it can. Pod names are DNS-1123 subdomains (the
+ * apiserver's ValidatePodName): at most 253 characters of lower-case alphanumerics, '-' and '.', starting
+ * and ending with an alphanumeric. The wording follows apimachinery's validation messages.
+ */
+export function podNameProblem(name: string): string | undefined {
+  if (name.length > MAX_POD_NAME_LENGTH) {
+    return `must be no more than ${MAX_POD_NAME_LENGTH} characters (it has ${name.length})`;
+  }
+  if (!DNS1123_SUBDOMAIN.test(name)) {
+    return "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or '.', and must start and end with an alphanumeric character";
+  }
+  return undefined;
+}

@@ -3,7 +3,13 @@
  * writers' merge-patch bodies (spec/hibernation.md §3–§6). No I/O and no clock reads: callers pass `nowMs`,
  * so the VM workflow (deterministic time) and unit tests share them.
  */
-import { Annotations, CONDITION_CONFLICT, CONDITION_READY, LifecycleStates } from '../api/keys.js';
+import {
+  Annotations,
+  CONDITION_CONFLICT,
+  CONDITION_PROBE_FAILING,
+  CONDITION_READY,
+  LifecycleStates,
+} from '../api/keys.js';
 import type { PodObservation } from '../api/observe.js';
 import { parseGeneration } from '../api/pod.js';
 import type { CocoonHibernation, Condition, HibernationPhase } from '../api/types.js';
@@ -228,6 +234,32 @@ export function markFailedPatch(cr: CRView, message: string, nowMs: number): Sta
 }
 
 /**
+ * Sets (with `message`) or removes (`undefined`) one of the conditions this port adds beside Ready: True
+ * with `reason` and the message; null when the status already says exactly that.
+ */
+function ownConditionPatch(
+  cr: CRView,
+  type: string,
+  reason: string,
+  message: string | undefined,
+  nowMs: number,
+): StatusPatch | null {
+  const st = cr.status;
+  const existing = st?.conditions?.find((c) => c.type === type);
+  if (message === undefined) {
+    if (!existing) return null;
+    return { status: { conditions: (st?.conditions ?? []).filter((c) => c.type !== type) } };
+  }
+  const conditions = setCondition(
+    st?.conditions,
+    { type, status: 'True', reason, message, observedGeneration: cr.generation ?? 0 },
+    nowMs,
+  );
+  if (sameConditions(st?.conditions, conditions)) return null;
+  return { status: { conditions } };
+}
+
+/**
  * The DesireConflict condition this port adds (not in the reference): True on a CR whose desire loses to
  * another live CR's in-flight or older desire on the same VM, removed when it no longer conflicts. Null when
  * nothing changes.
@@ -237,25 +269,25 @@ export function conflictPatch(
   conflictMessage: string | undefined,
   nowMs: number,
 ): StatusPatch | null {
-  const st = cr.status;
-  const existing = st?.conditions?.find((c) => c.type === CONDITION_CONFLICT);
-  if (conflictMessage === undefined) {
-    if (!existing) return null;
-    return { status: { conditions: (st?.conditions ?? []).filter((c) => c.type !== CONDITION_CONFLICT) } };
-  }
-  const conditions = setCondition(
-    st?.conditions,
-    {
-      type: CONDITION_CONFLICT,
-      status: 'True',
-      reason: 'AnotherCRHoldsVM',
-      message: conflictMessage,
-      observedGeneration: cr.generation ?? 0,
-    },
-    nowMs,
-  );
-  if (sameConditions(st?.conditions, conditions)) return null;
-  return { status: { conditions } };
+  return ownConditionPatch(cr, CONDITION_CONFLICT, 'AnotherCRHoldsVM', conflictMessage, nowMs);
+}
+
+/**
+ * The SnapshotProbeFailing condition this port adds (not in the reference, whose status only says
+ * `Hibernating` while its probes fail): True with the probe's error while HEAD of the snapshot fails,
+ * removed by the next probe that answers. Null when nothing changes.
+ */
+export function probeFailingPatch(
+  cr: CRView,
+  message: string | undefined,
+  nowMs: number,
+): StatusPatch | null {
+  return ownConditionPatch(cr, CONDITION_PROBE_FAILING, 'RegistryError', message, nowMs);
+}
+
+/** The CR has this port's DesireConflict condition set (it lost the VM to another CR's desire). */
+export function conflicting(cr: CRView): boolean {
+  return (cr.status?.conditions ?? []).some((c) => c.type === CONDITION_CONFLICT && c.status === 'True');
 }
 
 /** Applies a status patch to a CR view locally (what the apiserver's merge would produce). */

@@ -15,7 +15,6 @@
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import {
-  ActivityFailure,
   allHandlersFinished,
   condition,
   continueAsNew,
@@ -44,6 +43,13 @@ import {
 import { snapshotPolicyOf } from '../cocoonset/vmspec.js';
 import type { CocoonSetObservation } from '../watcher/cocoonset-signals.js';
 import { cocoonSetObservedSignal, ownedPodObservedSignal } from '../watcher/cocoonset-signals.js';
+import {
+  backoffDelay,
+  errorMessage,
+  kubeActivityOptions,
+  olderThan,
+  registryActivityOptions,
+} from './entity.js';
 import { publishSearchAttributes } from './search-attributes.js';
 
 /** Start argument. `carried` is the state handed over by continue-as-new. */
@@ -122,32 +128,12 @@ export interface CocoonSetState {
   published?: string;
 }
 
-const kube = proxyActivities<CocoonSetActivities>({
-  startToCloseTimeout: '30s',
-  retry: {
-    initialInterval: '500ms',
-    maximumInterval: '10s',
-    maximumAttempts: 3,
-    nonRetryableErrorTypes: ['NotFound'],
-  },
-});
+const kube = proxyActivities<CocoonSetActivities>(kubeActivityOptions(3));
 
 function registryActivities(): RegistryActivities {
-  return proxyActivities<RegistryActivities>({
-    taskQueue: taskQueues(workflowInfo().taskQueue).cocoonSetRegistry,
-    startToCloseTimeout: '45s',
-    retry: { initialInterval: '1s', maximumInterval: '5s', maximumAttempts: 3 },
-  });
-}
-
-function errorMessage(err: unknown): string {
-  if (err instanceof ActivityFailure && err.cause) return err.cause.message;
-  return err instanceof Error ? err.message : String(err);
-}
-
-function olderThan(incoming: string | undefined, current: string | undefined): boolean {
-  if (!incoming || !current || !/^\d+$/.test(incoming) || !/^\d+$/.test(current)) return false;
-  return BigInt(incoming) < BigInt(current);
+  return proxyActivities<RegistryActivities>(
+    registryActivityOptions(taskQueues(workflowInfo().taskQueue).cocoonSetRegistry),
+  );
 }
 
 /** Entity workflow for one CocoonSet. See the module comment. */
@@ -266,13 +252,15 @@ async function runPass(
     }
     state.failures++;
     state.failing = true;
-    state.nextPassAt = Date.now() + backoffDelay(state.failures);
+    state.nextPassAt = Date.now() + backoffDelay(state.failures, BACKOFF_BASE_MS, BACKOFF_MAX_MS);
   } else if (result.requeue) {
     state.failing = false;
     state.failures++;
     state.nextPassAt =
       Date.now() +
-      (state.failures <= IMMEDIATE_REQUEUES ? 0 : backoffDelay(state.failures - IMMEDIATE_REQUEUES));
+      (state.failures <= IMMEDIATE_REQUEUES
+        ? 0
+        : backoffDelay(state.failures - IMMEDIATE_REQUEUES, BACKOFF_BASE_MS, BACKOFF_MAX_MS));
   } else {
     state.failing = false;
     state.failures = 0;
@@ -294,10 +282,6 @@ async function readWorld(namespace: string, name: string): Promise<{ cs: CocoonS
     token = page.continue;
   }
   return { cs: first.cs, pods };
-}
-
-function backoffDelay(failures: number): number {
-  return Math.min(BACKOFF_BASE_MS * 2 ** Math.min(failures - 1, 30), BACKOFF_MAX_MS);
 }
 
 /** Drives `planPass` to its end, executing each batch (module comment of src/cocoonset/plan.ts). */
@@ -442,7 +426,7 @@ async function execute(
       case 'event':
         // Fire and forget (a lost event never fails the pass). The key names this emit uniquely across
         // runs (a fresh run after a terminate or reset restarts `passes`), so only a retried activity
-        // reuses it and the Event counts each pass once (src/activities/cocoonset.ts foldEvent).
+        // reuses it and the Event counts each pass once (src/activities/kube.ts recordEvent).
         try {
           await kube.cocoonSetEmitEvent({
             namespace,

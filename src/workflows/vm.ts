@@ -10,9 +10,8 @@
  * as new before the history grows large; complete when no CocoonHibernation targets the pod any more.
  */
 import {
-  ActivityFailure,
-  ApplicationFailure,
   allHandlersFinished,
+  CancellationScope,
   condition,
   continueAsNew,
   log,
@@ -25,9 +24,11 @@ import type { RegistryActivities } from '../activities/registry.js';
 import { taskQueues } from '../api/ids.js';
 import { Annotations, EventReasons, Finalizers, Tags } from '../api/keys.js';
 import type { HibernationObservation, PodObservation } from '../api/observe.js';
+import { podNameProblem } from '../api/pod.js';
 import type { HibernationPhase } from '../api/types.js';
 import {
   applyStatusPatch,
+  conflicting,
   conflictPatch,
   deadlineExceeded,
   deadlineOf,
@@ -40,13 +41,24 @@ import {
   markFailedPatch,
   markPendingPatch,
   type Path,
+  probeFailingPatch,
   readyTransitionMs,
+  rfc3339,
   route,
   type StatusPatch,
   setPhasePatch,
   WAKE_TIMEOUT_MS,
   wakeGateOpen,
 } from '../hibernation/rules.js';
+import {
+  backoffDelay,
+  compareResourceVersions,
+  errorMessage,
+  isNotFound,
+  kubeActivityOptions,
+  olderThan,
+  registryActivityOptions,
+} from './entity.js';
 import {
   hibernationObservedSignal,
   podObservedSignal,
@@ -76,6 +88,11 @@ interface TrackedCR extends HibernationObservation {
   backoffUntil?: number;
   /** Epoch ms of the next retry of a Failed transition, or of a deleting CR's next look. */
   retryAt?: number;
+  /**
+   * The resourceVersion of the first observation of this CR (its creation's, when the watcher saw it
+   * created): orders CRs created within the same second (creationTimestamp has second precision).
+   */
+  firstSeenRV?: string;
 }
 
 /** Workflow state; carried across continue-as-new. Plain JSON. */
@@ -100,29 +117,12 @@ export interface VMState {
   readingSince?: Array<{ pod?: PodObservation; cr?: HibernationObservation }>;
 }
 
-const kube = proxyActivities<KubeActivities>({
-  startToCloseTimeout: '30s',
-  retry: {
-    initialInterval: '500ms',
-    maximumInterval: '10s',
-    maximumAttempts: 5,
-    nonRetryableErrorTypes: ['NotFound'],
-  },
-});
+const kube = proxyActivities<KubeActivities>(kubeActivityOptions(5));
 
 function registryActivities(): RegistryActivities {
-  return proxyActivities<RegistryActivities>({
-    taskQueue: taskQueues(workflowInfo().taskQueue).hibernationRegistry,
-    // The client's own request timeout is 30 s; this bounds a wedged call that ignores it.
-    startToCloseTimeout: '45s',
-    retry: { initialInterval: '1s', maximumInterval: '5s', maximumAttempts: 3 },
-  });
-}
-
-/** Resource versions are etcd revisions in practice; compare numerically when both are numeric. */
-function olderThan(incoming: string | undefined, current: string | undefined): boolean {
-  if (!incoming || !current || !/^\d+$/.test(incoming) || !/^\d+$/.test(current)) return false;
-  return BigInt(incoming) < BigInt(current);
+  return proxyActivities<RegistryActivities>(
+    registryActivityOptions(taskQueues(workflowInfo().taskQueue).hibernationRegistry),
+  );
 }
 
 function sameIgnoringVersion<T extends { resourceVersion?: string }>(a: T | undefined, b: T): boolean {
@@ -130,17 +130,6 @@ function sameIgnoringVersion<T extends { resourceVersion?: string }>(a: T | unde
   return (
     JSON.stringify({ ...a, resourceVersion: undefined }) ===
     JSON.stringify({ ...b, resourceVersion: undefined })
-  );
-}
-
-function errorMessage(err: unknown): string {
-  if (err instanceof ActivityFailure && err.cause) return err.cause.message;
-  return err instanceof Error ? err.message : String(err);
-}
-
-function isNotFound(err: unknown): boolean {
-  return (
-    err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'NotFound'
   );
 }
 
@@ -236,12 +225,13 @@ function observeHibernationSignal(state: VMState, obs: HibernationObservation): 
     failures: prev?.failures ?? 0,
     backoffUntil: acted ? undefined : prev?.backoffUntil,
     retryAt: acted ? undefined : prev?.retryAt,
+    firstSeenRV: prev?.firstSeenRV ?? obs.resourceVersion,
   };
   return true;
 }
 
 function stripScheduling(cr: TrackedCR): HibernationObservation {
-  const { failures: _f, backoffUntil: _b, retryAt: _r, ...obs } = cr;
+  const { failures: _f, backoffUntil: _b, retryAt: _r, firstSeenRV: _s, ...obs } = cr;
   return obs;
 }
 
@@ -262,26 +252,40 @@ function nextWake(state: VMState): number | undefined {
     const when = Math.max(t, floor);
     if (when > spent && (at === undefined || when < at)) at = when;
   };
-  // Deadlines are strict (now − LTT > timeout) at second precision: look one second after.
-  const after = (t: number | undefined) => (t === undefined ? undefined : t + 1_000);
+  // Deadlines are strict (now − LTT > timeout; LTT at second precision, now in ms): look 1 ms after.
+  const after = (t: number | undefined) => (t === undefined ? undefined : t + 1);
   for (const cr of Object.values(state.crs)) {
-    // A CR backing off after a failed pass gets no pass before backoffUntil, whatever else is due.
+    // A CR backing off after a failed pass gets no retry before backoffUntil; its deadline is not moved
+    // by the backoff (a registry outage must turn Hibernating into Failed at 3m0s, not at 3m0s + backoff).
     const floor = cr.backoffUntil ?? Number.NEGATIVE_INFINITY;
     consider(cr.backoffUntil);
     consider(cr.retryAt, floor);
-    consider(after(deadlineOf(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS)), floor);
-    consider(after(deadlineOf(cr.status, 'Waking', WAKE_TIMEOUT_MS)), floor);
+    consider(after(deadlineOf(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS)));
+    consider(after(deadlineOf(cr.status, 'Waking', WAKE_TIMEOUT_MS)));
   }
   if (state.needResync) consider(state.resyncAt);
   if (inFlight(state)) consider((state.lastResyncAt ?? Date.now()) + FALLBACK_RESYNC_MS);
   return at;
 }
 
-/** CRs in a stable order: oldest first, then by name. */
+/**
+ * CRs in a stable order, oldest first: creationTimestamp (second precision), then the resourceVersion
+ * this workflow first saw them at (creation order within a second, as etcd assigns it), then the name.
+ */
 function ordered(state: VMState): TrackedCR[] {
   return Object.values(state.crs).sort(
     (a, b) =>
-      (a.creationTimestamp ?? '').localeCompare(b.creationTimestamp ?? '') || a.name.localeCompare(b.name),
+      (a.creationTimestamp ?? '').localeCompare(b.creationTimestamp ?? '') ||
+      compareResourceVersions(a.firstSeenRV ?? a.resourceVersion, b.firstSeenRV ?? b.resourceVersion) ||
+      a.name.localeCompare(b.name),
+  );
+}
+
+/** The in-flight phase's deadline has passed: a pass is due whatever the error backoff says. */
+function deadlineDue(cr: TrackedCR, nowMs: number): boolean {
+  return (
+    deadlineExceeded(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS, nowMs) ||
+    deadlineExceeded(cr.status, 'Waking', WAKE_TIMEOUT_MS, nowMs)
   );
 }
 
@@ -311,6 +315,7 @@ async function resync(state: VMState): Promise<void> {
       failures: prev?.failures,
       backoffUntil: prev?.backoffUntil,
       retryAt: prev?.retryAt,
+      firstSeenRV: prev?.firstSeenRV ?? obs.resourceVersion,
     };
   }
   state.crs = next;
@@ -332,14 +337,14 @@ async function reconcileAll(state: VMState, registry: RegistryActivities): Promi
     } catch (err) {
       log.warn('resync failed', { error: errorMessage(err) });
       state.resyncFailures = (state.resyncFailures ?? 0) + 1;
-      state.resyncAt = Date.now() + backoffDelay(state.resyncFailures);
+      state.resyncAt = Date.now() + backoffDelay(state.resyncFailures, BACKOFF_BASE_MS, BACKOFF_MAX_MS);
       return;
     }
   }
   const now = Date.now();
   for (const cr of ordered(state)) {
     if (!state.crs[cr.name]) continue; // removed by an earlier pass this round
-    if ((cr.backoffUntil ?? 0) > now) continue;
+    if ((cr.backoffUntil ?? 0) > now && !deadlineDue(cr, now)) continue;
     cr.backoffUntil = undefined;
     // A retry time that has come is spent (this pass is the retry); left set, nextWake would return it
     // for ever and the workflow would wake on a timer every second after a Failed transition recovered.
@@ -361,13 +366,9 @@ async function reconcileAll(state: VMState, registry: RegistryActivities): Promi
   }
 }
 
-function backoffDelay(failures: number): number {
-  return Math.min(BACKOFF_BASE_MS * 2 ** (failures - 1), BACKOFF_MAX_MS);
-}
-
 function backoff(cr: TrackedCR): void {
   cr.failures = (cr.failures ?? 0) + 1;
-  cr.backoffUntil = Date.now() + backoffDelay(cr.failures);
+  cr.backoffUntil = Date.now() + backoffDelay(cr.failures, BACKOFF_BASE_MS, BACKOFF_MAX_MS);
 }
 
 /** Runs passes for one CR until one ends without asking to go again (the finalizer add asks). */
@@ -400,6 +401,14 @@ async function pass(state: VMState, name: string, registry: RegistryActivities):
     await writeStatus(state, cr, markFailedPatch(cr, 'spec.podRef.name is required', Date.now()));
     return false;
   }
+  // Deliberate addition: a name no pod can have would otherwise wait Pending for ever ("not yet present").
+  // Failed, as the reference's other spec-level errors (empty podRef, unknown desire); podRef is immutable.
+  const badName = podNameProblem(cr.podRef);
+  if (badName) {
+    const msg = `spec.podRef.name ${goQuote(cr.podRef)} can never name a pod: ${badName}`;
+    await writeStatus(state, cr, markFailedPatch(cr, msg, Date.now()));
+    return false;
+  }
   const pod = state.podObs;
   if (!pod?.exists) {
     await writeStatus(
@@ -422,7 +431,7 @@ async function pass(state: VMState, name: string, registry: RegistryActivities):
   }
   const holder = holderOf(state);
   if (holder && holder.cr.name !== cr.name && holder.path !== path) {
-    const msg = `VM ${vmName} is held by cocoonhibernation ${holder.cr.name} (desire ${holder.cr.desire}); desire ${cr.desire} waits until that one is deleted`;
+    const msg = `VM ${vmName} is held by cocoonhibernation ${holder.cr.name} (desire ${holder.cr.desire}, ${holder.why}); desire ${cr.desire} waits until that one is deleted`;
     await writeStatus(state, cr, conflictPatch(cr, msg, Date.now()));
     return false;
   }
@@ -439,17 +448,23 @@ async function pass(state: VMState, name: string, registry: RegistryActivities):
 }
 
 /**
- * The CR whose path the VM follows when live CRs disagree: the first (oldest) one with a transition in
- * flight, else the oldest live one. A deliberate addition: the reference only serializes, so opposite
- * desires take turns flipping the annotation.
+ * The CR whose path the VM follows when live CRs disagree, and why: the first (oldest) one with a
+ * transition in flight; else the oldest live one that has not lost the VM already (no DesireConflict
+ * condition), so a decision once recorded in the CRs' status survives a restart of the workflow; else the
+ * oldest live one (`ordered`: creation time, then creation order within the second). A deliberate
+ * addition: the reference only serializes, so opposite desires take turns flipping the annotation.
  */
-function holderOf(state: VMState): { cr: TrackedCR; path: Path } | undefined {
+function holderOf(state: VMState): { cr: TrackedCR; path: Path; why: string } | undefined {
   const live = ordered(state).flatMap((cr) => {
     if (!cr.exists || cr.deleting || !cr.podRef) return [];
     const path = route(cr.desire, cr.status?.phase);
     return typeof path === 'string' ? [{ cr, path }] : [];
   });
-  return live.find((l) => l.cr.status?.phase === 'Hibernating' || l.cr.status?.phase === 'Waking') ?? live[0];
+  const inFlight = live.find((l) => l.cr.status?.phase === 'Hibernating' || l.cr.status?.phase === 'Waking');
+  if (inFlight) return { ...inFlight, why: 'its transition is in flight' };
+  const kept = live.find((l) => !conflicting(l.cr));
+  if (kept && kept !== live[0]) return { ...kept, why: 'it held the VM first' };
+  return live[0] && { ...live[0], why: 'created first' };
 }
 
 function track(state: VMState, obs: HibernationObservation): TrackedCR | undefined {
@@ -466,6 +481,7 @@ function track(state: VMState, obs: HibernationObservation): TrackedCR | undefin
     failures: cur?.failures,
     backoffUntil: cur?.backoffUntil,
     retryAt: cur?.retryAt,
+    firstSeenRV: cur?.firstSeenRV ?? obs.resourceVersion,
   };
   state.crs[obs.name] = next;
   return next;
@@ -573,7 +589,7 @@ async function hibernatePath(
   vmName: string,
   registry: RegistryActivities,
 ): Promise<void> {
-  const cr = state.crs[name]!;
+  let cr = state.crs[name]!;
   if (cr.status?.phase === 'Failed' && (cr.retryAt ?? 0) > Date.now()) return; // waiting out FAILED_RETRY_MS
   await retryRequested(cr, 'Hibernate');
   const pod = hibernateAnnotated(state.podObs!) ? state.podObs! : await patchHibernate(state, 'true');
@@ -581,16 +597,24 @@ async function hibernatePath(
     // A steady Hibernated CR does not re-probe on every pod event (the reference does; spec §3.1).
     if (steady(cr, 'Hibernated', vmName)) return;
     let present = false;
+    let probeError: string | undefined;
     try {
-      present = await registry.hasManifest({ vmName, tag: Tags.hibernate });
+      present = await probeUntilDeadline(registry, cr, vmName);
     } catch (err) {
-      if (!deadlineExceeded(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS, Date.now())) {
-        // Deliberate fix: the reference returns before setting Hibernating, so a CR whose first probe
-        // fails never starts its deadline clock and retries forever without ever reaching Failed.
-        await writeStatus(state, cr, setPhasePatch(cr, 'Hibernating', vmName, Date.now()));
-        throw new Error(`probe hibernate snapshot ${vmName}: ${errorMessage(err)}`);
-      }
+      probeError = `probe hibernate snapshot ${vmName}: ${errorMessage(err)}`;
     }
+    if (probeError && !deadlineExceeded(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS, Date.now())) {
+      // Deliberate fix: the reference returns before setting Hibernating, so a CR whose first probe
+      // fails never starts its deadline clock and retries forever without ever reaching Failed.
+      cr = await writeStatus(state, cr, setPhasePatch(cr, 'Hibernating', vmName, Date.now()));
+      // And the status says why it is still Hibernating, and until when it keeps trying.
+      const deadline = deadlineOf(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS);
+      const until = deadline === undefined ? '' : `; retrying until ${rfc3339(deadline)}, then Failed`;
+      await writeStatus(state, cr, probeFailingPatch(cr, `${probeError}${until}`, Date.now()));
+      throw new Error(probeError);
+    }
+    // Any answer of the registry ends a probe failure (an error at the deadline keeps it: it is the cause).
+    if (!probeError) cr = await writeStatus(state, cr, probeFailingPatch(cr, undefined, Date.now()));
     if (present) {
       await announce(
         cr,
@@ -615,6 +639,33 @@ async function hibernatePath(
   await writeStatus(state, cr, setPhasePatch(cr, 'Hibernating', vmName, Date.now()));
 }
 
+/**
+ * HEAD of `<vmName>:hibernate`. While the CR is Hibernating the call is cut at the deadline (the activity
+ * is cancelled; a registry that never answers must not hold the CR past its 3m0s): it then throws, and
+ * the caller turns the expired deadline into Failed.
+ */
+async function probeUntilDeadline(
+  registry: RegistryActivities,
+  cr: TrackedCR,
+  vmName: string,
+): Promise<boolean> {
+  const probe = () => registry.hasManifest({ vmName, tag: Tags.hibernate });
+  const deadline = deadlineOf(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS);
+  if (deadline === undefined) return probe();
+  // Strictly past the deadline, as nextWake wakes for it.
+  const remaining = Math.max(1, deadline + 1 - Date.now());
+  try {
+    return await CancellationScope.withTimeout(remaining, probe);
+  } catch (err) {
+    if (deadlineExceeded(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS, Date.now())) {
+      throw new Error(
+        `no answer before the ${goDuration(HIBERNATE_TIMEOUT_MS)} deadline (${errorMessage(err)})`,
+      );
+    }
+    throw err;
+  }
+}
+
 /** WAKE path (spec §3.2). */
 async function wakePath(
   state: VMState,
@@ -622,9 +673,10 @@ async function wakePath(
   vmName: string,
   registry: RegistryActivities,
 ): Promise<void> {
-  const cr = state.crs[name]!;
+  let cr = state.crs[name]!;
   if (cr.status?.phase === 'Failed' && (cr.retryAt ?? 0) > Date.now()) return; // waiting out FAILED_RETRY_MS
   await retryRequested(cr, 'Wake');
+  cr = await writeStatus(state, cr, probeFailingPatch(cr, undefined, Date.now())); // a hibernate's leftover
   const pod = hibernateAnnotated(state.podObs!) ? await patchHibernate(state, null) : state.podObs!;
   if (wakeGateOpen(pod)) {
     // A steady Active CR does not DELETE the tag on every pod event (the reference does; spec §3.2).

@@ -26,6 +26,8 @@ export class RegistryProxy {
   jitterMs: number;
   /** While true, every request's connection is reset (transport error at the client). */
   down = false;
+  /** While true, every request is accepted and never answered (a registry that hangs). */
+  hang = false;
   /** Requests seen, by method. */
   readonly counts = new Map<string, number>();
   private server?: Server;
@@ -47,6 +49,7 @@ export class RegistryProxy {
         req.socket.destroy();
         return;
       }
+      if (this.hang) return; // the client's timeout or cancellation ends it (or stop())
       const delay = this.latencyMs + (this.jitterMs ? Math.random() * this.jitterMs : 0);
       setTimeout(() => {
         const up = request(

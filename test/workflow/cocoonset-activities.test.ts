@@ -6,7 +6,8 @@
  */
 import { ApplicationFailure } from '@temporalio/common';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { createCocoonSetActivities, EVENT_FOLD_WINDOW_MS } from '../../src/activities/cocoonset.js';
+import { createCocoonSetActivities } from '../../src/activities/cocoonset.js';
+import { EVENT_FOLD_WINDOW_MS } from '../../src/activities/kube.js';
 import {
   Annotations,
   EVENT_SOURCE,

@@ -12,6 +12,7 @@ import { ApplicationFailure } from '@temporalio/common';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
 import { type CocoonSetActivities, POD_PAGE_SIZE } from '../../src/activities/cocoonset.js';
+import { heartbeatWhileRunning } from '../../src/activities/heartbeat.js';
 import type { RegistryActivities } from '../../src/activities/registry.js';
 import { cocoonSetWorkflowId, taskQueues } from '../../src/api/ids.js';
 import { Annotations, Finalizers, Labels } from '../../src/api/keys.js';
@@ -518,6 +519,7 @@ export async function withCocoonSetWorlds<T>(
     connection: env.nativeConnection,
     taskQueue,
     workflowBundle: await workflowBundle(),
+    interceptors: { activity: [heartbeatWhileRunning] },
     activities: kube,
   });
   const reg = await Worker.create({
@@ -525,6 +527,7 @@ export async function withCocoonSetWorlds<T>(
     taskQueue: taskQueues(taskQueue).cocoonSetRegistry,
     activities: registry,
     maxConcurrentActivityTaskExecutions: opts.registrySlots ?? 4,
+    interceptors: { activity: [heartbeatWhileRunning] },
   });
   let result: T | undefined;
   try {

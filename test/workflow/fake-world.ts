@@ -39,6 +39,8 @@ export class FakeWorld {
   events: RecordedEvent[] = [];
   calls: string[] = [];
   phaseDurations: Array<{ kind: string; result: string }> = [];
+  /** The seconds of each phase-duration observation, in workflow time (same order as phaseDurations). */
+  phaseSeconds: number[] = [];
   /** Per VM (or pod) number of registry/annotation operations in flight, and the peak seen. */
   inFlight = new Map<string, number>();
   peak = new Map<string, number>();
@@ -183,7 +185,9 @@ export class FakeWorld {
 
   private async signal(workflowId: string, signal: string, payload: unknown): Promise<void> {
     if (!this.client) return;
-    const [, namespace, pod] = workflowId.split('/');
+    // vm/<namespace>/<pod>; a pod name that can never be one (a CR's bad podRef) may hold a '/'.
+    const [, namespace, ...rest] = workflowId.split('/');
+    const pod = rest.join('/');
     this.started.add(workflowId);
     // The Java time-skipping server's signal-with-start is not atomic (sdk-java#1538): racing a
     // continue-as-new it can answer "Completed workflow"; the real server starts or signals the new run.
@@ -314,8 +318,11 @@ export class FakeWorld {
           message: input.message,
           key: input.key,
         });
-        if (input.phaseDuration)
-          this.phaseDurations.push({ kind: input.phaseDuration.kind, result: input.phaseDuration.result });
+        if (input.phaseDuration) {
+          const { kind, result, seconds } = input.phaseDuration;
+          this.phaseDurations.push({ kind, result });
+          this.phaseSeconds.push(seconds);
+        }
       },
     };
   }

@@ -9,6 +9,7 @@ import { existsSync } from 'node:fs';
 import { temporal } from '@temporalio/proto';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime, Worker } from '@temporalio/worker';
+import { heartbeatWhileRunning } from '../../src/activities/heartbeat.js';
 import { taskQueues } from '../../src/api/ids.js';
 import { SearchAttributes } from '../../src/api/keys.js';
 import { cachedWorkflowBundle } from '../../src/workflow-code.js';
@@ -58,12 +59,13 @@ let seq = 0;
 
 /**
  * Runs `fn` with a fresh FakeWorld wired to a worker pair on a unique task queue. `registrySlots` is the
- * registry worker's maxConcurrentActivityTaskExecutions (the concurrency knob).
+ * registry worker's maxConcurrentActivityTaskExecutions (the concurrency knob); `registryWorker: false`
+ * leaves the registry queue to the test (`registryWorker(env, world)`).
  */
 export async function withWorld<T>(
   env: TestWorkflowEnvironment,
   fn: (world: FakeWorld) => Promise<T>,
-  opts: { registrySlots?: number } = {},
+  opts: { registrySlots?: number; registryWorker?: boolean } = {},
 ): Promise<T> {
   const taskQueue = `vm-test-${process.pid}-${++seq}`;
   const world = new FakeWorld();
@@ -73,26 +75,22 @@ export async function withWorld<T>(
     connection: env.nativeConnection,
     taskQueue,
     workflowBundle: await workflowBundle(),
+    interceptors: { activity: [heartbeatWhileRunning] },
     activities: world.kubeActivities(),
   });
-  const reg = await Worker.create({
-    connection: env.nativeConnection,
-    taskQueue: taskQueues(taskQueue).hibernationRegistry,
-    activities: world.registryActivities(),
-    maxConcurrentActivityTaskExecutions: opts.registrySlots ?? 4,
-  });
+  const reg =
+    opts.registryWorker === false ? undefined : await registryWorker(env, world, opts.registrySlots);
   let result: T | undefined;
+  const body = async () => {
+    try {
+      result = await fn(world);
+    } catch (err) {
+      console.error('world calls:', world.calls.join('\n'), '\nevents:', JSON.stringify(world.events));
+      throw err;
+    }
+  };
   try {
-    await main.runUntil(
-      reg.runUntil(async () => {
-        try {
-          result = await fn(world);
-        } catch (err) {
-          console.error('world calls:', world.calls.join('\n'), '\nevents:', JSON.stringify(world.events));
-          throw err;
-        }
-      }),
-    );
+    await main.runUntil(reg ? reg.runUntil(body) : body());
   } finally {
     for (const id of world.started) {
       await env.client.workflow
@@ -102,6 +100,21 @@ export async function withWorld<T>(
     }
   }
   return result as T;
+}
+
+/** A worker for the world's registry activities on its registry task queue, wired as src/worker.ts. */
+export async function registryWorker(
+  env: TestWorkflowEnvironment,
+  world: FakeWorld,
+  slots = 4,
+): Promise<Worker> {
+  return Worker.create({
+    connection: env.nativeConnection,
+    taskQueue: taskQueues(world.taskQueue).hibernationRegistry,
+    activities: world.registryActivities(),
+    maxConcurrentActivityTaskExecutions: slots,
+    interceptors: { activity: [heartbeatWhileRunning] },
+  });
 }
 
 /** Polls `check` in real time until it returns true (or throws with `what` after `timeoutMs`). */

@@ -1,0 +1,80 @@
+/**
+ * Helpers both entity workflows (VM and CocoonSet) share: ordering of observations by resourceVersion,
+ * error text of failed activities, error backoff, and the activity options that bound a call lost with
+ * its worker. Workflow code only (deterministic; no I/O).
+ */
+import { ActivityFailure, type ActivityOptions, ApplicationFailure } from '@temporalio/workflow';
+
+/**
+ * True when `incoming` is an older resourceVersion than `current`. Resource versions are etcd revisions in
+ * practice, so both are compared numerically; a missing or non-numeric one is never "older" (the caller
+ * then takes the incoming observation).
+ */
+export function olderThan(incoming: string | undefined, current: string | undefined): boolean {
+  if (!incoming || !current || !/^\d+$/.test(incoming) || !/^\d+$/.test(current)) return false;
+  return BigInt(incoming) < BigInt(current);
+}
+
+/** Compares two resourceVersions numerically: < 0, 0, > 0; a missing or non-numeric one sorts last. */
+export function compareResourceVersions(a: string | undefined, b: string | undefined): number {
+  const num = (v: string | undefined) => (v && /^\d+$/.test(v) ? BigInt(v) : undefined);
+  const x = num(a);
+  const y = num(b);
+  if (x === undefined || y === undefined) return (x === undefined ? 1 : 0) - (y === undefined ? 1 : 0);
+  return x < y ? -1 : x > y ? 1 : 0;
+}
+
+/** The readable message of an error thrown by an activity call (the activity's own error, not the wrapper). */
+export function errorMessage(err: unknown): string {
+  if (err instanceof ActivityFailure && err.cause) return err.cause.message;
+  return err instanceof Error ? err.message : String(err);
+}
+
+/** The activity failed with the non-retryable `NotFound` application failure (its target object is gone). */
+export function isNotFound(err: unknown): boolean {
+  return (
+    err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'NotFound'
+  );
+}
+
+/** Error backoff after `failures` consecutive failures (≥ 1): `baseMs` doubling, capped at `maxMs`. */
+export function backoffDelay(failures: number, baseMs: number, maxMs: number): number {
+  return Math.min(baseMs * 2 ** Math.min(Math.max(failures, 1) - 1, 30), maxMs);
+}
+
+/**
+ * Heartbeat timeout of the entity workflows' activities. Every activity heartbeats while it runs
+ * (src/activities/heartbeat.ts, every HEARTBEAT_INTERVAL_MS), so an attempt whose worker died (killed, OOM,
+ * node lost) is timed out by the server after this long and retried on a live worker, instead of after
+ * its whole start-to-close timeout. The start-to-close timeouts stay as long as a legitimately slow call
+ * needs (the registry client's own 30 s request timeout, the Kubernetes client's); the heartbeat is what
+ * tells a slow call from a lost one.
+ */
+export const ACTIVITY_HEARTBEAT_TIMEOUT = '5s';
+
+/** Options of the Kubernetes activities of the entity workflows (`attempts`: total tries of one call). */
+export function kubeActivityOptions(attempts: number): ActivityOptions {
+  return {
+    startToCloseTimeout: '30s',
+    heartbeatTimeout: ACTIVITY_HEARTBEAT_TIMEOUT,
+    retry: {
+      initialInterval: '500ms',
+      maximumInterval: '10s',
+      maximumAttempts: attempts,
+      nonRetryableErrorTypes: ['NotFound'],
+    },
+  };
+}
+
+/**
+ * Options of the registry activities on `taskQueue`. The client's own request timeout is 30 s; the
+ * start-to-close of 45 s bounds a wedged call that ignores it; the heartbeat timeout bounds a lost one.
+ */
+export function registryActivityOptions(taskQueue: string): ActivityOptions {
+  return {
+    taskQueue,
+    startToCloseTimeout: '45s',
+    heartbeatTimeout: ACTIVITY_HEARTBEAT_TIMEOUT,
+    retry: { initialInterval: '1s', maximumInterval: '5s', maximumAttempts: 3 },
+  };
+}
