@@ -107,6 +107,9 @@ export interface CocoonSetState {
   phase?: string;
   mainVM?: string;
   published?: string;
+  /** Signals handled so far (all runs), and the newest resourceVersion they carried: the query's barrier. */
+  signals?: number;
+  lastSignalRV?: string;
 }
 
 const kube = proxyActivities<CocoonSetActivities>({
@@ -137,6 +140,13 @@ function olderThan(incoming: string | undefined, current: string | undefined): b
   return BigInt(incoming) < BigInt(current);
 }
 
+/** Counts a handled signal and keeps the newest resourceVersion signals carried (the query's barrier). */
+function countSignal(state: CocoonSetState, resourceVersion: string | undefined): void {
+  state.signals = (state.signals ?? 0) + 1;
+  if (resourceVersion && (state.lastSignalRV === undefined || olderThan(state.lastSignalRV, resourceVersion)))
+    state.lastSignalRV = resourceVersion;
+}
+
 /** Entity workflow for one CocoonSet. See the module comment. */
 export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<void> {
   const state: CocoonSetState = (input.carried as CocoonSetState | undefined) ?? {
@@ -153,18 +163,22 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
   let passing = false;
 
   setHandler(cocoonSetObservedSignal, (obs) => {
+    countSignal(state, obs.resourceVersion);
     if (state.csObs?.uid === obs.uid && olderThan(obs.resourceVersion, state.csObs?.resourceVersion)) return;
     state.csObs = obs;
     dirty = true;
   });
   setHandler(ownedPodObservedSignal, (obs) => {
+    countSignal(state, obs.resourceVersion);
     const cur = state.pods[obs.name];
     if (cur && cur.uid === obs.uid && olderThan(obs.resourceVersion, cur.resourceVersion)) return;
     if (obs.exists) state.pods[obs.name] = obs;
     else delete state.pods[obs.name];
     dirty = true;
   });
-  setHandler(cocoonSetStateQuery, () => describe(state, passing));
+  setHandler(cocoonSetStateQuery, () =>
+    describe(state, passing, dirty || (state.nextPassAt !== undefined && state.nextPassAt <= Date.now())),
+  );
 
   for (;;) {
     const due = state.nextPassAt !== undefined && state.nextPassAt <= Date.now();
@@ -543,12 +557,18 @@ function publish(state: CocoonSetState): void {
 
 /**
  * The `state` query: `passes` counts passes started (the current one included); `passing` is true while
- * one runs, so `passes` = n with `passing` false means pass n has finished (its writes are done).
+ * one runs, so `passes` = n with `passing` false means pass n has finished (its writes are done). For a
+ * caller that signalled the workflow: `signals` (handled, all runs) and `lastSignalResourceVersion` say
+ * its signal was applied, and `busy` is true while a pass runs or one is due (a signal or an expired
+ * timer asked for it); `busy` false means the workflow has finished acting on everything it was told.
  */
-function describe(state: CocoonSetState, passing: boolean) {
+function describe(state: CocoonSetState, passing: boolean, due: boolean) {
   return {
     namespace: state.namespace,
     name: state.name,
+    signals: state.signals ?? 0,
+    lastSignalResourceVersion: state.lastSignalRV ?? null,
+    busy: passing || due,
     phase: state.phase ?? null,
     mainVM: state.mainVM ?? null,
     passes: state.passes,
@@ -559,3 +579,6 @@ function describe(state: CocoonSetState, passing: boolean) {
     observedPods: Object.keys(state.pods).sort(),
   };
 }
+
+/** The answer of the CocoonSet workflow's `state` query. */
+export type CocoonSetStateView = ReturnType<typeof describe>;
