@@ -205,9 +205,7 @@ async function until(what: string, check: () => Promise<boolean>): Promise<void>
   }
 }
 
-// One retry: these tests wait in real time for workflow tasks, which a loaded 2-core machine can delay
-// past the polling deadline; a deterministic failure still fails twice.
-describe('§21.1 reconciler_test.go at workflow level', { retry: 1 }, () => {
+describe('§21.1 reconciler_test.go at workflow level', () => {
   it('a toolbox named like an agent slot ("0", "1") or a repeated name fails every pass before any toolbox write, retries with backoff, and the fixed spec creates it', async () => {
     const world = new CocoonSetWorld(set(toolboxes('0')), converged(set()));
     const mainUID = uidOf(world, 'demo-0');
@@ -217,13 +215,23 @@ describe('§21.1 reconciler_test.go at workflow level', { retry: 1 }, () => {
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
       await until('integer-name error', async () => (await w.lastResult())?.error === intError('0'));
-      // Failed passes retry on the error backoff (1 s doubling): a few passes in 10 s, not a tight loop.
-      const before = reads();
-      await env.sleep(10_000);
-      await new Promise((r) => setTimeout(r, 300));
-      expect(reads() - before).toBeGreaterThanOrEqual(2);
-      expect(reads() - before).toBeLessThanOrEqual(6);
-      expect((await w.state()).failures as number).toBeGreaterThanOrEqual(3);
+      // Failed passes retry on the error backoff (1 s doubling), not in a tight loop: skipping the test
+      // server's clock to each scheduled pass runs exactly that one pass, which schedules the next one
+      // twice as far out.
+      let s = await w.settled(env);
+      for (let k = 0; k < 3; k++) {
+        const failures = s.failures as number;
+        const at = Date.parse(s.nextPassAt!);
+        const before = reads();
+        await env.sleep(Math.max(0, at - (await env.currentTimeMs())) + 10);
+        s = await w.settled(env);
+        expect(reads() - before).toBe(1);
+        expect(s.failures).toBe(failures + 1);
+        const delay = Date.parse(s.nextPassAt!) - at;
+        const backoff = 1_000 * 2 ** failures; // the delay after failure number failures + 1
+        expect(delay).toBeGreaterThanOrEqual(backoff);
+        expect(delay).toBeLessThan(backoff + 1_000);
+      }
 
       await w.editSpec(toolboxes('1'));
       await until('integer-name error for "1"', async () => (await w.lastResult())?.error === intError('1'));
@@ -357,7 +365,7 @@ describe('§21.1 reconciler_test.go at workflow level', { retry: 1 }, () => {
       await w.settledAfter(n - 1);
       expect((await w.state()).nextPassAt).toBeNull();
       await env.sleep(60_000);
-      expect(await w.passes()).toBe(n);
+      expect((await w.settled(env)).passes).toBe(n);
 
       // A failing sub-agent is not rebuilt while the main is terminal: the short-circuit skips sub-agents.
       await w.updatePod('demo-1', failedPhase);
@@ -544,7 +552,7 @@ describe('§21.1 reconciler_test.go at workflow level', { retry: 1 }, () => {
   });
 });
 
-describe('§21.3 status_test.go at workflow level', { retry: 1 }, () => {
+describe('§21.3 status_test.go at workflow level', () => {
   it('a toolbox stuck Pending keeps the set Scaling with Ready=False and Progressing=True, and the pass waits for events; Ready, it turns Running', async () => {
     const cs = set(replicas(1), toolboxes('tb'));
     const pods = converged(cs);
@@ -578,7 +586,7 @@ describe('§21.3 status_test.go at workflow level', { retry: 1 }, () => {
   });
 });
 
-describe('§21.4 restore_test.go at workflow level', { retry: 1 }, () => {
+describe('§21.4 restore_test.go at workflow level', () => {
   it('a failing restore probe creates nothing (fail closed) and fails the pass; once the registry answers, the main is created restoring from :hibernate', async () => {
     const world = new CocoonSetWorld(set());
     world.crs = [hibernation('demo-0', 'Hibernate', 'Hibernated')];
@@ -609,7 +617,7 @@ describe('§21.4 restore_test.go at workflow level', { retry: 1 }, () => {
   });
 });
 
-describe('§21.5 restore_intent_test.go at workflow level', { retry: 1 }, () => {
+describe('§21.5 restore_intent_test.go at workflow level', () => {
   it("an unrelated CocoonSet progresses while another set's registry probe is wedged (one entity workflow per set; the wedged call holds one registry slot, no global lock)", async () => {
     const inNamespace = (ns: string, uid: string) => (c: CocoonSet) => {
       c.metadata.namespace = ns;
@@ -647,7 +655,7 @@ describe('§21.5 restore_intent_test.go at workflow level', { retry: 1 }, () => 
   });
 });
 
-describe('§21.6 rebuild_test.go at workflow level', { retry: 1 }, () => {
+describe('§21.6 rebuild_test.go at workflow level', () => {
   it.each([
     [
       'rebuild history as written drops slots above replicas (a scale-down leftover), and counts on from the kept entry',
@@ -677,7 +685,7 @@ describe('§21.6 rebuild_test.go at workflow level', { retry: 1 }, () => {
   });
 });
 
-describe('§21.7 lifecycle_test.go at workflow level', { retry: 1 }, () => {
+describe('§21.7 lifecycle_test.go at workflow level', () => {
   it('stamps the generation on every owned pod whose stamp differs, before any other write, and sends no patch once it is current', async () => {
     const cs = set(replicas(1), (c) => {
       c.metadata.generation = 7;

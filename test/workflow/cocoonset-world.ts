@@ -22,8 +22,9 @@ import {
   observeOwnedPod,
   ownedPodObservedSignal,
 } from '../../src/watcher/cocoonset-signals.js';
+import type { CocoonSetStateView } from '../../src/workflows/cocoonset.js';
 import { COCOONSET_WORKFLOW_TYPE } from '../../src/workflows/messages.js';
-import { workflowBundle } from './harness.js';
+import { type Sent, settled, workflowBundle } from './harness.js';
 
 function clone<T>(v: T): T {
   return JSON.parse(JSON.stringify(v)) as T;
@@ -94,6 +95,8 @@ export class CocoonSetWorld {
   private readonly blocked = new Map<string, { enter: () => void; released: Promise<void> }>();
   client?: WorkflowClient;
   taskQueue = '';
+  /** Signals delivered to the workflow (the barrier of `settled`). */
+  readonly sent: Sent = { signals: 0 };
   private rv = 100;
   private uidSeq = 0;
 
@@ -140,6 +143,28 @@ export class CocoonSetWorld {
       signal: cocoonSetObservedSignal,
       signalArgs: [observeCocoonSet(cs)],
     });
+    this.sent.signals++;
+  }
+
+  /**
+   * Waits until the workflow has applied every signal this world sent it and finished acting on them,
+   * with no pass due at the test server's time (see `settled` in harness.ts): the barrier before a
+   * negative assertion.
+   */
+  async settled(env: Parameters<typeof settled>[0]): Promise<CocoonSetStateView> {
+    return settled<CocoonSetStateView>(env, this.workflowId, { signals: this.sent.signals });
+  }
+
+  /** Signals the workflow as the watcher does (it may have completed: then nothing is delivered). */
+  private async send<T>(
+    signal: typeof cocoonSetObservedSignal | typeof ownedPodObservedSignal,
+    payload: T,
+  ): Promise<void> {
+    const delivered = await this.client!.getHandle(this.workflowId)
+      .signal(signal as never, payload as never)
+      .then(() => true)
+      .catch(() => false);
+    if (delivered) this.sent.signals++;
   }
 
   /** Replaces a pod (as vk-cocoon or a user would) and signals the workflow. */
@@ -189,15 +214,11 @@ export class CocoonSetWorld {
   }
 
   private async signalPod(p: V1Pod): Promise<void> {
-    await this.client!.getHandle(this.workflowId)
-      .signal(ownedPodObservedSignal, observeOwnedPod(p))
-      .catch(() => undefined); // the workflow may have completed
+    await this.send(ownedPodObservedSignal, observeOwnedPod(p));
   }
 
   private async signalGone(name: string): Promise<void> {
-    await this.client!.getHandle(this.workflowId)
-      .signal(ownedPodObservedSignal, { exists: false, namespace: this.namespace, name })
-      .catch(() => undefined);
+    await this.send(ownedPodObservedSignal, { exists: false, namespace: this.namespace, name });
   }
 
   private requireCS(): CocoonSet {
@@ -233,7 +254,9 @@ export class CocoonSetWorld {
         const p = this.pods.get(pod);
         if (!p) return 'notFound';
         if (this.slowDeletes) {
-          p.metadata!.deletionTimestamp ??= new Date() as unknown as Date;
+          // As the apiserver: deleting a pod already terminating changes nothing (no write, no event).
+          if (p.metadata?.deletionTimestamp != null) return 'ok';
+          p.metadata!.deletionTimestamp = new Date() as unknown as Date;
           this.storePod(p);
           await this.signalPod(p);
           return 'ok';
@@ -361,9 +384,7 @@ export class CocoonSetWorld {
     fn(cs);
     cs.metadata.generation = (cs.metadata.generation ?? 0) + 1;
     cs.metadata.resourceVersion = this.nextRV();
-    await this.client!.getHandle(this.workflowId)
-      .signal(cocoonSetObservedSignal, observeCocoonSet(cs))
-      .catch(() => undefined);
+    await this.send(cocoonSetObservedSignal, observeCocoonSet(cs));
   }
 
   /** Marks the CocoonSet deleted (the apiserver keeps it while finalizers remain) and signals. */
@@ -376,12 +397,10 @@ export class CocoonSetWorld {
       cs.metadata.generation = (cs.metadata.generation ?? 0) + 1;
       cs.metadata.resourceVersion = this.nextRV();
     }
-    await this.client!.getHandle(this.workflowId)
-      .signal(
-        cocoonSetObservedSignal,
-        this.cs ? observeCocoonSet(this.cs) : { exists: false, namespace: this.namespace, name: this.name },
-      )
-      .catch(() => undefined);
+    await this.send(
+      cocoonSetObservedSignal,
+      this.cs ? observeCocoonSet(this.cs) : { exists: false, namespace: this.namespace, name: this.name },
+    );
   }
 
   /** Removes every terminating pod (vk-cocoon finished the deletes) and signals. */

@@ -54,9 +54,7 @@ function uids(world: CocoonSetWorld): Record<string, string | undefined> {
   return Object.fromEntries([...world.pods].map(([n, p]) => [n, p.metadata?.uid]));
 }
 
-// One retry: these tests wait in real time for workflow tasks, which a loaded 2-core machine can delay
-// past the polling deadline; a deterministic failure still fails twice.
-describe('CocoonSet workflow', { retry: 1 }, () => {
+describe('CocoonSet workflow', () => {
   it('creates the main first, the sub-agents (forked from the main) only once it is Ready, then the toolbox; rolls status up', async () => {
     const world = new CocoonSetWorld(demoSet());
     await withCocoonSetWorld(env, world, async (w) => {
@@ -66,7 +64,7 @@ describe('CocoonSet workflow', { retry: 1 }, () => {
       await eventually('Pending', () => w.cs?.status?.phase === 'Pending');
       // Several 5 s "wait for main" requeues pass; nothing else is created while the main is not Ready.
       await env.sleep(16_000);
-      expect(await w.passes()).toBeGreaterThanOrEqual(4);
+      expect((await w.settled(env)).passes).toBeGreaterThanOrEqual(4);
       expect([...w.pods.keys()]).toEqual(['demo-0']);
 
       await w.updatePod('demo-0', (p) => {
@@ -236,7 +234,7 @@ describe('CocoonSet workflow', { retry: 1 }, () => {
       // Dead-lettered: the pod is kept and no further rebuild happens.
       const createsBefore = w.creates.length;
       await env.sleep(120_000);
-      await new Promise((r) => setTimeout(r, 300));
+      await w.settled(env);
       expect(w.pods.has('demo-1')).toBe(true);
       expect(w.creates.length).toBe(createsBefore);
       expect(w.creates.filter((n) => n === 'demo-1')).toHaveLength(4);
@@ -291,6 +289,7 @@ describe('CocoonSet workflow', { retry: 1 }, () => {
         [...w.pods.values()].every((p) => p.metadata?.deletionTimestamp != null),
       );
       await env.sleep(11_000);
+      await w.settled(env);
       expect(w.hasFinalizer()).toBe(true);
       expect(w.registryCalls).toBe(0);
       await w.finishDeletes();

@@ -110,6 +110,69 @@ export async function withWorld<T>(
   return result as T;
 }
 
+/** The progress fields of an entity workflow's `state` query (src/workflows/vm.ts, cocoonset.ts). */
+export interface WorkflowProgress {
+  signals: number;
+  lastSignalResourceVersion: string | null;
+  busy: boolean;
+  /** VM workflow: the next timer-driven round. */
+  nextWakeAt?: string | null;
+  /** CocoonSet workflow: the next scheduled pass. */
+  nextPassAt?: string | null;
+}
+
+/** What a test world has signalled to one workflow: how many signals, and the newest resourceVersion. */
+export interface Sent {
+  signals: number;
+  resourceVersion?: string;
+}
+
+/** Records one delivered signal in `sent` (per workflow id). */
+export function noteSent(
+  sent: Map<string, Sent>,
+  workflowId: string,
+  resourceVersion: string | undefined,
+): void {
+  const cur = sent.get(workflowId) ?? { signals: 0 };
+  cur.signals++;
+  if (resourceVersion && (!cur.resourceVersion || BigInt(resourceVersion) > BigInt(cur.resourceVersion)))
+    cur.resourceVersion = resourceVersion;
+  sent.set(workflowId, cur);
+}
+
+/**
+ * The barrier before a "nothing happened" assertion: waits (real time, at most `timeoutMs`) until the
+ * workflow's `state` query says it has applied what the test sent (by resourceVersion when `sent` has one,
+ * else by count), no pass runs or is pending, and no timer of it is due at the test server's current time
+ * (so a durable timer that `env.sleep` let fire has been served). Returns the query's answer.
+ */
+export async function settled<T extends WorkflowProgress>(
+  env: TestWorkflowEnvironment,
+  workflowId: string,
+  sent: Sent | undefined,
+  timeoutMs = 30_000,
+): Promise<T> {
+  const handle = env.client.workflow.getHandle(workflowId);
+  const deadline = Date.now() + timeoutMs;
+  for (;;) {
+    const s = await handle.query<T>('state');
+    const now = await env.currentTimeMs();
+    const next = s.nextWakeAt ?? s.nextPassAt ?? null;
+    const applied = !sent
+      ? true
+      : sent.resourceVersion
+        ? s.lastSignalResourceVersion !== null &&
+          BigInt(s.lastSignalResourceVersion) >= BigInt(sent.resourceVersion)
+        : s.signals >= sent.signals;
+    if (applied && !s.busy && (next === null || Date.parse(next) > now)) return s;
+    if (Date.now() > deadline)
+      throw new Error(
+        `workflow ${workflowId} did not settle: ${JSON.stringify(s)} (sent ${JSON.stringify(sent)})`,
+      );
+    await new Promise((r) => setTimeout(r, 20));
+  }
+}
+
 /** Polls `check` in real time until it returns true (or throws with `what` after `timeoutMs`). */
 export async function eventually(what: string, check: () => boolean, timeoutMs = 30_000): Promise<void> {
   const deadline = Date.now() + timeoutMs;

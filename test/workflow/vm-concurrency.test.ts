@@ -28,9 +28,7 @@ const hibernatedPod = (vm: string) => ({
   },
 });
 
-// One retry: these tests wait in real time for workflow tasks, which a loaded 2-core machine can delay
-// past the polling deadline; a deterministic failure still fails twice.
-describe('VM workflow concurrency', { retry: 1 }, () => {
+describe('VM workflow concurrency', () => {
   it('(a) an unrelated VM completes while another VM’s registry probe is wedged', async () => {
     await withWorld(
       env,

@@ -26,21 +26,6 @@ const podAnnotations = (extra: Record<string, string> = {}) => ({
   ...extra,
 });
 
-/** Resolves once `count()` has not changed for `ms` of real time (at most 30 s). */
-async function quiet(count: () => number, ms: number): Promise<void> {
-  const deadline = Date.now() + 30_000;
-  let last = count();
-  let since = Date.now();
-  while (Date.now() - since < ms) {
-    if (Date.now() > deadline) throw new Error('never quiet');
-    await new Promise((r) => setTimeout(r, 50));
-    if (count() !== last) {
-      last = count();
-      since = Date.now();
-    }
-  }
-}
-
 function phase(world: FakeWorld, name = 'hib'): string | undefined {
   return world.cr(NS, name)?.status?.phase;
 }
@@ -49,9 +34,10 @@ async function hibernateCR(world: FakeWorld, extra: Record<string, unknown> = {}
   return world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Hibernate', ...extra });
 }
 
-// One retry: these tests wait in real time for workflow tasks, which a loaded 2-core machine can delay
-// past the polling deadline; a deterministic failure still fails twice.
-describe('VM workflow: CocoonHibernation reconcile', { retry: 1 }, () => {
+/** The barrier before a negative assertion: the workflow applied every signal and finished acting. */
+const settled = (world: FakeWorld) => world.settled(env, NS, 'demo-0');
+
+describe('VM workflow: CocoonHibernation reconcile', () => {
   it('adds the finalizer before anything else, and writes no status in that step (test 12)', async () => {
     await withWorld(env, async (world) => {
       await hibernateCR(world);
@@ -105,7 +91,8 @@ describe('VM workflow: CocoonHibernation reconcile', { retry: 1 }, () => {
       const heads = world.calls.filter((c) => c.startsWith('HEAD')).length;
       await world.annotatePod(NS, 'demo-0', { 'unrelated/churn': '1' });
       await world.annotatePod(NS, 'demo-0', { 'unrelated/churn': '2' });
-      await env.sleep(1_000);
+      const churned = await settled(world);
+      expect(churned.lifecycleState).toBe('hibernated'); // the churn was applied, and its pass ran
       expect(world.calls.filter((c) => c.startsWith('HEAD')).length).toBe(heads);
       expect(world.events.filter((e) => e.reason === 'Hibernated')).toHaveLength(1);
       expect(world.phaseDurations).toEqual([{ kind: 'hibernate', result: 'ok' }]);
@@ -175,6 +162,7 @@ describe('VM workflow: CocoonHibernation reconcile', { retry: 1 }, () => {
       await hibernateCR(world);
       await eventually('probe attempted', () => world.calls.some((c) => c.startsWith('HEAD')));
       await env.sleep(10_000);
+      await settled(world);
       expect(phase(world)).not.toBe('Hibernated');
       expect(world.calls.filter((c) => c.startsWith('HEAD')).length).toBeGreaterThan(1); // retried with backoff
       // Past the deadline, the next retry (error backoff caps at 60 s) turns the error into Failed.
@@ -213,7 +201,7 @@ describe('VM workflow: CocoonHibernation reconcile', { retry: 1 }, () => {
       await eventually('Active', () => phase(world) === 'Active');
       expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
       await world.annotatePod(NS, 'demo-0', { [Annotations.lifecycleState]: 'ready' });
-      await env.sleep(1_000);
+      expect((await settled(world)).lifecycleState).toBe('ready');
       expect(world.calls.filter((c) => c.startsWith('DELETE')).length).toBe(1);
       expect(world.events.filter((e) => e.reason === 'WokenActive')).toHaveLength(1);
     });
@@ -246,7 +234,7 @@ describe('VM workflow: CocoonHibernation reconcile', { retry: 1 }, () => {
       await hibernateCR(world);
       await eventually('Hibernating', () => phase(world) === 'Hibernating');
       await hibernateCR(world, { desire: 'Wake' });
-      await env.sleep(2_000);
+      expect((await settled(world)).hibernations[0]).toMatchObject({ desire: 'Wake' });
       // The stale Running + VM id view must not complete a wake and delete the only snapshot.
       expect(phase(world)).toBe('Hibernating');
       expect(world.calls.some((c) => c.startsWith('DELETE'))).toBe(false);
@@ -273,7 +261,7 @@ describe('VM workflow: CocoonHibernation reconcile', { retry: 1 }, () => {
       await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
       await eventually('Waking', () => phase(world) === 'Waking');
       await hibernateCR(world, { desire: 'Hibernate' });
-      await env.sleep(2_000);
+      expect((await settled(world)).hibernations[0]).toMatchObject({ desire: 'Hibernate' });
       expect(phase(world)).toBe('Waking');
       expect(world.calls.some((c) => c.startsWith('DELETE') || c.startsWith('HEAD'))).toBe(false);
     });
@@ -291,7 +279,7 @@ describe('VM workflow: CocoonHibernation reconcile', { retry: 1 }, () => {
       await hibernateCR(world);
       await eventually('Hibernated', () => phase(world) === 'Hibernated');
       await world.deletePod(NS, 'demo-0');
-      await env.sleep(2_000);
+      expect((await settled(world)).podExists).toBe(false);
       expect(phase(world)).toBe('Hibernated');
     });
   });
@@ -348,6 +336,7 @@ describe('VM workflow: CocoonHibernation reconcile', { retry: 1 }, () => {
       await world.annotatePod(NS, 'demo-0', { [Annotations.lifecycleState]: 'hibernating' });
       await world.deleteCR(NS, 'hib');
       await env.sleep(20_000);
+      expect((await settled(world)).hibernations[0]).toMatchObject({ deleting: true });
       expect(world.calls.some((c) => c.startsWith('DELETE'))).toBe(false);
       expect(world.cr(NS, 'hib')).toBeDefined();
       // vk finishes the round (tag pushed, then hibernated): now the deletion discards it.
@@ -436,18 +425,17 @@ describe('VM workflow: CocoonHibernation reconcile', { retry: 1 }, () => {
       await eventually('probe attempted', () => world.calls.some((c) => c.startsWith('HEAD')));
       // Several failed passes: the error backoff has grown to many seconds.
       await env.sleep(45_000);
+      // Edit while the workflow waits out its backoff (no pass running, the next one scheduled later).
+      const waiting = await settled(world);
       expect(world.calls.filter((c) => c.startsWith('HEAD')).length).toBeGreaterThan(3);
-      // Edit while the workflow waits out its backoff (no pass running): no probe for 2 s of real time.
-      await quiet(() => world.calls.length, 2_000);
+      expect(waiting.hibernations[0]!.backoffUntil).not.toBeNull();
       world.probeError = undefined;
       expect(world.cr(NS, 'hib')?.status?.observedGeneration).toBe(1);
       await world.putCR({ ...world.cr(NS, 'hib')!, desire: 'Wake' });
-      // Acted on = a pass ran for generation 2 (what it does with a reversed desire is the routing table's).
-      await eventually(
-        'a pass for the Wake edit (status.observedGeneration 2)',
-        () => world.cr(NS, 'hib')?.status?.observedGeneration === 2,
-        10_000,
-      );
+      // Acted on = a pass ran for generation 2 before the backoff's timer (no time is skipped here; what
+      // the pass does with a reversed desire is the routing table's).
+      await settled(world);
+      expect(world.cr(NS, 'hib')?.status?.observedGeneration).toBe(2);
     });
   });
 

@@ -51,9 +51,7 @@ async function cycle(world: FakeWorld): Promise<void> {
   await eventually('Active', () => world.cr(NS, 'hib')?.status?.phase === 'Active');
 }
 
-// One retry: these tests wait in real time for workflow tasks, which a loaded 2-core machine can delay
-// past the polling deadline; a deterministic failure still fails twice.
-describe('VM workflow history', { retry: 1 }, () => {
+describe('VM workflow history', () => {
   it('continues as new past its history limit, carrying its state, and keeps serving', async () => {
     await withWorld(env, async (world) => {
       world.startExtra = { historyLimit: 120 };
