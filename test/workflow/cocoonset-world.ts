@@ -16,6 +16,7 @@ import type { RegistryActivities } from '../../src/activities/registry.js';
 import { cocoonSetWorkflowId, taskQueues } from '../../src/api/ids.js';
 import { Annotations, Finalizers, Labels } from '../../src/api/keys.js';
 import type { CocoonHibernation, CocoonSet } from '../../src/api/types.js';
+import { buildAgentPod, buildToolboxPod } from '../../src/cocoonset/pods.js';
 import {
   cocoonSetObservedSignal,
   observeCocoonSet,
@@ -24,6 +25,7 @@ import {
 } from '../../src/watcher/cocoonset-signals.js';
 import type { CocoonSetStateView } from '../../src/workflows/cocoonset.js';
 import { COCOONSET_WORKFLOW_TYPE } from '../../src/workflows/messages.js';
+import { IMAGE, newCocoonSet, readyPod } from '../unit/cocoonset-fixtures.js';
 import { type Sent, settled, workflowBundle } from './harness.js';
 
 function clone<T>(v: T): T {
@@ -539,4 +541,30 @@ export async function withCocoonSetWorlds<T>(
     }
   }
   return result as T;
+}
+
+/** The main VM of the `demo` set in namespace `ns`. */
+export const MAIN_VM = 'vk-ns-demo-0';
+
+/** demo: main + 2 sub-agents + toolbox `tb`, generation 1. */
+export function demoSet(...mods: ((cs: CocoonSet) => void)[]): CocoonSet {
+  return newCocoonSet(
+    'demo',
+    (cs) => {
+      cs.metadata.generation = 1;
+      cs.spec.agent.replicas = 2;
+      cs.spec.toolboxes = [{ name: 'tb', image: IMAGE }];
+    },
+    ...mods,
+  );
+}
+
+/** The pods a converged `demo` has, all Ready (as earlier passes and vk-cocoon left them). */
+export function convergedPods(cs: CocoonSet): V1Pod[] {
+  return [
+    readyPod(buildAgentPod(cs, 0, '', '')),
+    readyPod(buildAgentPod(cs, 1, MAIN_VM, '')),
+    readyPod(buildAgentPod(cs, 2, MAIN_VM, '')),
+    readyPod(buildToolboxPod(cs, cs.spec.toolboxes![0]!)),
+  ];
 }

@@ -1,18 +1,12 @@
-/**
- * The CocoonSet entity workflow on the time-skipping test server (spec/cocoonset-core.md §5, §11–§14,
- * §16, §19; DESIGN.md §4 "a steady pass lists no CocoonHibernations and calls no registry"). Each test
- * drives the real workflow and planner through the in-memory CocoonSetWorld (activities + watcher signals).
- */
-import type { V1Pod } from '@kubernetes/client-node';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Annotations, EventReasons } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
-import { buildAgentPod, buildToolboxPod, toolboxVMName } from '../../src/cocoonset/pods.js';
+import { toolboxVMName } from '../../src/cocoonset/pods.js';
 import { lastDeletedMs, readRebuildHistory } from '../../src/cocoonset/rebuild.js';
 import { RECONCILE_FAILED, SUSPEND_NOT_IMPLEMENTED } from '../../src/workflows/cocoonset.js';
-import { hibernation, IMAGE, newCocoonSet, readyPod, withFinalizer } from '../unit/cocoonset-fixtures.js';
-import { CocoonSetWorld, withCocoonSetWorld } from './cocoonset-world.js';
+import { hibernation, IMAGE, withFinalizer } from '../unit/cocoonset-fixtures.js';
+import { CocoonSetWorld, convergedPods, demoSet, MAIN_VM, withCocoonSetWorld } from './cocoonset-world.js';
 import { createEnv, eventually, skipUntil } from './harness.js';
 
 let env: TestWorkflowEnvironment;
@@ -24,31 +18,6 @@ beforeEach(async () => {
 afterEach(async () => {
   await env?.teardown();
 });
-
-const MAIN_VM = 'vk-ns-demo-0';
-
-/** demo: main + 2 sub-agents + toolbox `tb`, generation 1. */
-function demoSet(...mods: ((cs: CocoonSet) => void)[]): CocoonSet {
-  return newCocoonSet(
-    'demo',
-    (cs) => {
-      cs.metadata.generation = 1;
-      cs.spec.agent.replicas = 2;
-      cs.spec.toolboxes = [{ name: 'tb', image: IMAGE }];
-    },
-    ...mods,
-  );
-}
-
-/** The pods a converged `demo` has, all Ready (as earlier passes and vk-cocoon left them). */
-function convergedPods(cs: CocoonSet): V1Pod[] {
-  return [
-    readyPod(buildAgentPod(cs, 0, '', '')),
-    readyPod(buildAgentPod(cs, 1, MAIN_VM, '')),
-    readyPod(buildAgentPod(cs, 2, MAIN_VM, '')),
-    readyPod(buildToolboxPod(cs, cs.spec.toolboxes![0]!)),
-  ];
-}
 
 function uids(world: CocoonSetWorld): Record<string, string | undefined> {
   return Object.fromEntries([...world.pods].map(([n, p]) => [n, p.metadata?.uid]));

@@ -5,7 +5,7 @@
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { temporal } from '@temporalio/proto';
+import proto from '@temporalio/proto';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import {
   bundleWorkflowCode,
@@ -44,7 +44,7 @@ export async function createEnv(): Promise<TestWorkflowEnvironment> {
     searchAttributes: Object.fromEntries(
       Object.values(SearchAttributes).map((name) => [
         name,
-        temporal.api.enums.v1.IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+        proto.temporal.api.enums.v1.IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
       ]),
     ),
   });
