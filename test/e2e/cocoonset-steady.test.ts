@@ -51,8 +51,9 @@ import { cocoonSetStateQuery } from '../../src/workflows/cocoonset.js';
 import { KubeApiProxy } from '../support/kube-proxy.js';
 import { RegistryProxy } from '../support/registry-proxy.js';
 import { formatBreakdown, formatSequence, type RecordedRequest, RequestLog } from '../support/request-log.js';
+import { waitFor } from '../support/wait.js';
 import { VkSimClient } from '../vksim/client.js';
-import { dropTag, Hibernations, headTag, IMAGE, waitFor } from './hibernation-harness.js';
+import { dropTag, Hibernations, headTag, IMAGE } from './hibernation-harness.js';
 import {
   cleanEnv,
   freePort,

@@ -23,40 +23,11 @@ import { containerRunning, lifecycleOf, podReady, restoreFromHibernate, vmIDOf }
 import type { CocoonHibernation, CocoonSet, HibernationDesire } from '../../src/api/types.js';
 import { type KubeClients, mergePatch, statusCodeOf } from '../../src/kube/client.js';
 import { resyncSignal } from '../../src/workflows/messages.js';
+import { waitFor } from '../support/wait.js';
 import { MANIFEST_ACCEPT } from '../vksim/oci.js';
 
 /** Image annotation of the test pods (run mode: the simulator boots it without a registry lookup). */
 export const IMAGE = 'ghcr.io/cocoonstack/ubuntu:24.04';
-
-/**
- * Polls `probe` every `intervalMs` until it returns something other than undefined/false, and returns
- * that. Throws after `timeoutMs` with `what` and the last error or observation `describe()` gives.
- */
-export async function waitFor<T>(
-  what: string,
-  probe: () => Promise<T | undefined | false> | T | undefined | false,
-  timeoutMs: number,
-  opts: { intervalMs?: number; describe?: () => unknown } = {},
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await probe();
-      if (v !== undefined && v !== false) return v as T;
-      last = undefined;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline) {
-      const seen = opts.describe ? ` last seen: ${JSON.stringify(opts.describe())}` : '';
-      throw new Error(
-        `timed out after ${timeoutMs} ms waiting for ${what}${last ? ` (${String(last)})` : ''}${seen}`,
-      );
-    }
-    await new Promise((r) => setTimeout(r, opts.intervalMs ?? 200));
-  }
-}
 
 /** One version of a CocoonHibernation as the watch delivered it. */
 export interface CRSnapshot {

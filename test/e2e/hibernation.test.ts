@@ -24,6 +24,7 @@ import { Annotations, EventReasons, Finalizers, LifecycleStates, Tags } from '..
 import { containerRunning, lifecycleOf, vmIDOf, vmNameForPod } from '../../src/api/pod.js';
 import type { KubeClients } from '../../src/kube/client.js';
 import { RegistryProxy } from '../support/registry-proxy.js';
+import { waitFor } from '../support/wait.js';
 import { VkSimClient } from '../vksim/client.js';
 import {
   dropTag,
@@ -35,7 +36,6 @@ import {
   readyOf,
   settle,
   simPod,
-  waitFor,
 } from './hibernation-harness.js';
 import {
   cleanEnv,

@@ -53,6 +53,7 @@ import {
   mergePatch,
   statusCodeOf,
 } from '../../src/kube/client.js';
+import { waitFor } from '../support/wait.js';
 import { VkSimClient } from '../vksim/client.js';
 import { MANIFEST_ACCEPT } from '../vksim/oci.js';
 import {
@@ -109,32 +110,6 @@ interface Rule {
   apiGroups: string[];
   resources: string[];
   verbs: string[];
-}
-
-/** Polls `probe` until it returns a value; throws after `timeoutMs` with the last observation. */
-async function waitFor<T>(
-  what: string,
-  probe: () => Promise<T | undefined>,
-  timeoutMs: number,
-  describeLast?: () => unknown,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await probe();
-      if (v !== undefined) return v;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline) {
-      const seen = describeLast ? ` last seen: ${JSON.stringify(describeLast())}` : '';
-      throw new Error(
-        `timed out after ${timeoutMs} ms waiting for ${what}${last ? ` (${String(last)})` : ''}${seen}`,
-      );
-    }
-    await new Promise((r) => setTimeout(r, 200));
-  }
 }
 
 /** Runs kubectl with the admin kubeconfig; a few retries for conflicts with concurrent appliers. */
@@ -228,7 +203,7 @@ describe('the shipped ClusterRole on a real apiserver with RBAC on', () => {
         return last?.status?.phase === phase ? last : undefined;
       },
       PHASE_MS,
-      () => ({ status: last?.status, refusals: refusals().slice(0, 3) }),
+      { describe: () => ({ status: last?.status, refusals: refusals().slice(0, 3) }) },
     );
   };
 

@@ -23,34 +23,13 @@ import {
 } from '../../src/api/keys.js';
 import { containerRunning, lifecycleOf, podReady, vmIDOf } from '../../src/api/pod.js';
 import { loadKubeConfig, statusCodeOf, strategicMergePatch } from '../../src/kube/client.js';
+import { waitFor } from '../support/wait.js';
 import { VkSimClient } from '../vksim/client.js';
 import { MANIFEST_ACCEPT, pushBaseImage } from '../vksim/oci.js';
 import { VkSimulator } from '../vksim/sim.js';
 import { stackEnv } from './stack-harness.js';
 
 const IMAGE = 'ghcr.io/cocoonstack/ubuntu:24.04';
-
-/** Polls `probe` until it returns a non-undefined value; throws with the last observation after `timeoutMs`. */
-async function waitFor<T>(
-  what: string,
-  probe: () => Promise<T | undefined>,
-  timeoutMs = 30_000,
-  intervalMs = 100,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await probe();
-      if (v !== undefined) return v;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline)
-      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what} (${String(last ?? '')})`);
-    await new Promise((r) => setTimeout(r, intervalMs));
-  }
-}
 
 /** Records every version of one pod the apiserver reports (watch), so transient states are not missed. */
 class PodRecorder {
@@ -184,7 +163,9 @@ describe('vk-cocoon simulator on the local stack', () => {
     core = kc.makeApiClient(CoreV1Api);
     registry = stack.ociRegistry;
     sim = new VkSimClient(stack.vksimUrl);
-    await waitFor('simulator /healthz', async () => ((await sim.healthy()) ? true : undefined), 30_000, 250);
+    await waitFor('simulator /healthz', async () => ((await sim.healthy()) ? true : undefined), 30_000, {
+      intervalMs: 250,
+    });
     ({ node: nodeName, pool } = await sim.state());
     await sim.clearFaults();
     await core.createNamespace({ body: { metadata: { name: ns } } });
@@ -255,7 +236,7 @@ describe('vk-cocoon simulator on the local stack', () => {
         return state === LifecycleStates.hibernated && head === 200 ? p : undefined;
       },
       30_000,
-      50,
+      { intervalMs: 50 },
     );
     expect(sawHibernatedWithoutTag, 'lifecycle hibernated was visible before the :hibernate tag').toBe(false);
     expect(sawHibernatingWithoutTag).toBe(true);
