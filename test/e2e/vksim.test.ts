@@ -10,12 +10,10 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { CoreV1Api, type KubeConfig, type V1Pod, Watch } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  AGENT_CONTAINER_NAME,
   Annotations,
   Labels,
   LifecycleStates,
   SnapshotArtifact,
-  TOLERATION_KEY,
   VK_EVENT_SOURCE,
   VK_PROVIDER_TAINT,
   VkEventReasons,
@@ -23,13 +21,12 @@ import {
 } from '../../src/api/keys.js';
 import { containerRunning, lifecycleOf, podReady, vmIDOf } from '../../src/api/pod.js';
 import { loadKubeConfig, statusCodeOf, strategicMergePatch } from '../../src/kube/client.js';
+import { SIM_IMAGE, simPod } from '../support/builders.js';
 import { waitFor } from '../support/wait.js';
 import { VkSimClient } from '../vksim/client.js';
 import { MANIFEST_ACCEPT, pushBaseImage } from '../vksim/oci.js';
 import { VkSimulator } from '../vksim/sim.js';
 import { stackEnv } from './stack-harness.js';
-
-const IMAGE = 'ghcr.io/cocoonstack/ubuntu:24.04';
 
 /** Records every version of one pod the apiserver reports (watch), so transient states are not missed. */
 class PodRecorder {
@@ -68,31 +65,14 @@ describe('vk-cocoon simulator on the local stack', () => {
   const vmName = (pod: string) => `vk-${ns}-${pod}`;
 
   function podManifest(name: string, extra: Record<string, string> = {}): V1Pod {
-    return {
-      apiVersion: 'v1',
-      kind: 'Pod',
-      metadata: {
-        name,
-        namespace: ns,
-        labels: { [Labels.appName]: 'vksim-smoke' },
-        annotations: {
-          [Annotations.vmName]: vmName(name),
-          [Annotations.managed]: 'true',
-          [Annotations.mode]: 'run',
-          [Annotations.image]: IMAGE,
-          [Annotations.os]: 'linux',
-          [Annotations.cocoonSetGeneration]: '1',
-          ...extra,
-        },
-      },
-      spec: {
-        automountServiceAccountToken: false,
-        terminationGracePeriodSeconds: 1,
-        nodeSelector: { [Labels.nodePool]: pool },
-        tolerations: [{ key: TOLERATION_KEY, operator: 'Exists' }],
-        containers: [{ name: AGENT_CONTAINER_NAME, image: IMAGE }],
-      },
-    };
+    return simPod({
+      namespace: ns,
+      name,
+      vmName: vmName(name),
+      pool,
+      app: 'vksim-smoke',
+      annotations: { [Annotations.cocoonSetGeneration]: '1', ...extra },
+    });
   }
 
   const read = (name: string) => core.readNamespacedPod({ name, namespace: ns });
@@ -265,7 +245,7 @@ describe('vk-cocoon simulator on the local stack', () => {
     expect(manifest.artifactType).toBe(SnapshotArtifact.artifactType);
     expect(manifest.config.mediaType).toBe(SnapshotArtifact.configMediaType);
     expect(manifest.layers[0]?.annotations?.[SnapshotArtifact.annotationTitle]).toBe('config.json');
-    expect(manifest.annotations[SnapshotArtifact.annotationBaseImage]).toBe(IMAGE);
+    expect(manifest.annotations[SnapshotArtifact.annotationBaseImage]).toBe(SIM_IMAGE);
     expect(manifest.annotations[SnapshotArtifact.annotationFromNode]).toBe(nodeName);
     expect(manifest.annotations[SnapshotArtifact.annotationCreated]).toMatch(
       /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/,
@@ -277,7 +257,7 @@ describe('vk-cocoon simulator on the local stack', () => {
       snapshotId: string;
       image: string;
     };
-    expect(cfg).toMatchObject({ schemaVersion: 'v1', image: IMAGE });
+    expect(cfg).toMatchObject({ schemaVersion: 'v1', image: SIM_IMAGE });
     expect(cfg.snapshotId).toMatch(/\S/);
     const state = await sim.state();
     expect(state.localSnapshots).toContainEqual(
