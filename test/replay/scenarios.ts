@@ -9,7 +9,8 @@ import type { History } from '@temporalio/common/lib/proto-utils.js';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { vmWorkflowId } from '../../src/api/ids.js';
 import { Annotations, EventReasons } from '../../src/api/keys.js';
-import { withFinalizer } from '../unit/cocoonset-fixtures.js';
+import { hibernatedPodAnnotations, vmPodAnnotations, withFinalizer } from '../support/builders.js';
+import { waitFor } from '../support/wait.js';
 import {
   CocoonSetWorld,
   convergedPods,
@@ -17,8 +18,8 @@ import {
   MAIN_VM,
   withCocoonSetWorld,
 } from '../workflow/cocoonset-world.js';
-import type { FakeWorld } from '../workflow/fake-world.js';
-import { eventually, skipUntil, withWorld } from '../workflow/harness.js';
+import { skipUntil, withWorld } from '../workflow/harness.js';
+import type { VMWorld } from '../workflow/vm-world.js';
 
 const NS = 'ns';
 const POD = 'demo-0';
@@ -34,26 +35,17 @@ export interface Scenario {
   record(env: TestWorkflowEnvironment): Promise<Record<string, History>>;
 }
 
-const phase = (world: FakeWorld, name = 'hib') => world.cr(NS, name)?.status?.phase;
+const phase = (world: VMWorld, name = 'hib') => world.cr(NS, name)?.status?.phase;
 
-const podAnnotations = (extra: Record<string, string> = {}) => ({
-  [Annotations.vmName]: VM,
-  [Annotations.managed]: 'true',
-  ...extra,
-});
+const podAnnotations = (extra: Record<string, string> = {}) => vmPodAnnotations(VM, extra);
 
 /** The pod as vk-cocoon leaves it once a hibernate round is done. */
-async function hibernatedPod(world: FakeWorld): Promise<void> {
-  await world.putPod(NS, POD, {
-    annotations: podAnnotations({
-      [Annotations.hibernate]: 'true',
-      [Annotations.lifecycleState]: 'hibernated',
-    }),
-  });
+async function hibernatedPod(world: VMWorld): Promise<void> {
+  await world.putPod(NS, POD, { annotations: hibernatedPodAnnotations(VM) });
 }
 
 /** vk-cocoon finishes a hibernate round: the tag is pushed, the VM stops. */
-async function vkHibernated(world: FakeWorld): Promise<void> {
+async function vkHibernated(world: VMWorld): Promise<void> {
   world.tags.add(`${VM}:hibernate`);
   await world.annotatePod(
     NS,
@@ -64,7 +56,7 @@ async function vkHibernated(world: FakeWorld): Promise<void> {
 }
 
 /** vk-cocoon finishes a wake: a running container with a fresh VM id. */
-async function vkRunning(world: FakeWorld, vmID: string): Promise<void> {
+async function vkRunning(world: VMWorld, vmID: string): Promise<void> {
   await world.annotatePod(
     NS,
     POD,
@@ -86,9 +78,9 @@ export const scenarios: Scenario[] = [
       withWorld(env, async (world) => {
         await world.putPod(NS, POD, { annotations: podAnnotations(), containerRunning: true });
         await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
-        await eventually('Hibernating', () => phase(world) === 'Hibernating');
+        await waitFor('Hibernating', () => phase(world) === 'Hibernating');
         await vkHibernated(world);
-        await eventually('Hibernated', () => phase(world) === 'Hibernated');
+        await waitFor('Hibernated', () => phase(world) === 'Hibernated');
         await world.settled(env, NS, POD);
         return { 'vm-hibernate': await vmHistory(env) };
       }),
@@ -101,9 +93,9 @@ export const scenarios: Scenario[] = [
         world.tags.add(`${VM}:hibernate`);
         await hibernatedPod(world);
         await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Wake' });
-        await eventually('Waking', () => phase(world) === 'Waking');
+        await waitFor('Waking', () => phase(world) === 'Waking');
         await vkRunning(world, 'vmid-new');
-        await eventually('Active', () => phase(world) === 'Active');
+        await waitFor('Active', () => phase(world) === 'Active');
         await world.settled(env, NS, POD);
         return { 'vm-wake': await vmHistory(env) };
       }),
@@ -118,11 +110,11 @@ export const scenarios: Scenario[] = [
           containerRunning: true,
         });
         await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
-        await eventually('Hibernating', () => phase(world) === 'Hibernating');
+        await waitFor('Hibernating', () => phase(world) === 'Hibernating');
         await world.putCR({ ...world.cr(NS, 'hib')!, desire: 'Wake' });
         await world.settled(env, NS, POD);
         await vkHibernated(world);
-        await eventually('Waking', () => phase(world) === 'Waking');
+        await waitFor('Waking', () => phase(world) === 'Waking');
         await world.settled(env, NS, POD);
         return { 'vm-reverse-desire': await vmHistory(env) };
       }),
@@ -134,11 +126,11 @@ export const scenarios: Scenario[] = [
       withWorld(env, async (world) => {
         await world.putPod(NS, POD, { annotations: podAnnotations(), containerRunning: true });
         await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
-        await eventually('Hibernating', () => phase(world) === 'Hibernating');
+        await waitFor('Hibernating', () => phase(world) === 'Hibernating');
         await env.sleep(3 * 60_000 + 2_000);
-        await eventually('Failed', () => phase(world) === 'Failed');
+        await waitFor('Failed', () => phase(world) === 'Failed');
         await env.sleep(31_000);
-        await eventually('retried', () => world.events.some((e) => e.reason === EventReasons.retryRequested));
+        await waitFor('retried', () => world.events.some((e) => e.reason === EventReasons.retryRequested));
         await world.settled(env, NS, POD);
         return { 'vm-deadline-retry': await vmHistory(env) };
       }),
@@ -151,9 +143,9 @@ export const scenarios: Scenario[] = [
         world.tags.add(`${VM}:hibernate`);
         await hibernatedPod(world);
         await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
-        await eventually('Hibernated', () => phase(world) === 'Hibernated');
+        await waitFor('Hibernated', () => phase(world) === 'Hibernated');
         await world.deleteCR(NS, 'hib');
-        await eventually('CR gone', () => world.cr(NS, 'hib') === undefined);
+        await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
         await env.client.workflow.getHandle(VM_ID).result();
         return { 'vm-deletion-gc': await vmHistory(env) };
       }),
@@ -170,25 +162,25 @@ export const scenarios: Scenario[] = [
           containerRunning: true,
         });
         await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Wake' });
-        await eventually('Active', () => phase(world) === 'Active');
+        await waitFor('Active', () => phase(world) === 'Active');
         const firstRun = (await env.client.workflow.getHandle(VM_ID).describe()).runId;
         for (let i = 0; ; i++) {
           if ((await env.client.workflow.getHandle(VM_ID).describe()).runId !== firstRun) break;
           if (i >= 10) throw new Error('no continue-as-new after 10 cycles');
           await world.putCR({ ...world.cr(NS, 'hib')!, desire: 'Hibernate' });
-          await eventually(
+          await waitFor(
             'annotated',
             () => world.pod(NS, POD)?.annotations?.[Annotations.hibernate] === 'true',
           );
           await vkHibernated(world);
-          await eventually('Hibernated', () => phase(world) === 'Hibernated');
+          await waitFor('Hibernated', () => phase(world) === 'Hibernated');
           await world.putCR({ ...world.cr(NS, 'hib')!, desire: 'Wake' });
-          await eventually(
+          await waitFor(
             'cleared',
             () => world.pod(NS, POD)?.annotations?.[Annotations.hibernate] === undefined,
           );
           await vkRunning(world, `vm-${i}`);
-          await eventually('Active', () => phase(world) === 'Active');
+          await waitFor('Active', () => phase(world) === 'Active');
         }
         await world.settled(env, NS, POD);
         return {
@@ -204,13 +196,13 @@ export const scenarios: Scenario[] = [
     record: async (env) =>
       withCocoonSetWorld(env, new CocoonSetWorld(demoSet()), async (w) => {
         await w.start();
-        await eventually('main created', () => w.pods.has('demo-0'));
+        await waitFor('main created', () => w.pods.has('demo-0'));
         await env.sleep(6_000);
         await w.settled(env);
         await w.makeReady('demo-0');
-        await eventually('all pods created', () => w.pods.size === 4);
+        await waitFor('all pods created', () => w.pods.size === 4);
         for (const p of ['demo-1', 'demo-2', 'demo-tb']) await w.makeReady(p);
-        await eventually('Running', () => w.cs?.status?.phase === 'Running');
+        await waitFor('Running', () => w.cs?.status?.phase === 'Running');
         await w.settled(env);
         return { 'cocoonset-creates': await env.client.workflow.getHandle(w.workflowId).fetchHistory() };
       }),
@@ -247,9 +239,9 @@ export const scenarios: Scenario[] = [
       for (const vm of [MAIN_VM, 'vk-ns-demo-1', 'vk-ns-demo-2']) world.tags.add(`${vm}:hibernate`);
       return withCocoonSetWorld(env, world, async (w) => {
         await w.start();
-        await eventually('Running', () => w.cs?.status?.phase === 'Running');
+        await waitFor('Running', () => w.cs?.status?.phase === 'Running');
         await w.markDeleted();
-        await eventually('gone', () => w.cs === null);
+        await waitFor('gone', () => w.cs === null);
         const handle = env.client.workflow.getHandle(w.workflowId);
         await handle.result();
         return { 'cocoonset-deletion': await handle.fetchHistory() };

@@ -4,7 +4,16 @@
  * end-to-end tests take full objects the simulator runs.
  */
 import type { V1Pod } from '@kubernetes/client-node';
-import { AGENT_CONTAINER_NAME, Annotations, Labels, TOLERATION_KEY } from '../../src/api/keys.js';
+import {
+  AGENT_CONTAINER_NAME,
+  Annotations,
+  Finalizers,
+  Labels,
+  LifecycleStates,
+  TOLERATION_KEY,
+} from '../../src/api/keys.js';
+import { cocoonSetGenerationOf } from '../../src/api/pod.js';
+import type { CocoonHibernation, CocoonSet, HibernationPhase } from '../../src/api/types.js';
 
 /** The image the simulator's run-mode pods name (run mode needs no base image in the registry). */
 export const SIM_IMAGE = 'ghcr.io/cocoonstack/ubuntu:24.04';
@@ -59,4 +68,65 @@ export function hibernatedPodAnnotations(vm: string): Record<string, string> {
     [Annotations.hibernate]: 'true',
     [Annotations.lifecycleState]: 'hibernated',
   });
+}
+
+// ---- CocoonSets, their pods and CocoonHibernations (planner, workflow and replay tests) ----
+
+/** Namespace and uid of the CocoonSet fixtures, and the agent image they name. */
+export const NS = 'ns';
+export const UID = 'test-uid';
+export const IMAGE = 'ghcr.io/cocoonstack/cocoon/ubuntu:24.04';
+
+/** `newCocoonSet(name, mods…)`: ns `ns`, UID `test-uid`, the ubuntu image, generation 0, no finalizer. */
+export function newCocoonSet(name = 'demo', ...mods: ((cs: CocoonSet) => void)[]): CocoonSet {
+  const cs: CocoonSet = {
+    apiVersion: 'cocoonset.cocoonstack.io/v1',
+    kind: 'CocoonSet',
+    metadata: { name, namespace: NS, uid: UID, generation: 0 },
+    spec: { agent: { image: IMAGE } },
+  };
+  for (const m of mods) m(cs);
+  return cs;
+}
+
+/** Adds the CocoonSet finalizer (a set past its first pass). */
+export function withFinalizer(cs: CocoonSet): void {
+  cs.metadata.finalizers = [Finalizers.cocoonSet];
+}
+
+/** `readyPod(p)`: phase Running plus a Ready=True condition. */
+export function readyPod(p: V1Pod): V1Pod {
+  p.status = { ...(p.status ?? {}), phase: 'Running' };
+  p.status.conditions = [...(p.status.conditions ?? []), { type: 'Ready', status: 'True' }];
+  return p;
+}
+
+/** Sets arbitrary pod annotations (merging). */
+export function annotate(p: V1Pod, ann: Record<string, string>): V1Pod {
+  p.metadata ??= {};
+  p.metadata.annotations = { ...(p.metadata.annotations ?? {}), ...ann };
+  return p;
+}
+
+/** `lifecycleHibernated(p)`: lifecycle `hibernated`, observed generation = the pod's own stamp. */
+export function lifecycleHibernated(p: V1Pod): V1Pod {
+  annotate(p, {
+    [Annotations.lifecycleState]: LifecycleStates.hibernated,
+    [Annotations.lifecycleObservedGeneration]: String(cocoonSetGenerationOf(p)),
+  });
+  delete p.metadata!.annotations![Annotations.lifecycleStateMessage];
+  return p;
+}
+
+/** A CocoonHibernation naming `pod`. */
+export function hibernation(
+  pod: string,
+  desire: 'Hibernate' | 'Wake',
+  phase?: HibernationPhase,
+): CocoonHibernation {
+  return {
+    metadata: { name: `h-${pod}`, namespace: NS },
+    spec: { podRef: { name: pod }, desire },
+    status: phase ? { phase } : undefined,
+  };
 }

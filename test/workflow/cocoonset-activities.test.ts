@@ -20,7 +20,7 @@ import type { CocoonSet } from '../../src/api/types.js';
 import { buildAgentPod } from '../../src/cocoonset/pods.js';
 import { type KubeClients, mergePatch } from '../../src/kube/client.js';
 import { kubeClients, stackEnv } from '../e2e/stack-harness.js';
-import { IMAGE } from '../unit/cocoonset-fixtures.js';
+import { IMAGE } from '../support/builders.js';
 
 const NS = `cs-act-${process.pid}-${Date.now() % 100000}`;
 let kube: KubeClients;

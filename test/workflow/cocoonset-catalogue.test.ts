@@ -122,16 +122,10 @@ import { Annotations, EventReasons, Labels } from '../../src/api/keys.js';
 import type { AgentStatus, CocoonSet, ToolboxStatus } from '../../src/api/types.js';
 import { buildAgentPod, buildToolboxPod } from '../../src/cocoonset/pods.js';
 import { readRebuildHistory } from '../../src/cocoonset/rebuild.js';
-import {
-  annotate,
-  hibernation,
-  IMAGE,
-  newCocoonSet,
-  readyPod,
-  withFinalizer,
-} from '../unit/cocoonset-fixtures.js';
+import { annotate, hibernation, IMAGE, newCocoonSet, readyPod, withFinalizer } from '../support/builders.js';
+import { waitFor } from '../support/wait.js';
 import { CocoonSetWorld, withCocoonSetWorld, withCocoonSetWorlds } from './cocoonset-world.js';
-import { createEnv, eventually, skipUntil } from './harness.js';
+import { createEnv, skipUntil } from './harness.js';
 
 let env: TestWorkflowEnvironment;
 
@@ -196,15 +190,6 @@ const eventsOf = (w: CocoonSetWorld, reason: string) => w.events.filter((e) => e
 const registryDeletes = (w: CocoonSetWorld) =>
   w.calls.filter((c) => c.startsWith('registry-delete ')).map((c) => c.slice('registry-delete '.length));
 
-/** Polls an async check in real time (30 s) — for conditions read through the workflow's query. */
-async function until(what: string, check: () => Promise<boolean>): Promise<void> {
-  const deadline = Date.now() + 30_000;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
 describe('§21.1 reconciler_test.go at workflow level', () => {
   it('a toolbox named like an agent slot ("0", "1") or a repeated name fails every pass before any toolbox write, retries with backoff, and the fixed spec creates it', async () => {
     const world = new CocoonSetWorld(set(toolboxes('0')), converged(set()));
@@ -214,7 +199,7 @@ describe('§21.1 reconciler_test.go at workflow level', () => {
       `toolbox name "${n}" must not be an integer: collides with agent slot pod naming`;
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await until('integer-name error', async () => (await w.lastResult())?.error === intError('0'));
+      await waitFor('integer-name error', async () => (await w.lastResult())?.error === intError('0'));
       // Failed passes retry on the error backoff (1 s doubling), not in a tight loop: skipping the test
       // server's clock to each scheduled pass runs exactly that one pass, which schedules the next one
       // twice as far out.
@@ -234,9 +219,12 @@ describe('§21.1 reconciler_test.go at workflow level', () => {
       }
 
       await w.editSpec(toolboxes('1'));
-      await until('integer-name error for "1"', async () => (await w.lastResult())?.error === intError('1'));
+      await waitFor(
+        'integer-name error for "1"',
+        async () => (await w.lastResult())?.error === intError('1'),
+      );
       await w.editSpec(toolboxes('tb', 'tb'));
-      await until(
+      await waitFor(
         'duplicate-name error',
         async () => (await w.lastResult())?.error === 'duplicate toolbox name "tb" in spec',
       );
@@ -245,9 +233,9 @@ describe('§21.1 reconciler_test.go at workflow level', () => {
       expect(uidOf(w, 'demo-0')).toBe(mainUID);
 
       await w.editSpec(toolboxes('tb'));
-      await eventually('toolbox created', () => w.pods.has('demo-tb'));
+      await waitFor('toolbox created', () => w.pods.has('demo-tb'));
       await w.makeReady('demo-tb');
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       expect((await w.state()).failures).toBe(0);
       expect(w.creates).toEqual(['demo-tb']);
     });
@@ -273,7 +261,7 @@ describe('§21.1 reconciler_test.go at workflow level', () => {
       await w.updatePod('demo-tb', (p) => {
         p.metadata!.labels = { ...p.metadata!.labels, seen: 'yes' };
       });
-      await eventually('Running once the cache shows it', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running once the cache shows it', () => w.cs?.status?.phase === 'Running');
     });
   });
 
@@ -283,10 +271,10 @@ describe('§21.1 reconciler_test.go at workflow level', () => {
     const oldUID = uidOf(world, 'demo-1');
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       await w.updatePod('demo-1', lifecycleFailed('guest crashed'));
       expect(w.pod('demo-1')!.status!.phase).toBe('Running');
-      await eventually('demo-1 recreated', () => w.pods.has('demo-1') && uidOf(w, 'demo-1') !== oldUID);
+      await waitFor('demo-1 recreated', () => w.pods.has('demo-1') && uidOf(w, 'demo-1') !== oldUID);
       expect(eventsOf(w, EventReasons.subAgentRebuilding).map((e) => [e.type, e.message])).toEqual([
         ['Normal', 'slot 1 attempt 1/4'],
       ]);
@@ -324,9 +312,9 @@ describe('§21.1 reconciler_test.go at workflow level', () => {
         c.spec.agent.image = 'ghcr.io/cocoonstack/cocoon/ubuntu:26.04';
       });
       // The main drifted too: it is recreated first; the sub-agents wait for it to be Ready.
-      await eventually('main recreated', () => w.creates.includes('demo-0'));
+      await waitFor('main recreated', () => w.creates.includes('demo-0'));
       await w.makeReady('demo-0');
-      await eventually('demo-1 recreated', () => w.creates.includes('demo-1'));
+      await waitFor('demo-1 recreated', () => w.creates.includes('demo-1'));
       expect(w.historyWrites).toEqual(['{}']);
       expect(readRebuildHistory(w.cs!).has(1)).toBe(false);
       const fresh = w.pod('demo-1')!;
@@ -345,9 +333,9 @@ describe('§21.1 reconciler_test.go at workflow level', () => {
     const subUID = uidOf(world, 'demo-1');
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       await w.updatePod('demo-0', lifecycleFailed('hibernate push failed'));
-      await eventually('Failed', () => w.cs?.status?.phase === 'Failed');
+      await waitFor('Failed', () => w.cs?.status?.phase === 'Failed');
       expect(eventsOf(w, EventReasons.podLifecycleFailed)[0]).toMatchObject({
         type: 'Warning',
         message: 'main pod ns/demo-0: hibernate push failed',
@@ -382,14 +370,14 @@ describe('§21.1 reconciler_test.go at workflow level', () => {
         p.metadata!.annotations![Annotations.lifecycleState] = 'ready';
         delete p.metadata!.annotations![Annotations.lifecycleStateMessage];
       });
-      await eventually('demo-1 rebuilt', () => uidOf(w, 'demo-1') !== subUID && w.pods.has('demo-1'));
+      await waitFor('demo-1 rebuilt', () => uidOf(w, 'demo-1') !== subUID && w.pods.has('demo-1'));
       expect(eventsOf(w, EventReasons.recoveredFromFailure)[0]).toMatchObject({
         type: 'Normal',
         message: 'main pod ns/demo-0 is Ready again',
       });
-      await eventually('Scaling', () => w.cs?.status?.phase === 'Scaling');
+      await waitFor('Scaling', () => w.cs?.status?.phase === 'Scaling');
       await w.makeReady('demo-1');
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
     });
   });
 
@@ -399,22 +387,22 @@ describe('§21.1 reconciler_test.go at workflow level', () => {
     const oldUID = uidOf(world, 'demo-0');
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       await w.updatePod('demo-0', lifecycleFailed('hibernate push failed'));
-      await eventually('Failed', () => w.cs?.status?.phase === 'Failed');
+      await waitFor('Failed', () => w.cs?.status?.phase === 'Failed');
       await w.settledAfter((await w.passes()) - 1);
       const failedEvents = eventsOf(w, EventReasons.podLifecycleFailed).length;
 
       await w.editSpec((c) => {
         c.spec.agent.image = 'ghcr.io/cocoonstack/cocoon/ubuntu:26.04';
       });
-      await eventually('main recreated', () => w.pods.has('demo-0') && uidOf(w, 'demo-0') !== oldUID);
+      await waitFor('main recreated', () => w.pods.has('demo-0') && uidOf(w, 'demo-0') !== oldUID);
       expect(w.calls).toContain('delete demo-0');
       const main = w.pod('demo-0')!;
       expect(main.metadata!.annotations![Annotations.image]).toBe('ghcr.io/cocoonstack/cocoon/ubuntu:26.04');
       expect(main.metadata!.annotations![Annotations.lifecycleState]).toBeUndefined();
       // The new main is not Ready yet: Pending replaces Failed, no recovery event.
-      await eventually('Pending', () => w.cs?.status?.phase === 'Pending');
+      await waitFor('Pending', () => w.cs?.status?.phase === 'Pending');
       expect(eventsOf(w, EventReasons.podLifecycleFailed)).toHaveLength(failedEvents);
       expect(eventsOf(w, EventReasons.recoveredFromFailure)).toEqual([]);
     });
@@ -425,11 +413,11 @@ describe('§21.1 reconciler_test.go at workflow level', () => {
     const world = new CocoonSetWorld(cs, converged(cs));
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       for (let round = 1; round <= 3; round++) {
         const uid = uidOf(w, 'demo-tb');
         await w.updatePod('demo-tb', failedPhase);
-        await eventually(
+        await waitFor(
           `toolbox replaced (${round})`,
           () => w.pods.has('demo-tb') && uidOf(w, 'demo-tb') !== uid,
         );
@@ -451,9 +439,9 @@ describe('§21.1 reconciler_test.go at workflow level', () => {
     const world = new CocoonSetWorld(cs, [...converged(cs), stale]);
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start({ registryConfigured: false });
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       await w.markDeleted();
-      await eventually('finalizer removed', () => w.cs === null);
+      await waitFor('finalizer removed', () => w.cs === null);
       expect([...w.pods.keys()]).toEqual(['demo-stale']);
       expect(w.calls.filter((c) => c.startsWith('delete'))).toEqual(['delete demo-0']);
       expect(w.registryCalls).toBe(0);
@@ -505,7 +493,7 @@ describe('§21.1 reconciler_test.go at workflow level', () => {
       const world = new CocoonSetWorld(cs);
       await withCocoonSetWorld(env, world, async (w) => {
         await w.start();
-        await eventually('finalizer removed', () => w.cs === null);
+        await waitFor('finalizer removed', () => w.cs === null);
         expect(registryDeletes(w)).toEqual(want);
       });
     },
@@ -516,7 +504,7 @@ describe('§21.1 reconciler_test.go at workflow level', () => {
     const world = new CocoonSetWorld(cs, converged(cs));
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('finalizer removed', () => w.cs === null);
+      await waitFor('finalizer removed', () => w.cs === null);
       const firstWrites = w.calls.filter((c) => c !== 'read').slice(0, 2);
       expect(firstWrites).toEqual([
         `annotate-cs {"${Annotations.deleteVMNames}":"${MAIN_VM}"}`,
@@ -541,7 +529,7 @@ describe('§21.1 reconciler_test.go at workflow level', () => {
     for (const vm of ['vk-ns-demo-0', 'vk-ns-demo-1', 'vk-ns-demo-tb']) world.tags.add(`${vm}:hibernate`);
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('finalizer removed', () => w.cs === null);
+      await waitFor('finalizer removed', () => w.cs === null);
       expect(registryDeletes(w)).toEqual([
         'vk-ns-demo-0:hibernate',
         'vk-ns-demo-1:hibernate',
@@ -577,7 +565,7 @@ describe('§21.3 status_test.go at workflow level', () => {
         ['Progressing', 'True', 'Reconciling', 'Scaling'],
       ]);
       await w.makeReady('demo-tb');
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       expect(w.cs!.status!.conditions!.map((c) => [c.type, c.status, c.reason, c.message])).toEqual([
         ['Ready', 'True', 'AllAgentsReady', '2/2 agents ready, 1/1 toolboxes ready'],
         ['Progressing', 'False', 'Stable', 'Running'],
@@ -602,7 +590,7 @@ describe('§21.4 restore_test.go at workflow level', () => {
         60_000,
         1_000,
       );
-      await until(
+      await waitFor(
         'pass error',
         async () =>
           (await w.lastResult())?.error === `probe hibernate snapshot ${MAIN_VM}: registry unavailable`,
@@ -641,7 +629,7 @@ describe('§21.5 restore_intent_test.go at workflow level', () => {
           new Promise((_, reject) => setTimeout(() => reject(new Error('probe never started')), 30_000)),
         ]);
         await free.start();
-        await eventually('free main created', () => free.pods.has('free-0'));
+        await waitFor('free main created', () => free.pods.has('free-0'));
         // free probed its own tag (absent: fresh boot) while blocked's probe was still in flight.
         expect(free.calls).toContain('probe vk-ns-f-free-0:hibernate');
         expect(free.pod('free-0')!.metadata!.annotations![Annotations.restoreFromHibernate]).toBeUndefined();
@@ -649,7 +637,7 @@ describe('§21.5 restore_intent_test.go at workflow level', () => {
       } finally {
         wedge.release();
       }
-      await eventually('blocked main created after the release', () => blocked.pods.has('blocked-0'));
+      await waitFor('blocked main created after the release', () => blocked.pods.has('blocked-0'));
       expect(blocked.pod('blocked-0')!.metadata!.labels![Labels.cocoonSet]).toBe('blocked');
     });
   });
@@ -673,7 +661,7 @@ describe('§21.6 rebuild_test.go at workflow level', () => {
     const oldUID = uidOf(world, 'demo-1');
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('demo-1 rebuilt', () => w.pods.has('demo-1') && uidOf(w, 'demo-1') !== oldUID);
+      await waitFor('demo-1 rebuilt', () => w.pods.has('demo-1') && uidOf(w, 'demo-1') !== oldUID);
       expect(eventsOf(w, EventReasons.subAgentRebuilding).map((e) => e.message)).toEqual([
         `slot 1 attempt ${attempt}/4`,
       ]);

@@ -25,7 +25,8 @@ import {
 } from '../../src/watcher/cocoonset-signals.js';
 import type { CocoonSetStateView } from '../../src/workflows/cocoonset.js';
 import { COCOONSET_WORKFLOW_TYPE } from '../../src/workflows/messages.js';
-import { IMAGE, newCocoonSet, readyPod } from '../unit/cocoonset-fixtures.js';
+import { IMAGE, newCocoonSet, readyPod } from '../support/builders.js';
+import { waitFor } from '../support/wait.js';
 import { type Sent, settled, workflowBundle } from './harness.js';
 
 function clone<T>(v: T): T {
@@ -205,14 +206,17 @@ export class CocoonSetWorld {
    * ask for an immediate requeue (a `requeue: true` pass schedules another at once; that one is awaited too).
    */
   async settledAfter(after: number): Promise<void> {
-    const deadline = Date.now() + 30_000;
-    for (;;) {
-      const s = await this.state();
-      const r = s.lastResult as WorkflowPassResult | null;
-      if (r !== null && r.pass > after && !r.requeue) return;
-      if (Date.now() > deadline) throw new Error(`workflow did not settle: ${JSON.stringify(s)}`);
-      await new Promise((res) => setTimeout(res, 50));
-    }
+    let last: Record<string, unknown> | undefined;
+    await waitFor(
+      `a finished pass after pass ${after}`,
+      async () => {
+        last = await this.state();
+        const r = last.lastResult as WorkflowPassResult | null;
+        return r !== null && r.pass > after && !r.requeue;
+      },
+      30_000,
+      { describe: () => last },
+    );
   }
 
   private async signalPod(p: V1Pod): Promise<void> {

@@ -5,9 +5,10 @@ import type { CocoonSet } from '../../src/api/types.js';
 import { toolboxVMName } from '../../src/cocoonset/pods.js';
 import { lastDeletedMs, readRebuildHistory } from '../../src/cocoonset/rebuild.js';
 import { RECONCILE_FAILED, SUSPEND_NOT_IMPLEMENTED } from '../../src/workflows/cocoonset.js';
-import { hibernation, IMAGE, withFinalizer } from '../unit/cocoonset-fixtures.js';
+import { hibernation, IMAGE, withFinalizer } from '../support/builders.js';
+import { waitFor } from '../support/wait.js';
 import { CocoonSetWorld, convergedPods, demoSet, MAIN_VM, withCocoonSetWorld } from './cocoonset-world.js';
-import { createEnv, eventually, skipUntil } from './harness.js';
+import { createEnv, skipUntil } from './harness.js';
 
 let env: TestWorkflowEnvironment;
 
@@ -28,9 +29,9 @@ describe('CocoonSet workflow', () => {
     const world = new CocoonSetWorld(demoSet());
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('main created', () => w.pods.has('demo-0'));
+      await waitFor('main created', () => w.pods.has('demo-0'));
       expect(w.hasFinalizer()).toBe(true);
-      await eventually('Pending', () => w.cs?.status?.phase === 'Pending');
+      await waitFor('Pending', () => w.cs?.status?.phase === 'Pending');
       // Several 5 s "wait for main" requeues pass; nothing else is created while the main is not Ready.
       await env.sleep(16_000);
       expect((await w.settled(env)).passes).toBeGreaterThanOrEqual(4);
@@ -40,7 +41,7 @@ describe('CocoonSet workflow', () => {
         p.spec!.nodeName = 'node-a';
       });
       await w.makeReady('demo-0');
-      await eventually('all pods created', () => w.pods.size === 4);
+      await waitFor('all pods created', () => w.pods.size === 4);
       expect(w.creates[0]).toBe('demo-0');
       expect(new Set(w.creates.slice(1, 3))).toEqual(new Set(['demo-1', 'demo-2']));
       expect(w.creates[3]).toBe('demo-tb');
@@ -52,7 +53,7 @@ describe('CocoonSet workflow', () => {
       expect(w.pod('demo-tb')!.metadata?.annotations?.[Annotations.forkFrom] ?? '').toBe('');
 
       for (const p of ['demo-1', 'demo-2', 'demo-tb']) await w.makeReady(p);
-      await eventually('Running', () => w.cs?.status?.phase === 'Running' && w.cs.status.readyAgents === 3);
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running' && w.cs.status.readyAgents === 3);
       const st = w.cs!.status!;
       expect(st).toMatchObject({
         desiredAgents: 3,
@@ -85,7 +86,7 @@ describe('CocoonSet workflow', () => {
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
       await w.settledAfter(0);
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       // A pod event triggers another pass.
       const n = await w.passes();
       await w.updatePod('demo-2', (p) => {
@@ -109,7 +110,7 @@ describe('CocoonSet workflow', () => {
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
       await w.settledAfter(0);
-      await eventually('the Warning Event', () => w.events.some((e) => e.reason === SUSPEND_NOT_IMPLEMENTED));
+      await waitFor('the Warning Event', () => w.events.some((e) => e.reason === SUSPEND_NOT_IMPLEMENTED));
       expect(w.events.find((e) => e.reason === SUSPEND_NOT_IMPLEMENTED)).toMatchObject({ type: 'Warning' });
       expect(uids(w)).toEqual(before);
       expect(w.calls.filter((c) => /^(create|delete|annotate|status)/.test(c))).toEqual([]);
@@ -123,7 +124,7 @@ describe('CocoonSet workflow', () => {
     const world = new CocoonSetWorld(cs, convergedPods(demoSet()).slice(0, 3));
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('the Warning Event', () => w.events.some((e) => e.reason === RECONCILE_FAILED));
+      await waitFor('the Warning Event', () => w.events.some((e) => e.reason === RECONCILE_FAILED));
       const e = w.events.find((x) => x.reason === RECONCILE_FAILED)!;
       expect(e.type).toBe('Warning');
       expect(e.message).toContain('must not be an integer');
@@ -143,9 +144,9 @@ describe('CocoonSet workflow', () => {
     world.tags.add(`${tbVM}:hibernate`);
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('recreated', () => w.pods.has('demo-2') && w.pods.has('demo-tb'));
+      await waitFor('recreated', () => w.pods.has('demo-2') && w.pods.has('demo-tb'));
       await w.settledAfter(0);
-      await eventually('status written', () => w.cs?.status?.desiredAgents === 3);
+      await waitFor('status written', () => w.cs?.status?.desiredAgents === 3);
       expect(w.lists).toBe(1);
       expect(w.calls.filter((c) => c.startsWith('probe')).sort()).toEqual(
         [`probe ${tbVM}:hibernate`, 'probe vk-ns-demo-2:hibernate'].sort(),
@@ -157,7 +158,7 @@ describe('CocoonSet workflow', () => {
       // Later passes (pods coming up) are steady: still one lookup.
       await w.makeReady('demo-2');
       await w.makeReady('demo-tb');
-      await eventually('Running', () => w.cs?.status?.readyAgents === 3 && w.cs.status.readyToolboxes === 1);
+      await waitFor('Running', () => w.cs?.status?.readyAgents === 3 && w.cs.status.readyToolboxes === 1);
       expect(w.lists).toBe(1);
     });
   });
@@ -173,7 +174,7 @@ describe('CocoonSet workflow', () => {
       const dead = () => w.pod('demo-1')?.metadata?.annotations?.[Annotations.deadLetter] === 'true';
       await skipUntil(env, 'dead letter', dead, 180_000, 1_000);
       // The pass sends its event after the dead-letter patch.
-      await eventually('dead-letter event', () =>
+      await waitFor('dead-letter event', () =>
         w.events.some((e) => e.reason === EventReasons.subAgentDeadLetter),
       );
       const rebuilds = w.events.filter((e) => e.reason === EventReasons.subAgentRebuilding);
@@ -221,7 +222,7 @@ describe('CocoonSet workflow', () => {
     const reads = () => world.calls.filter((c) => c === 'read').length;
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start({ historyLimit: 60 });
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       const handle = env.client.workflow.getHandle(w.workflowId);
       const firstRun = (await handle.describe()).runId;
       for (let i = 0; i < 12; i++) {
@@ -229,7 +230,7 @@ describe('CocoonSet workflow', () => {
         await w.updatePod('demo-1', (p) => {
           p.metadata!.labels = { ...p.metadata!.labels, tick: String(i) };
         });
-        await eventually(`pass ${i}`, () => reads() > r);
+        await waitFor(`pass ${i}`, () => reads() > r);
         await new Promise((res) => setTimeout(res, 100));
       }
       const desc = await handle.describe();
@@ -240,7 +241,7 @@ describe('CocoonSet workflow', () => {
       await w.updatePod('demo-1', (p) => {
         p.metadata!.labels = { ...p.metadata!.labels, tick: 'last' };
       });
-      await eventually('toolbox recreated', () => w.pods.has('demo-tb'));
+      await waitFor('toolbox recreated', () => w.pods.has('demo-tb'));
       expect(w.creates).toEqual(['demo-tb']);
     });
   });
@@ -252,9 +253,9 @@ describe('CocoonSet workflow', () => {
     world.tags.add('vk-ns-demo-1:hibernate');
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       await w.markDeleted();
-      await eventually('pods terminating', () =>
+      await waitFor('pods terminating', () =>
         [...w.pods.values()].every((p) => p.metadata?.deletionTimestamp != null),
       );
       await env.sleep(11_000);
@@ -283,9 +284,9 @@ describe('CocoonSet workflow', () => {
     }
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       await w.markDeleted();
-      await eventually('gone', () => w.cs === null);
+      await waitFor('gone', () => w.cs === null);
       expect(w.pods.size).toBe(0);
       expect([...w.tags].sort()).toEqual([`${MAIN_VM}:latest`]);
       const handle = env.client.workflow.getHandle(w.workflowId);

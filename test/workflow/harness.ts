@@ -16,7 +16,8 @@ import {
 } from '@temporalio/worker';
 import { taskQueues } from '../../src/api/ids.js';
 import { SearchAttributes } from '../../src/api/keys.js';
-import { FakeWorld } from './fake-world.js';
+import { waitFor } from '../support/wait.js';
+import { VMWorld } from './vm-world.js';
 
 let runtimeInstalled = false;
 
@@ -63,16 +64,16 @@ export async function workflowBundle(): Promise<WorkflowBundleWithSourceMap> {
 let seq = 0;
 
 /**
- * Runs `fn` with a fresh FakeWorld wired to a worker pair on a unique task queue. `registrySlots` is the
+ * Runs `fn` with a fresh VMWorld wired to a worker pair on a unique task queue. `registrySlots` is the
  * registry worker's maxConcurrentActivityTaskExecutions (the concurrency knob).
  */
 export async function withWorld<T>(
   env: TestWorkflowEnvironment,
-  fn: (world: FakeWorld) => Promise<T>,
+  fn: (world: VMWorld) => Promise<T>,
   opts: { registrySlots?: number } = {},
 ): Promise<T> {
   const taskQueue = `vm-test-${process.pid}-${++seq}`;
-  const world = new FakeWorld();
+  const world = new VMWorld();
   world.client = env.client.workflow;
   world.taskQueue = taskQueue;
   const main = await Worker.create({
@@ -153,33 +154,25 @@ export async function settled<T extends WorkflowProgress>(
   timeoutMs = 30_000,
 ): Promise<T> {
   const handle = env.client.workflow.getHandle(workflowId);
-  const deadline = Date.now() + timeoutMs;
-  for (;;) {
-    const s = await handle.query<T>('state');
-    const now = await env.currentTimeMs();
-    const next = s.nextWakeAt ?? s.nextPassAt ?? null;
-    const applied = !sent
-      ? true
-      : sent.resourceVersion
-        ? s.lastSignalResourceVersion !== null &&
-          BigInt(s.lastSignalResourceVersion) >= BigInt(sent.resourceVersion)
-        : s.signals >= sent.signals;
-    if (applied && !s.busy && (next === null || Date.parse(next) > now)) return s;
-    if (Date.now() > deadline)
-      throw new Error(
-        `workflow ${workflowId} did not settle: ${JSON.stringify(s)} (sent ${JSON.stringify(sent)})`,
-      );
-    await new Promise((r) => setTimeout(r, 20));
-  }
-}
-
-/** Polls `check` in real time until it returns true (or throws with `what` after `timeoutMs`). */
-export async function eventually(what: string, check: () => boolean, timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
+  let last: T | undefined;
+  return waitFor(
+    `workflow ${workflowId} to settle (sent ${JSON.stringify(sent)})`,
+    async () => {
+      const s = await handle.query<T>('state');
+      last = s;
+      const now = await env.currentTimeMs();
+      const next = s.nextWakeAt ?? s.nextPassAt ?? null;
+      const applied = !sent
+        ? true
+        : sent.resourceVersion
+          ? s.lastSignalResourceVersion !== null &&
+            BigInt(s.lastSignalResourceVersion) >= BigInt(sent.resourceVersion)
+          : s.signals >= sent.signals;
+      return applied && !s.busy && (next === null || Date.parse(next) > now) ? s : undefined;
+    },
+    timeoutMs,
+    { intervalMs: 20, describe: () => last },
+  );
 }
 
 /**
@@ -204,7 +197,7 @@ export async function skipUntil(
 }
 
 /**
- * Like `eventually`, but when the condition stalls for `realMs` it advances the time-skipping server by
+ * Like `waitFor` (test/support/wait.ts), but when the condition stalls for `realMs` it advances the time-skipping server by
  * `stepMs` (up to `maxSkipMs`), letting durable timers — the workflow's slow fallback re-read — fire. For
  * waits where the test server itself can drop a signal (its signal-with-start racing a continue-as-new is
  * not atomic, sdk-java#1538) and the product's designed recovery is that fallback.

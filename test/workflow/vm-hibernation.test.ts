@@ -1,12 +1,14 @@
 /**
  * The CocoonHibernation catalogue (spec/hibernation.md §13) at workflow level, on the time-skipping test
- * server: each test drives the VM workflow through the FakeWorld (activities + watcher signals).
+ * server: each test drives the VM workflow through the VMWorld (activities + watcher signals).
  */
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Annotations, Finalizers } from '../../src/api/keys.js';
-import type { FakeWorld } from './fake-world.js';
-import { createEnv, eventually, skipUntil, withWorld } from './harness.js';
+import { hibernatedPodAnnotations, vmPodAnnotations } from '../support/builders.js';
+import { waitFor } from '../support/wait.js';
+import { createEnv, skipUntil, withWorld } from './harness.js';
+import type { VMWorld } from './vm-world.js';
 
 const NS = 'ns';
 const VM = 'vk-ns-demo-0';
@@ -20,28 +22,24 @@ afterEach(async () => {
   await env?.teardown();
 });
 
-const podAnnotations = (extra: Record<string, string> = {}) => ({
-  [Annotations.vmName]: VM,
-  [Annotations.managed]: 'true',
-  ...extra,
-});
+const podAnnotations = (extra: Record<string, string> = {}) => vmPodAnnotations(VM, extra);
 
-function phase(world: FakeWorld, name = 'hib'): string | undefined {
+function phase(world: VMWorld, name = 'hib'): string | undefined {
   return world.cr(NS, name)?.status?.phase;
 }
 
-async function hibernateCR(world: FakeWorld, extra: Record<string, unknown> = {}) {
+async function hibernateCR(world: VMWorld, extra: Record<string, unknown> = {}) {
   return world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Hibernate', ...extra });
 }
 
 /** The barrier before a negative assertion: the workflow applied every signal and finished acting. */
-const settled = (world: FakeWorld) => world.settled(env, NS, 'demo-0');
+const settled = (world: VMWorld) => world.settled(env, NS, 'demo-0');
 
 describe('VM workflow: CocoonHibernation reconcile', () => {
   it('adds the finalizer before anything else, and writes no status in that step (test 12)', async () => {
     await withWorld(env, async (world) => {
       await hibernateCR(world);
-      await eventually('finalizer', () =>
+      await waitFor('finalizer', () =>
         (world.cr(NS, 'hib')?.finalizers ?? []).includes(Finalizers.cocoonHibernation),
       );
       const firstStatus = world.calls.findIndex((c) => c.startsWith('status hib'));
@@ -54,10 +52,10 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
   it('reports Pending while the pod is missing, then hibernates when it arrives (tests 18, pod after CR)', async () => {
     await withWorld(env, async (world) => {
       await hibernateCR(world);
-      await eventually('Pending', () => phase(world) === 'Pending');
+      await waitFor('Pending', () => phase(world) === 'Pending');
       expect(world.cr(NS, 'hib')?.status?.conditions?.[0]?.message).toBe('pod ns/demo-0 not yet present');
       await world.putPod(NS, 'demo-0', { annotations: podAnnotations(), containerRunning: true });
-      await eventually('Hibernating', () => phase(world) === 'Hibernating');
+      await waitFor('Hibernating', () => phase(world) === 'Hibernating');
       expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBe('true');
     });
   });
@@ -66,7 +64,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     await withWorld(env, async (world) => {
       await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Hibernate' });
       await world.putPod(NS, 'demo-0', { annotations: {} });
-      await eventually('Pending', () => phase(world) === 'Pending');
+      await waitFor('Pending', () => phase(world) === 'Pending');
       expect(world.cr(NS, 'hib')?.status?.conditions?.[0]?.message).toBe(
         'pod ns/demo-0 has no vm.cocoonstack.io/name annotation yet',
       );
@@ -77,7 +75,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     await withWorld(env, async (world) => {
       await world.putPod(NS, 'demo-0', { annotations: podAnnotations(), containerRunning: true });
       await hibernateCR(world);
-      await eventually('Hibernating', () => phase(world) === 'Hibernating');
+      await waitFor('Hibernating', () => phase(world) === 'Hibernating');
       world.tags.add(`${VM}:hibernate`);
       await world.annotatePod(
         NS,
@@ -85,7 +83,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
         { [Annotations.lifecycleState]: 'hibernated', [Annotations.vmID]: null },
         { containerRunning: false },
       );
-      await eventually('Hibernated', () => phase(world) === 'Hibernated');
+      await waitFor('Hibernated', () => phase(world) === 'Hibernated');
       expect(world.cr(NS, 'hib')?.status?.vmName).toBe(VM);
       // Steady state: more pod churn neither re-probes nor re-announces.
       const heads = world.calls.filter((c) => c.startsWith('HEAD')).length;
@@ -104,10 +102,10 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       world.tags.add(`${VM}:hibernate`);
       await world.putPod(NS, 'demo-0', { annotations: podAnnotations({ [Annotations.hibernate]: 'true' }) });
       await hibernateCR(world);
-      await eventually('Hibernating', () => phase(world) === 'Hibernating');
+      await waitFor('Hibernating', () => phase(world) === 'Hibernating');
       expect(world.calls.some((c) => c.startsWith('HEAD'))).toBe(false);
       await world.annotatePod(NS, 'demo-0', { [Annotations.lifecycleState]: 'hibernated' });
-      await eventually('Hibernated', () => phase(world) === 'Hibernated');
+      await waitFor('Hibernated', () => phase(world) === 'Hibernated');
     });
   });
 
@@ -123,9 +121,9 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
         }),
       });
       await hibernateCR(world);
-      await eventually('Hibernating', () => phase(world) === 'Hibernating');
+      await waitFor('Hibernating', () => phase(world) === 'Hibernating');
       await world.annotatePod(NS, 'demo-0', { [Annotations.lifecycleObservedGeneration]: '3' });
-      await eventually('Hibernated', () => phase(world) === 'Hibernated');
+      await waitFor('Hibernated', () => phase(world) === 'Hibernated');
     });
   });
 
@@ -133,17 +131,17 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     await withWorld(env, async (world) => {
       await world.putPod(NS, 'demo-0', { annotations: podAnnotations(), containerRunning: true });
       await hibernateCR(world);
-      await eventually('Hibernating', () => phase(world) === 'Hibernating');
+      await waitFor('Hibernating', () => phase(world) === 'Hibernating');
       const started = world.cr(NS, 'hib')?.status?.conditions?.[0]?.lastTransitionTime;
       await env.sleep(3 * 60_000 + 2_000);
-      await eventually('Failed', () => phase(world) === 'Failed');
+      await waitFor('Failed', () => phase(world) === 'Failed');
       const failed = world.cr(NS, 'hib')!.status!.conditions![0]!;
       expect(failed.message).toBe('hibernate not confirmed within 3m0s');
       expect(failed.lastTransitionTime).toBe(started); // Failed keeps the attempt's start
       expect(world.events.map((e) => e.reason)).toContain('HibernateTimedOut');
       expect(world.phaseDurations).toContainEqual({ kind: 'hibernate', result: 'timeout' });
       await env.sleep(31_000);
-      await eventually('retry', () => phase(world) === 'Hibernating');
+      await waitFor('retry', () => phase(world) === 'Hibernating');
       expect(world.events.map((e) => e.reason)).toContain('RetryRequested');
       const retried = world.cr(NS, 'hib')!.status!.conditions![0]!.lastTransitionTime!;
       expect(Date.parse(retried)).toBeGreaterThan(Date.parse(started!));
@@ -154,13 +152,10 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     await withWorld(env, async (world) => {
       world.probeError = new Error('transport boom');
       await world.putPod(NS, 'demo-0', {
-        annotations: podAnnotations({
-          [Annotations.hibernate]: 'true',
-          [Annotations.lifecycleState]: 'hibernated',
-        }),
+        annotations: hibernatedPodAnnotations(VM),
       });
       await hibernateCR(world);
-      await eventually('probe attempted', () => world.calls.some((c) => c.startsWith('HEAD')));
+      await waitFor('probe attempted', () => world.calls.some((c) => c.startsWith('HEAD')));
       await env.sleep(10_000);
       await settled(world);
       expect(phase(world)).not.toBe('Hibernated');
@@ -175,7 +170,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       world.probeError = undefined;
       world.tags.add(`${VM}:hibernate`);
       await env.sleep(31_000);
-      await eventually('Hibernated', () => phase(world) === 'Hibernated', 20_000);
+      await waitFor('Hibernated', () => phase(world) === 'Hibernated', 20_000);
     });
   }, 180_000);
 
@@ -183,13 +178,10 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     await withWorld(env, async (world) => {
       world.tags.add(`${VM}:hibernate`);
       await world.putPod(NS, 'demo-0', {
-        annotations: podAnnotations({
-          [Annotations.hibernate]: 'true',
-          [Annotations.lifecycleState]: 'hibernated',
-        }),
+        annotations: hibernatedPodAnnotations(VM),
       });
       await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
-      await eventually('Waking', () => phase(world) === 'Waking');
+      await waitFor('Waking', () => phase(world) === 'Waking');
       expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBeUndefined();
       expect(world.tags.has(`${VM}:hibernate`)).toBe(true); // never before the VM runs
       await world.annotatePod(
@@ -198,7 +190,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
         { [Annotations.vmID]: 'vmid-new', [Annotations.lifecycleState]: 'creating' },
         { containerRunning: true },
       );
-      await eventually('Active', () => phase(world) === 'Active');
+      await waitFor('Active', () => phase(world) === 'Active');
       expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
       await world.annotatePod(NS, 'demo-0', { [Annotations.lifecycleState]: 'ready' });
       expect((await settled(world)).lifecycleState).toBe('ready');
@@ -213,9 +205,9 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
         annotations: podAnnotations({ [Annotations.lifecycleState]: 'hibernated' }),
       });
       await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
-      await eventually('Waking', () => phase(world) === 'Waking');
+      await waitFor('Waking', () => phase(world) === 'Waking');
       await env.sleep(5 * 60_000 + 2_000);
-      await eventually('Failed', () => phase(world) === 'Failed');
+      await waitFor('Failed', () => phase(world) === 'Failed');
       expect(world.cr(NS, 'hib')!.status!.conditions![0]!.message).toBe(
         'wake timed out after 5m0s; vk-cocoon never reported the container running',
       );
@@ -232,7 +224,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
         containerRunning: true,
       });
       await hibernateCR(world);
-      await eventually('Hibernating', () => phase(world) === 'Hibernating');
+      await waitFor('Hibernating', () => phase(world) === 'Hibernating');
       await hibernateCR(world, { desire: 'Wake' });
       expect((await settled(world)).hibernations[0]).toMatchObject({ desire: 'Wake' });
       // The stale Running + VM id view must not complete a wake and delete the only snapshot.
@@ -246,7 +238,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
         { [Annotations.lifecycleState]: 'hibernated', [Annotations.vmID]: null },
         { containerRunning: false },
       );
-      await eventually('Hibernated then Waking', () => phase(world) === 'Waking');
+      await waitFor('Hibernated then Waking', () => phase(world) === 'Waking');
       expect(world.events.map((e) => e.reason)).toContain('Hibernated');
       expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBeUndefined();
     });
@@ -259,7 +251,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
         annotations: podAnnotations({ [Annotations.lifecycleState]: 'hibernated' }),
       });
       await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
-      await eventually('Waking', () => phase(world) === 'Waking');
+      await waitFor('Waking', () => phase(world) === 'Waking');
       await hibernateCR(world, { desire: 'Hibernate' });
       expect((await settled(world)).hibernations[0]).toMatchObject({ desire: 'Hibernate' });
       expect(phase(world)).toBe('Waking');
@@ -271,13 +263,10 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     await withWorld(env, async (world) => {
       world.tags.add(`${VM}:hibernate`);
       await world.putPod(NS, 'demo-0', {
-        annotations: podAnnotations({
-          [Annotations.hibernate]: 'true',
-          [Annotations.lifecycleState]: 'hibernated',
-        }),
+        annotations: hibernatedPodAnnotations(VM),
       });
       await hibernateCR(world);
-      await eventually('Hibernated', () => phase(world) === 'Hibernated');
+      await waitFor('Hibernated', () => phase(world) === 'Hibernated');
       await world.deletePod(NS, 'demo-0');
       expect((await settled(world)).podExists).toBe(false);
       expect(phase(world)).toBe('Hibernated');
@@ -288,7 +277,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     await withWorld(env, async (world) => {
       await world.putPod(NS, 'demo-0', { annotations: podAnnotations() });
       await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Sleep' });
-      await eventually('Failed', () => phase(world) === 'Failed');
+      await waitFor('Failed', () => phase(world) === 'Failed');
       expect(world.cr(NS, 'hib')!.status!.conditions![0]!.message).toBe('unknown desire "Sleep"');
     });
   });
@@ -297,15 +286,12 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     await withWorld(env, async (world) => {
       world.tags.add(`${VM}:hibernate`);
       await world.putPod(NS, 'demo-0', {
-        annotations: podAnnotations({
-          [Annotations.hibernate]: 'true',
-          [Annotations.lifecycleState]: 'hibernated',
-        }),
+        annotations: hibernatedPodAnnotations(VM),
       });
       await hibernateCR(world);
-      await eventually('Hibernated', () => phase(world) === 'Hibernated');
+      await waitFor('Hibernated', () => phase(world) === 'Hibernated');
       await world.deleteCR(NS, 'hib');
-      await eventually('CR gone', () => world.cr(NS, 'hib') === undefined);
+      await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
       expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
     });
   });
@@ -315,15 +301,12 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       world.tags.add(`${VM}:hibernate`);
       world.deleteError = new Error('registry unavailable');
       await world.putPod(NS, 'demo-0', {
-        annotations: podAnnotations({
-          [Annotations.hibernate]: 'true',
-          [Annotations.lifecycleState]: 'hibernated',
-        }),
+        annotations: hibernatedPodAnnotations(VM),
       });
       await hibernateCR(world);
-      await eventually('Hibernated', () => phase(world) === 'Hibernated');
+      await waitFor('Hibernated', () => phase(world) === 'Hibernated');
       await world.deleteCR(NS, 'hib');
-      await eventually('CR gone', () => world.cr(NS, 'hib') === undefined);
+      await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
       expect(world.calls.some((c) => c.startsWith('DELETE'))).toBe(true);
     });
   });
@@ -332,7 +315,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     await withWorld(env, async (world) => {
       await world.putPod(NS, 'demo-0', { annotations: podAnnotations(), containerRunning: true });
       await hibernateCR(world);
-      await eventually('Hibernating', () => phase(world) === 'Hibernating');
+      await waitFor('Hibernating', () => phase(world) === 'Hibernating');
       await world.annotatePod(NS, 'demo-0', { [Annotations.lifecycleState]: 'hibernating' });
       await world.deleteCR(NS, 'hib');
       await env.sleep(20_000);
@@ -347,7 +330,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
         { [Annotations.lifecycleState]: 'hibernated', [Annotations.vmID]: null },
         { containerRunning: false },
       );
-      await eventually('CR gone', () => world.cr(NS, 'hib') === undefined);
+      await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
       expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
     });
   });
@@ -356,21 +339,18 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     await withWorld(env, async (world) => {
       world.tags.add(`${VM}:hibernate`);
       await world.putPod(NS, 'demo-0', {
-        annotations: podAnnotations({
-          [Annotations.hibernate]: 'true',
-          [Annotations.lifecycleState]: 'hibernated',
-        }),
+        annotations: hibernatedPodAnnotations(VM),
       });
       // While the workflow's Hibernated status patch is in flight, the user flips the desire to Wake.
       world.duringStatusPatch = async (patched) => {
         await world.putCR({ ...patched, desire: 'Wake' });
       };
       await hibernateCR(world);
-      await eventually(
+      await waitFor(
         'the Wake edit acted on',
         () => world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate] === undefined,
       );
-      await eventually('Waking', () => phase(world) === 'Waking');
+      await waitFor('Waking', () => phase(world) === 'Waking');
     });
   });
 
@@ -378,21 +358,15 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     await withWorld(env, async (world) => {
       world.tags.add(`${VM}:hibernate`);
       await world.putPod(NS, 'demo-0', {
-        annotations: podAnnotations({
-          [Annotations.hibernate]: 'true',
-          [Annotations.lifecycleState]: 'hibernated',
-        }),
+        annotations: hibernatedPodAnnotations(VM),
       });
       // The first CR starts the workflow, whose first step is a read; a second CR appears during it.
       world.duringRead = async () => {
         await world.putCR({ namespace: NS, name: 'late', podRef: 'demo-0', desire: 'Hibernate' });
       };
       await hibernateCR(world);
-      await eventually('the first CR Hibernated', () => phase(world) === 'Hibernated');
-      await eventually(
-        'the CR created during the read Hibernated',
-        () => phase(world, 'late') === 'Hibernated',
-      );
+      await waitFor('the first CR Hibernated', () => phase(world) === 'Hibernated');
+      await waitFor('the CR created during the read Hibernated', () => phase(world, 'late') === 'Hibernated');
     });
   });
 
@@ -403,7 +377,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
         containerRunning: true,
       });
       await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
-      await eventually('Active', () => phase(world) === 'Active');
+      await waitFor('Active', () => phase(world) === 'Active');
       // The pod goes while nobody watches (no signal), and the last read is over a minute old.
       world.pods.delete(`${NS}/demo-0`);
       await env.sleep(120_000);
@@ -416,13 +390,10 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     await withWorld(env, async (world) => {
       world.probeError = new Error('registry down');
       await world.putPod(NS, 'demo-0', {
-        annotations: podAnnotations({
-          [Annotations.hibernate]: 'true',
-          [Annotations.lifecycleState]: 'hibernated',
-        }),
+        annotations: hibernatedPodAnnotations(VM),
       });
       await hibernateCR(world);
-      await eventually('probe attempted', () => world.calls.some((c) => c.startsWith('HEAD')));
+      await waitFor('probe attempted', () => world.calls.some((c) => c.startsWith('HEAD')));
       // Several failed passes: the error backoff has grown to many seconds.
       await env.sleep(45_000);
       // Edit while the workflow waits out its backoff (no pass running, the next one scheduled later).
@@ -443,22 +414,19 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     await withWorld(env, async (world) => {
       world.tags.add(`${VM}:hibernate`);
       await world.putPod(NS, 'demo-0', {
-        annotations: podAnnotations({
-          [Annotations.hibernate]: 'true',
-          [Annotations.lifecycleState]: 'hibernated',
-        }),
+        annotations: hibernatedPodAnnotations(VM),
       });
       await world.putCR({ namespace: NS, name: 'a', podRef: 'demo-0', desire: 'Hibernate' });
       await world.putCR({ namespace: NS, name: 'b', podRef: 'demo-0', desire: 'Hibernate' });
-      await eventually(
+      await waitFor(
         'both Hibernated',
         () => phase(world, 'a') === 'Hibernated' && phase(world, 'b') === 'Hibernated',
       );
       await world.deleteCR(NS, 'a');
-      await eventually('a gone', () => world.cr(NS, 'a') === undefined);
+      await waitFor('a gone', () => world.cr(NS, 'a') === undefined);
       expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
       await world.deleteCR(NS, 'b');
-      await eventually('b gone', () => world.cr(NS, 'b') === undefined);
+      await waitFor('b gone', () => world.cr(NS, 'b') === undefined);
       expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
     });
   });

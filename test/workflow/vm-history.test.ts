@@ -6,8 +6,9 @@
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Annotations } from '../../src/api/keys.js';
-import type { FakeWorld } from './fake-world.js';
-import { createEnv, eventually, eventuallyOrFallback, withWorld } from './harness.js';
+import { waitFor } from '../support/wait.js';
+import { createEnv, eventuallyOrFallback, withWorld } from './harness.js';
+import type { VMWorld } from './vm-world.js';
 
 const NS = 'ns';
 const VM = 'vk-ns-demo-0';
@@ -21,10 +22,10 @@ afterEach(async () => {
 });
 
 /** One hibernate + wake cycle, playing vk-cocoon's part by hand. */
-async function cycle(world: FakeWorld): Promise<void> {
-  const eventually = (what: string, check: () => boolean) => eventuallyOrFallback(env, what, check);
+async function cycle(world: VMWorld): Promise<void> {
+  const reached = (what: string, check: () => boolean) => eventuallyOrFallback(env, what, check);
   await world.putCR({ ...world.cr(NS, 'hib')!, desire: 'Hibernate' });
-  await eventually(
+  await reached(
     'Hibernating',
     () => world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate] === 'true',
   );
@@ -35,9 +36,9 @@ async function cycle(world: FakeWorld): Promise<void> {
     { [Annotations.lifecycleState]: 'hibernated', [Annotations.vmID]: null },
     { containerRunning: false },
   );
-  await eventually('Hibernated', () => world.cr(NS, 'hib')?.status?.phase === 'Hibernated');
+  await reached('Hibernated', () => world.cr(NS, 'hib')?.status?.phase === 'Hibernated');
   await world.putCR({ ...world.cr(NS, 'hib')!, desire: 'Wake' });
-  await eventually(
+  await reached(
     'annotation cleared',
     () => world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate] === undefined,
   );
@@ -47,7 +48,7 @@ async function cycle(world: FakeWorld): Promise<void> {
     { [Annotations.lifecycleState]: 'ready', [Annotations.vmID]: `vm-${world.calls.length}` },
     { containerRunning: true },
   );
-  await eventually('Active', () => world.cr(NS, 'hib')?.status?.phase === 'Active');
+  await reached('Active', () => world.cr(NS, 'hib')?.status?.phase === 'Active');
 }
 
 describe('VM workflow history', () => {
@@ -59,7 +60,7 @@ describe('VM workflow history', () => {
         containerRunning: true,
       });
       await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
-      await eventually('Active', () => world.cr(NS, 'hib')?.status?.phase === 'Active');
+      await waitFor('Active', () => world.cr(NS, 'hib')?.status?.phase === 'Active');
       const handle = env.client.workflow.getHandle('vm/ns/demo-0');
       const firstRun = (await handle.describe()).runId;
       for (let i = 0; i < 6; i++) await cycle(world);

@@ -34,7 +34,7 @@ function gate(): Gate {
   return { promise, release };
 }
 
-export class FakeWorld {
+export class VMWorld {
   pods = new Map<string, PodObservation>();
   crs = new Map<string, HibernationObservation>();
   tags = new Set<string>();
