@@ -114,8 +114,6 @@ export interface CocoonSetState {
   failing?: boolean;
   /** Passes run so far (event keys). */
   passes: number;
-  /** Signals received so far (the `state` query's barrier: a test knows its signals were handled). */
-  signals?: number;
   /** Consecutive failed or `Requeue: true` passes (the rate limiter's per-item counter). */
   failures: number;
   /** Epoch ms of a requested next pass (requeue-after / backoff); none = wait for a signal. */
@@ -126,6 +124,9 @@ export interface CocoonSetState {
   phase?: string;
   mainVM?: string;
   published?: string;
+  /** Signals handled so far (all runs), and the newest resourceVersion they carried: the query's barrier. */
+  signals?: number;
+  lastSignalRV?: string;
 }
 
 const kube = proxyActivities<CocoonSetActivities>(kubeActivityOptions(3));
@@ -134,6 +135,13 @@ function registryActivities(): RegistryActivities {
   return proxyActivities<RegistryActivities>(
     registryActivityOptions(taskQueues(workflowInfo().taskQueue).cocoonSetRegistry),
   );
+}
+
+/** Counts a handled signal and keeps the newest resourceVersion signals carried (the query's barrier). */
+function countSignal(state: CocoonSetState, resourceVersion: string | undefined): void {
+  state.signals = (state.signals ?? 0) + 1;
+  if (resourceVersion && (state.lastSignalRV === undefined || olderThan(state.lastSignalRV, resourceVersion)))
+    state.lastSignalRV = resourceVersion;
 }
 
 /** Entity workflow for one CocoonSet. See the module comment. */
@@ -156,20 +164,22 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
   let passedThisRun = false;
 
   setHandler(cocoonSetObservedSignal, (obs) => {
-    state.signals = (state.signals ?? 0) + 1;
+    countSignal(state, obs.resourceVersion);
     if (state.csObs?.uid === obs.uid && olderThan(obs.resourceVersion, state.csObs?.resourceVersion)) return;
     state.csObs = obs;
     dirty = true;
   });
   setHandler(ownedPodObservedSignal, (obs) => {
-    state.signals = (state.signals ?? 0) + 1;
+    countSignal(state, obs.resourceVersion);
     const cur = state.pods[obs.name];
     if (cur && cur.uid === obs.uid && olderThan(obs.resourceVersion, cur.resourceVersion)) return;
     if (obs.exists) state.pods[obs.name] = { uid: obs.uid, resourceVersion: obs.resourceVersion };
     else delete state.pods[obs.name];
     if (!state.failing) dirty = true;
   });
-  setHandler(cocoonSetStateQuery, () => describe(state, passing));
+  setHandler(cocoonSetStateQuery, () =>
+    describe(state, passing, dirty || (state.nextPassAt !== undefined && state.nextPassAt <= Date.now())),
+  );
 
   for (;;) {
     const due = state.nextPassAt !== undefined && state.nextPassAt <= Date.now();
@@ -566,20 +576,28 @@ function publish(state: CocoonSetState): void {
 
 /**
  * The `state` query: `passes` counts passes started (the current one included); `passing` is true while
- * one runs, so `passes` = n with `passing` false means pass n has finished (its writes are done).
+ * one runs, so `passes` = n with `passing` false means pass n has finished (its writes are done). For a
+ * caller that signalled the workflow: `signals` (handled, all runs) and `lastSignalResourceVersion` say
+ * its signal was applied, and `busy` is true while a pass runs or one is due (a signal or an expired
+ * timer asked for it); `busy` false means the workflow has finished acting on everything it was told.
  */
-function describe(state: CocoonSetState, passing: boolean) {
+function describe(state: CocoonSetState, passing: boolean, due: boolean) {
   return {
     namespace: state.namespace,
     name: state.name,
+    signals: state.signals ?? 0,
+    lastSignalResourceVersion: state.lastSignalRV ?? null,
+    busy: passing || due,
     phase: state.phase ?? null,
     mainVM: state.mainVM ?? null,
     passes: state.passes,
     passing,
-    signals: state.signals ?? 0,
     failures: state.failures,
     nextPassAt: state.nextPassAt ? new Date(state.nextPassAt).toISOString() : null,
     lastResult: state.lastResult ?? null,
     observedPods: Object.keys(state.pods).sort(),
   };
 }
+
+/** The answer of the CocoonSet workflow's `state` query. */
+export type CocoonSetStateView = ReturnType<typeof describe>;

@@ -115,6 +115,11 @@ export interface VMState {
   resyncAt?: number;
   /** While a re-read is in flight: the signals received since it started (re-applied after it). */
   readingSince?: Array<{ pod?: PodObservation; cr?: HibernationObservation }>;
+  /** Signals handled so far (all runs), and the newest resourceVersion they carried: the query's barrier. */
+  signals?: number;
+  lastSignalRV?: string;
+  /** Reconcile rounds started so far (all runs). */
+  passes?: number;
 }
 
 const kube = proxyActivities<KubeActivities>(kubeActivityOptions(5));
@@ -143,25 +148,34 @@ export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
   };
   const registry = registryActivities();
   let dirty = true;
+  /** True while a reconcile round runs, for the `state` query. */
+  let passing = false;
 
   setHandler(podObservedSignal, (obs) => {
+    countSignal(state, obs.resourceVersion);
     state.readingSince?.push({ pod: obs });
     if (observePodSignal(state, obs)) dirty = true;
   });
   setHandler(hibernationObservedSignal, (obs) => {
+    countSignal(state, obs.resourceVersion);
     state.readingSince?.push({ cr: obs });
     if (observeHibernationSignal(state, obs)) dirty = true;
   });
   setHandler(resyncSignal, () => {
+    countSignal(state, undefined);
     state.needResync = true;
     dirty = true;
   });
-  setHandler(vmStateQuery, () => describe(state));
+  setHandler(vmStateQuery, () => describe(state, passing || dirty));
 
   for (;;) {
     if (dirty) {
       dirty = false;
-      await reconcileAll(state, registry);
+      passing = true;
+      state.passes = (state.passes ?? 0) + 1;
+      await reconcileAll(state, registry).finally(() => {
+        passing = false;
+      });
     }
     publish(state);
     if (Object.keys(state.crs).length === 0 && !state.needResync) {
@@ -193,6 +207,13 @@ export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
       }
     }
   }
+}
+
+/** Counts a handled signal and keeps the newest resourceVersion signals carried (the query's barrier). */
+function countSignal(state: VMState, resourceVersion: string | undefined): void {
+  state.signals = (state.signals ?? 0) + 1;
+  if (resourceVersion && (state.lastSignalRV === undefined || olderThan(state.lastSignalRV, resourceVersion)))
+    state.lastSignalRV = resourceVersion;
 }
 
 /** Applies a watcher's pod observation; false when it is older than, or the same as, what is known. */
@@ -764,11 +785,24 @@ function publish(state: VMState): void {
   });
 }
 
-/** The `state` query: what the workflow knows, per CR, in a readable shape. */
-function describe(state: VMState) {
+/**
+ * The `state` query: what the workflow knows, per CR, in a readable shape. Its progress fields make a
+ * barrier for a caller that signalled it: `signals` (handled, all runs) and `lastSignalResourceVersion`
+ * (newest resourceVersion a signal carried) say a signal was applied; `passes` counts reconcile rounds
+ * started; `busy` is true while a round runs or a signal still asks for one; `nextWakeAt` is the next
+ * timer-driven round (ISO time, or null). `busy` false with `nextWakeAt` in the future means the workflow
+ * has finished acting on everything it was told.
+ */
+function describe(state: VMState, busy: boolean) {
+  const wakeAt = nextWake(state);
   return {
     namespace: state.namespace,
     pod: state.pod,
+    signals: state.signals ?? 0,
+    lastSignalResourceVersion: state.lastSignalRV ?? null,
+    passes: state.passes ?? 0,
+    busy,
+    nextWakeAt: wakeAt === undefined ? null : new Date(wakeAt).toISOString(),
     vmName: state.vmName,
     podExists: state.podObs?.exists ?? null,
     hibernateAnnotation: state.podObs?.annotations?.[Annotations.hibernate] ?? null,
@@ -785,3 +819,6 @@ function describe(state: VMState) {
     })),
   };
 }
+
+/** The answer of the VM workflow's `state` query. */
+export type VMStateView = ReturnType<typeof describe>;

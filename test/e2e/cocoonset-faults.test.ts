@@ -23,8 +23,9 @@ import { podReady } from '../../src/api/pod.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { summarizePod } from '../../src/cocoonset/summary.js';
 import type { KubeClients } from '../../src/kube/client.js';
+import { waitFor } from '../support/wait.js';
 import { CocoonSets, cocoonSetWorkflowState } from './cocoonset-harness.js';
-import { operatorEvents, waitFor } from './hibernation-harness.js';
+import { operatorEvents } from './hibernation-harness.js';
 import {
   cleanEnv,
   freePort,

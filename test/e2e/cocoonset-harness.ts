@@ -10,8 +10,8 @@ import { cocoonSetWorkflowId } from '../../src/api/ids.js';
 import { Finalizers, GROUP, KIND_COCOONSET, PLURAL_COCOONSETS, VERSION } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { type KubeClients, mergePatch, statusCodeOf } from '../../src/kube/client.js';
+import { waitFor } from '../support/wait.js';
 import { OciClient } from '../vksim/oci.js';
-import { waitFor } from './hibernation-harness.js';
 
 /** Where the tests' pods must land: the simulator node's pool and snapshot CPU class labels. */
 export interface Placement {

@@ -48,11 +48,13 @@ import { lifecycleOf, podReady, vmNameForPod } from '../../src/api/pod.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { type KubeClients, mergePatch, statusCodeOf } from '../../src/kube/client.js';
 import { cocoonSetStateQuery } from '../../src/workflows/cocoonset.js';
+import { SIM_IMAGE } from '../support/builders.js';
 import { KubeApiProxy } from '../support/kube-proxy.js';
 import { RegistryProxy } from '../support/registry-proxy.js';
 import { formatBreakdown, formatSequence, type RecordedRequest, RequestLog } from '../support/request-log.js';
+import { waitFor } from '../support/wait.js';
 import { VkSimClient } from '../vksim/client.js';
-import { dropTag, Hibernations, headTag, IMAGE, waitFor } from './hibernation-harness.js';
+import { dropTag, Hibernations, headTag } from './hibernation-harness.js';
 import {
   cleanEnv,
   freePort,
@@ -169,8 +171,8 @@ function cocoonSet(): CocoonSet {
     metadata: { name: CS, namespace: ns },
     spec: {
       nodePool: pool,
-      agent: { replicas: 2, image: IMAGE, mode: 'run', os: 'linux' },
-      toolboxes: [{ name: TB_NAME, image: IMAGE, mode: 'run', os: 'linux' }],
+      agent: { replicas: 2, image: SIM_IMAGE, mode: 'run', os: 'linux' },
+      toolboxes: [{ name: TB_NAME, image: SIM_IMAGE, mode: 'run', os: 'linux' }],
     },
   } as CocoonSet;
 }

@@ -37,6 +37,7 @@ import type { CocoonSet } from '../../src/api/types.js';
 import { type KubeClients, mergePatch } from '../../src/kube/client.js';
 import { RegistryProxy } from '../support/registry-proxy.js';
 import { RequestLog } from '../support/request-log.js';
+import { waitFor } from '../support/wait.js';
 import { pushBaseImage } from '../vksim/oci.js';
 import { type SimVM, VkSimulator } from '../vksim/sim.js';
 import {
@@ -55,7 +56,6 @@ import {
   NamespaceRecorder,
   occurrences,
   operatorEvents,
-  waitFor,
 } from './hibernation-harness.js';
 import {
   cleanEnv,

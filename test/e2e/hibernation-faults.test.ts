@@ -19,7 +19,9 @@ import { CONDITION_PROBE_FAILING, EventReasons, LifecycleStates, Tags } from '..
 import { containerRunning, lifecycleOf, vmIDOf, vmNameForPod } from '../../src/api/pod.js';
 import type { CocoonHibernation } from '../../src/api/types.js';
 import type { KubeClients } from '../../src/kube/client.js';
+import { simPod } from '../support/builders.js';
 import { RegistryProxy } from '../support/registry-proxy.js';
+import { waitFor } from '../support/wait.js';
 import { VkSimClient } from '../vksim/client.js';
 import {
   dropTag,
@@ -29,8 +31,6 @@ import {
   operatorEvents,
   readyOf,
   settle,
-  simPod,
-  waitFor,
 } from './hibernation-harness.js';
 import {
   cleanEnv,
@@ -155,7 +155,10 @@ describe('CocoonHibernation under faults (operator process, local stack)', () =>
     const vm = vmNameForPod(ns, pod);
     podsMade.add(pod);
     workflowsMade.add(vmWorkflowId(ns, pod));
-    await kube.core.createNamespacedPod({ namespace: ns, body: simPod(ns, pod, vm, pool) });
+    await kube.core.createNamespacedPod({
+      namespace: ns,
+      body: simPod({ namespace: ns, name: pod, vmName: vm, pool: pool, app: 'hibernation-e2e' }),
+    });
     await waitFor(
       'f1 running',
       async () => {

@@ -8,55 +8,22 @@ import type { CoreV1Event, KubeConfig, V1Pod } from '@kubernetes/client-node';
 import { Watch } from '@kubernetes/client-node';
 import type { Client } from '@temporalio/client';
 import {
-  AGENT_CONTAINER_NAME,
   Annotations,
   EVENT_SOURCE,
   GROUP,
   KIND_COCOONHIBERNATION,
-  Labels,
   PLURAL_COCOONHIBERNATIONS,
   PLURAL_COCOONSETS,
-  TOLERATION_KEY,
   VERSION,
 } from '../../src/api/keys.js';
 import { containerRunning, lifecycleOf, podReady, restoreFromHibernate, vmIDOf } from '../../src/api/pod.js';
 import type { CocoonHibernation, CocoonSet, HibernationDesire } from '../../src/api/types.js';
 import { type KubeClients, mergePatch, statusCodeOf } from '../../src/kube/client.js';
 import { resyncSignal } from '../../src/workflows/messages.js';
+import { waitFor } from '../support/wait.js';
 import { MANIFEST_ACCEPT } from '../vksim/oci.js';
 
 /** Image annotation of the test pods (run mode: the simulator boots it without a registry lookup). */
-export const IMAGE = 'ghcr.io/cocoonstack/ubuntu:24.04';
-
-/**
- * Polls `probe` every `intervalMs` until it returns something other than undefined/false, and returns
- * that. Throws after `timeoutMs` with `what` and the last error or observation `describe()` gives.
- */
-export async function waitFor<T>(
-  what: string,
-  probe: () => Promise<T | undefined | false> | T | undefined | false,
-  timeoutMs: number,
-  opts: { intervalMs?: number; describe?: () => unknown } = {},
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await probe();
-      if (v !== undefined && v !== false) return v as T;
-      last = undefined;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline) {
-      const seen = opts.describe ? ` last seen: ${JSON.stringify(opts.describe())}` : '';
-      throw new Error(
-        `timed out after ${timeoutMs} ms waiting for ${what}${last ? ` (${String(last)})` : ''}${seen}`,
-      );
-    }
-    await new Promise((r) => setTimeout(r, opts.intervalMs ?? 200));
-  }
-}
 
 /** One version of a CocoonHibernation as the watch delivered it. */
 export interface CRSnapshot {
@@ -242,36 +209,6 @@ function cocoonSetSnapshot(type: string, cs: CocoonSet): CocoonSetSnapshot {
 /** The Ready condition of a CR, if any. */
 export function readyOf(cr: CocoonHibernation | undefined) {
   return cr?.status?.conditions?.find((c) => c.type === 'Ready');
-}
-
-/**
- * A pod the simulator binds and runs (the shape test/e2e/vksim.test.ts uses): its pool's nodeSelector,
- * the provider toleration, `managed=true`, run mode, an image and the VM name.
- */
-export function simPod(namespace: string, name: string, vmName: string, pool: string): V1Pod {
-  return {
-    apiVersion: 'v1',
-    kind: 'Pod',
-    metadata: {
-      name,
-      namespace,
-      labels: { [Labels.appName]: 'hibernation-e2e' },
-      annotations: {
-        [Annotations.vmName]: vmName,
-        [Annotations.managed]: 'true',
-        [Annotations.mode]: 'run',
-        [Annotations.image]: IMAGE,
-        [Annotations.os]: 'linux',
-      },
-    },
-    spec: {
-      automountServiceAccountToken: false,
-      terminationGracePeriodSeconds: 1,
-      nodeSelector: { [Labels.nodePool]: pool },
-      tolerations: [{ key: TOLERATION_KEY, operator: 'Exists' }],
-      containers: [{ name: AGENT_CONTAINER_NAME, image: IMAGE }],
-    },
-  };
 }
 
 /** CocoonHibernation access for one namespace through the typed clients. */

@@ -24,7 +24,9 @@ import { vmWorkflowId } from '../../src/api/ids.js';
 import { Annotations, EventReasons, Finalizers, LifecycleStates, Tags } from '../../src/api/keys.js';
 import { containerRunning, lifecycleOf, vmIDOf, vmNameForPod } from '../../src/api/pod.js';
 import type { KubeClients } from '../../src/kube/client.js';
+import { simPod } from '../support/builders.js';
 import { RegistryProxy } from '../support/registry-proxy.js';
+import { waitFor } from '../support/wait.js';
 import { VkSimClient } from '../vksim/client.js';
 import {
   dropTag,
@@ -35,8 +37,6 @@ import {
   operatorEvents,
   readyOf,
   settle,
-  simPod,
-  waitFor,
 } from './hibernation-harness.js';
 import {
   cleanEnv,
@@ -103,7 +103,10 @@ async function readPod(name: string) {
 async function runningVM(name: string): Promise<{ vm: string; id: string }> {
   const vm = vmOf(name);
   podsMade.add(name);
-  await kube.core.createNamespacedPod({ namespace: ns, body: simPod(ns, name, vm, pool) });
+  await kube.core.createNamespacedPod({
+    namespace: ns,
+    body: simPod({ namespace: ns, name, vmName: vm, pool, app: 'hibernation-e2e' }),
+  });
   const pod = await waitFor(
     `pod ${name} running with a VM id`,
     async () => {
@@ -346,7 +349,10 @@ describe('CocoonHibernation end to end (operator process, local stack)', () => {
 
     const vm = vmOf('t5');
     podsMade.add('t5');
-    await kube.core.createNamespacedPod({ namespace: ns, body: simPod(ns, 't5', vm, pool) });
+    await kube.core.createNamespacedPod({
+      namespace: ns,
+      body: simPod({ namespace: ns, name: 't5', vmName: vm, pool, app: 'hibernation-e2e' }),
+    });
     const cr = await crs.waitPhase('t5', 'Hibernated', QUICK_MS);
     expect(cr.status?.vmName).toBe(vm);
     expect(rec.phases('t5')).toEqual(['', 'Pending', 'Hibernating', 'Hibernated']);

@@ -11,6 +11,7 @@ import { AuthenticationV1Api, CoreV1Api, KubeConfig } from '@kubernetes/client-n
 import { afterAll, afterEach, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { loadKubeConfig, makeKubeClients, statusCodeOf } from '../../src/kube/client.js';
 import { TcpProxy } from '../support/tcp-proxy.js';
+import { waitFor } from '../support/wait.js';
 import { type StackEnv, serviceAccountKubeconfig, stackEnv } from './stack-harness.js';
 
 const NS = 'default';
@@ -39,14 +40,6 @@ function viaProxy(
   const out = new KubeConfig();
   out.loadFromString(JSON.stringify(cfg));
   return out;
-}
-
-async function until(cond: () => boolean, what: string, timeoutMs = 10_000): Promise<void> {
-  const end = Date.now() + timeoutMs;
-  while (!cond()) {
-    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
 }
 
 beforeAll(async () => {
@@ -89,7 +82,7 @@ describe('keep-alive transport of the typed clients', () => {
     await kube.core.readNamespace({ name: NS });
     expect(proxy.connections).toBe(1);
     proxy.closeAll();
-    await until(() => proxy.openConnections() === 0, 'the proxy to drop its connections');
+    await waitFor('the proxy to drop its connections', () => proxy.openConnections() === 0, 10_000);
     // Let the client see the FIN before the next request picks a socket.
     await new Promise((r) => setTimeout(r, 100));
     await expect(kube.core.readNamespace({ name: NS })).resolves.toBeDefined();

@@ -10,6 +10,7 @@ import { bundleWorkflows } from '../../scripts/bundle-workflows.js';
 import { LEADER_ELECTION_ID } from '../../src/api/keys.js';
 import { type KubeClients, loadKubeConfig, makeKubeClients } from '../../src/kube/client.js';
 import { LEASE_DURATION_MS, RETRY_PERIOD_MS } from '../../src/leader.js';
+import { waitFor } from '../support/wait.js';
 import {
   cleanEnv,
   freePort,
@@ -106,7 +107,9 @@ describe('leader election between two operator processes', () => {
       (await kube.coordination.readNamespacedLease({ name: LEADER_ELECTION_ID, namespace })).spec?.renewTime;
     const before = String(await renewTime());
     let lastRenewSeenAt = Date.now();
-    while (String(await renewTime()) === before) await new Promise((r) => setTimeout(r, 100));
+    await waitFor('a Lease renewal', async () => String(await renewTime()) !== before, 30_000, {
+      intervalMs: 100,
+    });
     lastRenewSeenAt = Date.now();
     a.child.kill('SIGKILL');
     expect(await a.exited).toBe('SIGKILL');

@@ -20,8 +20,10 @@ import { vmWorkflowId } from '../../src/api/ids.js';
 import { LifecycleStates, Tags, WorkflowAnnotations } from '../../src/api/keys.js';
 import { containerRunning, lifecycleOf, vmIDOf, vmNameForPod } from '../../src/api/pod.js';
 import type { KubeClients } from '../../src/kube/client.js';
+import { simPod } from '../support/builders.js';
+import { waitFor } from '../support/wait.js';
 import { VkSimClient } from '../vksim/client.js';
-import { dropTag, Hibernations, simPod, waitFor } from './hibernation-harness.js';
+import { dropTag, Hibernations } from './hibernation-harness.js';
 import {
   cleanEnv,
   freePort,
@@ -151,7 +153,10 @@ describe('observability: dashboard and alert rules against a real Prometheus', (
 
     // One hibernate and one wake of a simulator VM.
     const vm = vmNameForPod(ns, POD);
-    await kube.core.createNamespacedPod({ namespace: ns, body: simPod(ns, POD, vm, pool) });
+    await kube.core.createNamespacedPod({
+      namespace: ns,
+      body: simPod({ namespace: ns, name: POD, vmName: vm, pool: pool, app: 'hibernation-e2e' }),
+    });
     await waitFor(
       `pod ${POD} running`,
       async () => {

@@ -6,6 +6,7 @@
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { createServer } from 'node:net';
 import { delimiter, join } from 'node:path';
+import { waitFor } from '../support/wait.js';
 
 export const ROOT = join(import.meta.dirname, '..', '..');
 const TSX = join(ROOT, 'node_modules', '.bin', 'tsx');
@@ -150,20 +151,23 @@ export function startOperator(
 
 /** Polls `url` until it answers 200 (returns the body) or `timeoutMs` passes (throws with the last answer). */
 export async function waitFor200(url: string, timeoutMs: number): Promise<string> {
-  const deadline = Date.now() + timeoutMs;
   let last = '';
-  while (Date.now() < deadline) {
-    try {
-      const res = await fetch(url, { signal: AbortSignal.timeout(3000) });
-      const body = await res.text();
-      if (res.status === 200) return body;
-      last = `${res.status} ${body}`;
-    } catch (e) {
-      last = (e as Error).message;
-    }
-    await new Promise((r) => setTimeout(r, 250));
-  }
-  throw new Error(`${url} not 200 within ${timeoutMs} ms; last: ${last}`);
+  return waitFor(
+    `${url} to answer 200`,
+    async () => {
+      try {
+        const res = await fetch(url, { signal: AbortSignal.timeout(3000) });
+        const body = await res.text();
+        if (res.status === 200) return body;
+        last = `${res.status} ${body}`;
+      } catch (e) {
+        last = (e as Error).message;
+      }
+      return undefined;
+    },
+    timeoutMs,
+    { intervalMs: 250, describe: () => last },
+  );
 }
 
 /**

@@ -21,8 +21,10 @@ import { LifecycleStates } from '../../src/api/keys.js';
 import { containerRunning, hibernateRequested, lifecycleOf, vmIDOf } from '../../src/api/pod.js';
 import type { KubeClients } from '../../src/kube/client.js';
 import { requiredSearchAttributes } from '../../src/search-attributes.js';
+import { simPod } from '../support/builders.js';
+import { waitFor } from '../support/wait.js';
 import { VkSimClient } from '../vksim/client.js';
-import { Hibernations, simPod, waitFor } from './hibernation-harness.js';
+import { Hibernations } from './hibernation-harness.js';
 import {
   cleanEnv,
   freePort,
@@ -83,7 +85,16 @@ async function readPod(name: string): Promise<V1Pod> {
 
 /** Creates a pod the simulator runs and waits until its VM is ready. */
 async function runningPod(name: string): Promise<void> {
-  await kube.core.createNamespacedPod({ namespace: ns, body: simPod(ns, name, `vk-${ns}-${name}`, pool) });
+  await kube.core.createNamespacedPod({
+    namespace: ns,
+    body: simPod({
+      namespace: ns,
+      name: name,
+      vmName: `vk-${ns}-${name}`,
+      pool: pool,
+      app: 'hibernation-e2e',
+    }),
+  });
   await waitFor(
     `pod ${name} running with a ready VM`,
     async () => {

@@ -20,7 +20,6 @@ import {
   AuthenticationV1Api,
   AuthorizationV1Api,
   RbacAuthorizationV1Api,
-  type V1Pod,
   type V1ResourceAttributes,
 } from '@kubernetes/client-node';
 import { Client, Connection } from '@temporalio/client';
@@ -29,19 +28,16 @@ import { parse } from 'yaml';
 import { bundleWorkflows } from '../../scripts/bundle-workflows.js';
 import { vmWorkflowId } from '../../src/api/ids.js';
 import {
-  AGENT_CONTAINER_NAME,
   Annotations,
   EVENT_SOURCE,
   EventReasons,
   Finalizers,
   GROUP,
   KIND_COCOONHIBERNATION,
-  Labels,
   LEADER_ELECTION_ID,
   LifecycleStates,
   PLURAL_COCOONHIBERNATIONS,
   Tags,
-  TOLERATION_KEY,
   VERSION,
 } from '../../src/api/keys.js';
 import { containerRunning, lifecycleOf, vmIDOf, vmNameForPod } from '../../src/api/pod.js';
@@ -53,6 +49,8 @@ import {
   mergePatch,
   statusCodeOf,
 } from '../../src/kube/client.js';
+import { simPod } from '../support/builders.js';
+import { waitFor } from '../support/wait.js';
 import { VkSimClient } from '../vksim/client.js';
 import { MANIFEST_ACCEPT } from '../vksim/oci.js';
 import {
@@ -71,7 +69,6 @@ const ns = `rbac-e2e-${randomBytes(3).toString('hex')}`;
 const taskQueue = `rbac-e2e-${randomUUID()}`;
 const POD = 'vm0';
 const CR = 'hib0';
-const IMAGE = 'ghcr.io/cocoonstack/ubuntu:24.04';
 /** The simulator hibernates and wakes in well under a second without faults. */
 const PHASE_MS = 45_000;
 /** What a refused request looks like in the operator's output (client-node ApiException, Status body). */
@@ -111,32 +108,6 @@ interface Rule {
   verbs: string[];
 }
 
-/** Polls `probe` until it returns a value; throws after `timeoutMs` with the last observation. */
-async function waitFor<T>(
-  what: string,
-  probe: () => Promise<T | undefined>,
-  timeoutMs: number,
-  describeLast?: () => unknown,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await probe();
-      if (v !== undefined) return v;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline) {
-      const seen = describeLast ? ` last seen: ${JSON.stringify(describeLast())}` : '';
-      throw new Error(
-        `timed out after ${timeoutMs} ms waiting for ${what}${last ? ` (${String(last)})` : ''}${seen}`,
-      );
-    }
-    await new Promise((r) => setTimeout(r, 200));
-  }
-}
-
 /** Runs kubectl with the admin kubeconfig; a few retries for conflicts with concurrent appliers. */
 function kubectl(kubeconfig: string, args: string[]): string {
   const dir = execFileSync('bash', [join(ROOT, 'scripts/tools.sh'), 'path', 'kube'], {
@@ -157,33 +128,6 @@ function kubectl(kubeconfig: string, args: string[]): string {
     }
   }
   throw new Error(`kubectl ${args.join(' ')} failed: ${(lastErr as { stderr?: string }).stderr ?? lastErr}`);
-}
-
-/** A pod the simulator binds and runs (the shape test/e2e/vksim.test.ts uses; run mode needs no base image). */
-function simPod(name: string, pool: string): V1Pod {
-  return {
-    apiVersion: 'v1',
-    kind: 'Pod',
-    metadata: {
-      name,
-      namespace: ns,
-      labels: { [Labels.appName]: 'rbac-e2e' },
-      annotations: {
-        [Annotations.vmName]: vmNameForPod(ns, name),
-        [Annotations.managed]: 'true',
-        [Annotations.mode]: 'run',
-        [Annotations.image]: IMAGE,
-        [Annotations.os]: 'linux',
-      },
-    },
-    spec: {
-      automountServiceAccountToken: false,
-      terminationGracePeriodSeconds: 1,
-      nodeSelector: { [Labels.nodePool]: pool },
-      tolerations: [{ key: TOLERATION_KEY, operator: 'Exists' }],
-      containers: [{ name: AGENT_CONTAINER_NAME, image: IMAGE }],
-    },
-  };
 }
 
 describe('the shipped ClusterRole on a real apiserver with RBAC on', () => {
@@ -228,7 +172,7 @@ describe('the shipped ClusterRole on a real apiserver with RBAC on', () => {
         return last?.status?.phase === phase ? last : undefined;
       },
       PHASE_MS,
-      () => ({ status: last?.status, refusals: refusals().slice(0, 3) }),
+      { describe: () => ({ status: last?.status, refusals: refusals().slice(0, 3) }) },
     );
   };
 
@@ -383,7 +327,10 @@ describe('the shipped ClusterRole on a real apiserver with RBAC on', () => {
     await waitFor200(`${op.probeUrl}/readyz`, 30_000);
     mark('leading, watching and ready');
 
-    await admin.core.createNamespacedPod({ namespace: ns, body: simPod(POD, pool) });
+    await admin.core.createNamespacedPod({
+      namespace: ns,
+      body: simPod({ namespace: ns, name: POD, vmName: vmNameForPod(ns, POD), pool, app: 'rbac-e2e' }),
+    });
     const firstId = await waitFor(
       `pod ${POD} running with a VM id`,
       async () => {

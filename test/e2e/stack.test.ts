@@ -18,6 +18,7 @@ import { repoRoot } from '../../scripts/stack/paths.js';
 import { checkDeleteByTag } from '../../scripts/stack/registry.js';
 import { GROUP, PLURAL_COCOONHIBERNATIONS, PLURAL_COCOONSETS, SearchAttributes } from '../../src/api/keys.js';
 import { loadKubeConfig, makeKubeClients, statusCodeOf } from '../../src/kube/client.js';
+import { waitFor } from '../support/wait.js';
 import { kubeClients, kubeGetRaw, type StackEnv, stackEnv } from './stack-harness.js';
 
 const run = promisify(execFile);
@@ -87,13 +88,13 @@ describe('kube-apiserver', () => {
           subjects: [{ kind: 'ServiceAccount', name: sa, namespace: ns }],
         },
       });
-      let allowed: unknown;
-      for (let i = 0; i < 50 && allowed === undefined; i++) {
-        allowed = await asSa.core.listNamespacedPod({ namespace: ns }).catch(async () => {
-          await new Promise((r) => setTimeout(r, 200));
-          return undefined;
-        });
-      }
+      // RBAC changes reach the authorizer's cache asynchronously.
+      const allowed = await waitFor(
+        'the RoleBinding to take effect',
+        () => asSa.core.listNamespacedPod({ namespace: ns }),
+        10_000,
+        { intervalMs: 200 },
+      );
       expect(allowed).toBeDefined();
     });
   });

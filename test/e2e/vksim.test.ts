@@ -10,12 +10,10 @@ import { randomBytes, randomUUID } from 'node:crypto';
 import { CoreV1Api, type KubeConfig, type V1Pod, Watch } from '@kubernetes/client-node';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import {
-  AGENT_CONTAINER_NAME,
   Annotations,
   Labels,
   LifecycleStates,
   SnapshotArtifact,
-  TOLERATION_KEY,
   VK_EVENT_SOURCE,
   VK_PROVIDER_TAINT,
   VkEventReasons,
@@ -23,34 +21,12 @@ import {
 } from '../../src/api/keys.js';
 import { containerRunning, lifecycleOf, podReady, vmIDOf } from '../../src/api/pod.js';
 import { loadKubeConfig, statusCodeOf, strategicMergePatch } from '../../src/kube/client.js';
+import { SIM_IMAGE, simPod } from '../support/builders.js';
+import { waitFor } from '../support/wait.js';
 import { VkSimClient } from '../vksim/client.js';
 import { MANIFEST_ACCEPT, pushBaseImage } from '../vksim/oci.js';
 import { VkSimulator } from '../vksim/sim.js';
 import { stackEnv } from './stack-harness.js';
-
-const IMAGE = 'ghcr.io/cocoonstack/ubuntu:24.04';
-
-/** Polls `probe` until it returns a non-undefined value; throws with the last observation after `timeoutMs`. */
-async function waitFor<T>(
-  what: string,
-  probe: () => Promise<T | undefined>,
-  timeoutMs = 30_000,
-  intervalMs = 100,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let last: unknown;
-  for (;;) {
-    try {
-      const v = await probe();
-      if (v !== undefined) return v;
-    } catch (err) {
-      last = err;
-    }
-    if (Date.now() > deadline)
-      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what} (${String(last ?? '')})`);
-    await new Promise((r) => setTimeout(r, intervalMs));
-  }
-}
 
 /** Records every version of one pod the apiserver reports (watch), so transient states are not missed. */
 class PodRecorder {
@@ -89,31 +65,14 @@ describe('vk-cocoon simulator on the local stack', () => {
   const vmName = (pod: string) => `vk-${ns}-${pod}`;
 
   function podManifest(name: string, extra: Record<string, string> = {}): V1Pod {
-    return {
-      apiVersion: 'v1',
-      kind: 'Pod',
-      metadata: {
-        name,
-        namespace: ns,
-        labels: { [Labels.appName]: 'vksim-smoke' },
-        annotations: {
-          [Annotations.vmName]: vmName(name),
-          [Annotations.managed]: 'true',
-          [Annotations.mode]: 'run',
-          [Annotations.image]: IMAGE,
-          [Annotations.os]: 'linux',
-          [Annotations.cocoonSetGeneration]: '1',
-          ...extra,
-        },
-      },
-      spec: {
-        automountServiceAccountToken: false,
-        terminationGracePeriodSeconds: 1,
-        nodeSelector: { [Labels.nodePool]: pool },
-        tolerations: [{ key: TOLERATION_KEY, operator: 'Exists' }],
-        containers: [{ name: AGENT_CONTAINER_NAME, image: IMAGE }],
-      },
-    };
+    return simPod({
+      namespace: ns,
+      name,
+      vmName: vmName(name),
+      pool,
+      app: 'vksim-smoke',
+      annotations: { [Annotations.cocoonSetGeneration]: '1', ...extra },
+    });
   }
 
   const read = (name: string) => core.readNamespacedPod({ name, namespace: ns });
@@ -184,7 +143,9 @@ describe('vk-cocoon simulator on the local stack', () => {
     core = kc.makeApiClient(CoreV1Api);
     registry = stack.ociRegistry;
     sim = new VkSimClient(stack.vksimUrl);
-    await waitFor('simulator /healthz', async () => ((await sim.healthy()) ? true : undefined), 30_000, 250);
+    await waitFor('simulator /healthz', async () => ((await sim.healthy()) ? true : undefined), 30_000, {
+      intervalMs: 250,
+    });
     ({ node: nodeName, pool } = await sim.state());
     await sim.clearFaults();
     await core.createNamespace({ body: { metadata: { name: ns } } });
@@ -255,7 +216,7 @@ describe('vk-cocoon simulator on the local stack', () => {
         return state === LifecycleStates.hibernated && head === 200 ? p : undefined;
       },
       30_000,
-      50,
+      { intervalMs: 50 },
     );
     expect(sawHibernatedWithoutTag, 'lifecycle hibernated was visible before the :hibernate tag').toBe(false);
     expect(sawHibernatingWithoutTag).toBe(true);
@@ -284,7 +245,7 @@ describe('vk-cocoon simulator on the local stack', () => {
     expect(manifest.artifactType).toBe(SnapshotArtifact.artifactType);
     expect(manifest.config.mediaType).toBe(SnapshotArtifact.configMediaType);
     expect(manifest.layers[0]?.annotations?.[SnapshotArtifact.annotationTitle]).toBe('config.json');
-    expect(manifest.annotations[SnapshotArtifact.annotationBaseImage]).toBe(IMAGE);
+    expect(manifest.annotations[SnapshotArtifact.annotationBaseImage]).toBe(SIM_IMAGE);
     expect(manifest.annotations[SnapshotArtifact.annotationFromNode]).toBe(nodeName);
     expect(manifest.annotations[SnapshotArtifact.annotationCreated]).toMatch(
       /^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$/,
@@ -296,7 +257,7 @@ describe('vk-cocoon simulator on the local stack', () => {
       snapshotId: string;
       image: string;
     };
-    expect(cfg).toMatchObject({ schemaVersion: 'v1', image: IMAGE });
+    expect(cfg).toMatchObject({ schemaVersion: 'v1', image: SIM_IMAGE });
     expect(cfg.snapshotId).toMatch(/\S/);
     const state = await sim.state();
     expect(state.localSnapshots).toContainEqual(

@@ -20,6 +20,7 @@ import {
 } from '../../src/api/keys.js';
 import { type KubeClients, mergePatch } from '../../src/kube/client.js';
 import { startWatcher, type Watcher } from '../../src/watcher/index.js';
+import { waitFor } from '../support/wait.js';
 import { type RecordedSignal, signalsQuery } from './fixtures/watcher-recorder-workflow.js';
 import { kubeClients, stackEnv } from './stack-harness.js';
 
@@ -37,26 +38,6 @@ let watcher: Watcher | undefined;
 const startedIds = new Set<string>();
 /** Stall timeout of the second watcher: far below the apiserver's ~1 min bookmark period, so idle watches stall. */
 const STALL_MS = 1_500;
-
-async function waitFor<T>(
-  what: string,
-  probe: () => Promise<T | undefined> | T | undefined,
-  timeoutMs = 20_000,
-): Promise<T> {
-  const deadline = Date.now() + timeoutMs;
-  let lastErr: unknown;
-  for (;;) {
-    try {
-      const v = await probe();
-      if (v !== undefined && v !== false) return v;
-    } catch (err) {
-      lastErr = err;
-    }
-    if (Date.now() > deadline)
-      throw new Error(`timed out waiting for ${what}${lastErr ? `: ${String(lastErr)}` : ''}`);
-    await new Promise((r) => setTimeout(r, 100));
-  }
-}
 
 /** Signals the recording workflow of pod `name` has received (throws WorkflowNotFoundError if none ran). */
 async function recorded(pod: string): Promise<RecordedSignal[]> {

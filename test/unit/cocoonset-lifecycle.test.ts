@@ -5,9 +5,10 @@
 import { describe, expect, it } from 'vitest';
 import { Annotations } from '../../src/api/keys.js';
 import { buildAgentPod } from '../../src/cocoonset/pods.js';
-import { done, FakeWorld, newCocoonSet, readyPod, withFinalizer } from './cocoonset-fixtures.js';
+import { newCocoonSet, readyPod, withFinalizer } from '../support/builders.js';
+import { done, PlanWorld } from './plan-world.js';
 
-const gen = (w: FakeWorld, pod: string) =>
+const gen = (w: PlanWorld, pod: string) =>
   w.pod(pod)!.metadata!.annotations![Annotations.cocoonSetGeneration];
 
 describe('generation stamp', () => {
@@ -19,7 +20,7 @@ describe('generation stamp', () => {
     delete main.metadata!.annotations![Annotations.cocoonSetGeneration];
     const sub = readyPod(buildAgentPod(cs, 1, 'vk-ns-demo-0', ''));
     sub.metadata!.annotations![Annotations.cocoonSetGeneration] = '5';
-    const w = new FakeWorld(cs, [sub, main]);
+    const w = new PlanWorld(cs, [sub, main]);
     w.cs.metadata.generation = 7;
     done(w.pass());
     expect([gen(w, 'demo-0'), gen(w, 'demo-1')]).toEqual(['7', '7']);
@@ -30,7 +31,7 @@ describe('generation stamp', () => {
     const cs = newCocoonSet('demo', withFinalizer, (c) => {
       c.metadata.generation = 3;
     });
-    const w = new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
+    const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
     expect(done(w.pass()).result.error).toBeUndefined();
     expect(w.ids('patchPodAnnotations')).toEqual([]);
   });
@@ -39,7 +40,7 @@ describe('generation stamp', () => {
     const cs = newCocoonSet('demo', withFinalizer);
     const main = readyPod(buildAgentPod(cs, 0, '', ''));
     delete main.metadata!.annotations![Annotations.cocoonSetGeneration];
-    const w = new FakeWorld(cs, [main]);
+    const w = new PlanWorld(cs, [main]);
     done(w.pass());
     expect(w.ids('patchPodAnnotations')).toEqual([]);
   });
@@ -52,7 +53,7 @@ describe('generation stamp', () => {
     const main = readyPod(buildAgentPod({ ...cs, metadata: { ...cs.metadata, generation: 1 } }, 0, '', ''));
     const leaving = buildAgentPod({ ...cs, metadata: { ...cs.metadata, generation: 1 } }, 1, '', '');
     leaving.metadata!.deletionTimestamp = new Date('2026-05-14T00:00:00Z');
-    const w = new FakeWorld(cs, [main, leaving]);
+    const w = new PlanWorld(cs, [main, leaving]);
     w.failures.set('stamp:demo-0', 'conflict');
     expect(done(w.pass()).result.error).toBe('patch cocoonset generation on ns/demo-0: conflict');
     // The terminating pod is not stamped; the failed pass then writes its roll-up (ours: ReconcileFailed).

@@ -1,7 +1,7 @@
 /**
  * The reconcile order as a pure pass planner (the pure parts of reconciler_test.go and
  * restore_intent_test.go, spec/cocoonset-core.md §5, §10–§13, §15.1, §16.2, §21.1, §21.5), driven
- * against the in-memory world of cocoonset-fixtures.ts.
+ * against the in-memory world of plan-world.ts.
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
@@ -11,15 +11,8 @@ import { mainPodFailedReason } from '../../src/cocoonset/classify.js';
 import { type ActionOutcome, migrationMayEngage, planPass, wakeMayEngage } from '../../src/cocoonset/plan.js';
 import { buildAgentPod, buildToolboxPod } from '../../src/cocoonset/pods.js';
 import { readRebuildHistory } from '../../src/cocoonset/rebuild.js';
-import {
-  annotate,
-  done,
-  FakeWorld,
-  hibernation,
-  newCocoonSet,
-  readyPod,
-  withFinalizer,
-} from './cocoonset-fixtures.js';
+import { annotate, hibernation, newCocoonSet, readyPod, withFinalizer } from '../support/builders.js';
+import { done, PlanWorld } from './plan-world.js';
 
 const T0 = Date.parse('2026-05-14T01:00:00Z');
 
@@ -41,7 +34,7 @@ const failed = (p: V1Pod) => {
 
 describe('pass entry', () => {
   it('adds the finalizer and requeues, doing nothing else', () => {
-    const w = new FakeWorld(newCocoonSet('demo'));
+    const w = new PlanWorld(newCocoonSet('demo'));
     expect(done(w.pass()).result).toEqual({ requeue: true, requeueAfterMs: 0, error: undefined });
     expect(w.ids()).toEqual(['finalizer']);
     expect(w.cs.metadata.finalizers).toEqual(['cocoonset.cocoonstack.io/finalizer']);
@@ -51,14 +44,14 @@ describe('pass entry', () => {
     const cs = set((c) => {
       c.metadata.deletionTimestamp = new Date(T0);
     });
-    expect(new FakeWorld(cs).pass()).toEqual({ kind: 'delegate', flow: 'delete' });
+    expect(new PlanWorld(cs).pass()).toEqual({ kind: 'delegate', flow: 'delete' });
   });
 
   it('creates the main first and requeues; AlreadyExists (terminating predecessor) waits 5 s', () => {
-    const w = new FakeWorld(set(replicas(1), toolboxes('tb')));
+    const w = new PlanWorld(set(replicas(1), toolboxes('tb')));
     expect(done(w.pass()).result.requeue).toBe(true);
     expect([...w.pods.keys()]).toEqual(['demo-0']);
-    const stale = new FakeWorld(set(), [buildAgentPod(set(), 0, '', '')]);
+    const stale = new PlanWorld(set(), [buildAgentPod(set(), 0, '', '')]);
     const gone = { ...buildAgentPod(set(), 0, '', '') };
     gone.metadata = { ...gone.metadata, deletionTimestamp: new Date(T0) };
     stale.pods.set('demo-0', gone);
@@ -67,7 +60,7 @@ describe('pass entry', () => {
 
   it('writes Pending and waits 5 s while the main is not Ready', () => {
     const cs = set(replicas(1));
-    const w = new FakeWorld(cs, [buildAgentPod(cs, 0, '', '')]);
+    const w = new PlanWorld(cs, [buildAgentPod(cs, 0, '', '')]);
     expect(done(w.pass()).result.requeueAfterMs).toBe(5_000);
     expect(w.cs.status!.phase).toBe('Pending');
     expect(w.pods.has('demo-1')).toBe(false);
@@ -77,7 +70,7 @@ describe('pass entry', () => {
     const cs = set(replicas(2), toolboxes('tb'));
     const main = readyPod(buildAgentPod(cs, 0, '', ''));
     main.spec!.nodeName = 'node-a';
-    const w = new FakeWorld(cs, [main]);
+    const w = new PlanWorld(cs, [main]);
     const step = done(w.pass());
     expect(step.result.requeue).toBe(true);
     expect(w.ids('createPod')).toEqual(['create:demo-1', 'create:demo-2', 'create:demo-tb']);
@@ -105,7 +98,7 @@ describe('pass entry', () => {
 describe('steady state and status', () => {
   function steadyWorld() {
     const cs = set(replicas(1), toolboxes('tb'));
-    return new FakeWorld(cs, [
+    return new PlanWorld(cs, [
       readyPod(buildAgentPod(cs, 0, '', '')),
       readyPod(buildAgentPod(cs, 1, 'vk-ns-demo-0', '')),
       readyPod(buildToolboxPod(cs, { name: 'tb' })),
@@ -130,7 +123,7 @@ describe('steady state and status', () => {
 
   it('lists CocoonHibernations exactly once when sub-agents and toolboxes are both missing', () => {
     const cs = set(replicas(2), toolboxes('tb'));
-    const w = new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
+    const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
     done(w.pass());
     expect(w.lists).toBe(1);
     expect([...w.pods.keys()].sort()).toEqual(['demo-0', 'demo-1', 'demo-2', 'demo-tb']);
@@ -145,7 +138,7 @@ describe('steady state and status', () => {
       readyPod(buildToolboxPod(cs, { name: 'tb' })),
       readyPod(buildToolboxPod(cs, { name: 'old' })),
     ];
-    const w = new FakeWorld(set(replicas(1), toolboxes('tb')), pods);
+    const w = new PlanWorld(set(replicas(1), toolboxes('tb')), pods);
     expect(done(w.pass()).result.requeue).toBe(true);
     expect(w.ids('deletePod')).toEqual(['delete:demo-2', 'delete:demo-old']);
   });
@@ -161,7 +154,7 @@ describe('steady state and status', () => {
       ),
     );
     foreign.metadata!.name = 'demo-stale';
-    const w = new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', '')), foreign]);
+    const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', '')), foreign]);
     done(w.pass());
     expect(w.cs.status!.agents).toHaveLength(1);
     expect(w.pods.has('demo-stale')).toBe(true);
@@ -189,7 +182,7 @@ describe('failed main', () => {
       [Annotations.lifecycleState]: 'failed',
       [Annotations.lifecycleStateMessage]: 'hibernate push failed',
     });
-    const w = new FakeWorld(cs, [main]);
+    const w = new PlanWorld(cs, [main]);
     expect(done(w.pass()).result).toEqual({ requeue: false, requeueAfterMs: 0, error: undefined });
     expect(w.cs.status!.phase).toBe('Failed');
     expect(w.events).toEqual([
@@ -213,7 +206,7 @@ describe('failed main', () => {
 
   it('uses the pod phase as message on the MainAgentFailed path and counts no metric', () => {
     const cs = set();
-    const w = new FakeWorld(cs, [failed(buildAgentPod(cs, 0, '', ''))]);
+    const w = new PlanWorld(cs, [failed(buildAgentPod(cs, 0, '', ''))]);
     done(w.pass());
     expect(w.events).toEqual([
       { eventType: 'Warning', reason: 'MainAgentFailed', message: 'main pod ns/demo-0: Failed' },
@@ -224,7 +217,7 @@ describe('failed main', () => {
   it('deletes a failed main that drifted instead of parking in Failed', () => {
     const cs = set();
     const main = annotate(readyPod(buildAgentPod(cs, 0, '', '')), { [Annotations.lifecycleState]: 'failed' });
-    const w = new FakeWorld(
+    const w = new PlanWorld(
       set((c) => {
         c.spec.agent.image = 'ubuntu:26.04';
       }),
@@ -245,7 +238,7 @@ describe('failed main', () => {
         desiredToolboxes: 0,
       };
     });
-    const w = new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
+    const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
     done(w.pass());
     expect(w.events).toEqual([
       { eventType: 'Normal', reason: 'RecoveredFromFailure', message: 'main pod ns/demo-0 is Ready again' },
@@ -257,7 +250,7 @@ describe('failed main', () => {
 describe('main drift', () => {
   it('deletes a drifted main and requeues without touching sub-agents', () => {
     const old = set(replicas(1));
-    const w = new FakeWorld(
+    const w = new PlanWorld(
       set(replicas(1), (c) => {
         c.spec.agent.backend = 'firecracker';
       }),
@@ -271,7 +264,7 @@ describe('main drift', () => {
 describe('sub-agent triage', () => {
   function world(sub: V1Pod, mods: ((c: CocoonSet) => void)[] = []) {
     const cs = set(replicas(1), ...mods);
-    return new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', '')), sub]);
+    return new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', '')), sub]);
   }
   const sub = () => buildAgentPod(set(replicas(1)), 1, 'vk-ns-demo-0', '');
 
@@ -362,7 +355,7 @@ describe('sub-agent triage', () => {
           '{"1":{"count":3,"lastDeleted":"2026-05-14T01:00:00Z"},"2":{"count":1,"lastDeleted":"2026-05-14T01:00:00Z"}}',
       };
     });
-    const w = new FakeWorld(cs, [
+    const w = new PlanWorld(cs, [
       readyPod(buildAgentPod(cs, 0, '', '')),
       failed(buildAgentPod(cs, 1, 'vk-ns-demo-0', '')),
       failed(buildAgentPod(cs, 2, 'vk-ns-demo-0', '')),
@@ -378,7 +371,7 @@ describe('sub-agent triage', () => {
 
 describe('toolboxes', () => {
   function mainOnly(cs: CocoonSet) {
-    return new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
+    return new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
   }
 
   it('rejects a toolbox named like an agent slot before any write ("0" and "1")', () => {
@@ -402,7 +395,7 @@ describe('toolboxes', () => {
   it('is idempotent when its own toolbox exists but the cache does not show it', () => {
     const cs = set(toolboxes('tb'));
     const main = readyPod(buildAgentPod(cs, 0, '', ''));
-    const w = new FakeWorld(cs, [main, readyPod(buildToolboxPod(cs, { name: 'tb' }))]);
+    const w = new PlanWorld(cs, [main, readyPod(buildToolboxPod(cs, { name: 'tb' }))]);
     const step = done(w.pass({ view: [main] }));
     expect(step.result).toEqual({ requeue: false, requeueAfterMs: 0, error: undefined });
     expect(w.ids()).toContain('get:demo-tb');
@@ -413,14 +406,14 @@ describe('toolboxes', () => {
     const main = readyPod(buildAgentPod(cs, 0, '', ''));
     const foreign = buildAgentPod(cs, 0, '', '');
     foreign.metadata!.name = 'demo-tb';
-    const w = new FakeWorld(cs, [main]);
+    const w = new PlanWorld(cs, [main]);
     w.pods.set('demo-tb', foreign);
     expect(done(w.pass({ view: [main] })).result.error).toBe(
       'create toolbox tb: name collision with existing pod ns/demo-tb (role=main)',
     );
     // Visible in the cache without the toolbox role: refused before the create.
     delete foreign.metadata!.labels!['cocoonset.cocoonstack.io/role'];
-    const visible = new FakeWorld(cs, [main, foreign]);
+    const visible = new PlanWorld(cs, [main, foreign]);
     expect(done(visible.pass()).result.error).toBe(
       'create toolbox tb: name collision with existing pod demo-tb',
     );
@@ -428,13 +421,13 @@ describe('toolboxes', () => {
 
   it('replaces a terminal or drifted toolbox (no backoff)', () => {
     const cs = set(toolboxes('tb'));
-    const w = new FakeWorld(cs, [
+    const w = new PlanWorld(cs, [
       readyPod(buildAgentPod(cs, 0, '', '')),
       failed(buildToolboxPod(cs, { name: 'tb' })),
     ]);
     expect(done(w.pass()).result.requeue).toBe(true);
     expect(w.ids()).toEqual(['delete:demo-tb']);
-    const drift = new FakeWorld(
+    const drift = new PlanWorld(
       set((c) => (c.spec.toolboxes = [{ name: 'tb', image: 'v2' }])),
       [readyPod(buildAgentPod(cs, 0, '', '')), readyPod(buildToolboxPod(cs, { name: 'tb', image: 'v1' }))],
     );
@@ -446,7 +439,7 @@ describe('toolboxes', () => {
 describe('un-suspend', () => {
   function hibernatedWorld(crs = [] as ReturnType<typeof hibernation>[]) {
     const cs = set(replicas(1), toolboxes('tb'));
-    const w = new FakeWorld(cs, [
+    const w = new PlanWorld(cs, [
       annotate(readyPod(buildAgentPod(cs, 0, '', '')), { [Annotations.hibernate]: 'true' }),
       annotate(readyPod(buildAgentPod(cs, 1, 'vk-ns-demo-0', '')), { [Annotations.hibernate]: 'true' }),
       readyPod(buildToolboxPod(cs, { name: 'tb' })),
@@ -454,7 +447,7 @@ describe('un-suspend', () => {
     w.crs = crs;
     return w;
   }
-  const hib = (w: FakeWorld, pod: string) => w.pod(pod)!.metadata!.annotations![Annotations.hibernate];
+  const hib = (w: PlanWorld, pod: string) => w.pod(pod)!.metadata!.annotations![Annotations.hibernate];
 
   it('clears leftover hibernate annotations and leaves other pods alone', () => {
     const w = hibernatedWorld();
@@ -479,7 +472,7 @@ describe('un-suspend', () => {
 
   it('is free on a clean set: no List, no patch', () => {
     const cs = set();
-    const w = new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
+    const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
     done(w.pass());
     expect([w.lists, w.ids('patchPodAnnotations').length]).toEqual([0, 0]);
   });
@@ -488,7 +481,7 @@ describe('un-suspend', () => {
 describe('extension points', () => {
   it('delegates suspend by policy, after the failed-main check', () => {
     const cs = set((c) => (c.spec.suspend = true));
-    expect(new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]).pass()).toEqual({
+    expect(new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]).pass()).toEqual({
       kind: 'delegate',
       flow: 'suspend',
     });
@@ -496,8 +489,8 @@ describe('extension points', () => {
       c.spec.suspend = true;
       c.spec.hibernatePolicy = 'release';
     });
-    expect(new FakeWorld(rel).pass()).toEqual({ kind: 'delegate', flow: 'suspendRelease' });
-    const dead = new FakeWorld(cs, [failed(buildAgentPod(cs, 0, '', ''))]);
+    expect(new PlanWorld(rel).pass()).toEqual({ kind: 'delegate', flow: 'suspendRelease' });
+    const dead = new PlanWorld(cs, [failed(buildAgentPod(cs, 0, '', ''))]);
     expect(done(dead.pass()).result.error).toBeUndefined();
     expect(dead.cs.status!.phase).toBe('Failed');
   });
@@ -513,7 +506,7 @@ describe('extension points', () => {
         desiredToolboxes: 0,
       };
     });
-    const w = new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
+    const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
     expect(w.pass()).toEqual({ kind: 'delegate', flow: 'suspend' });
     expect(w.events.map((e) => e.reason)).toEqual(['RecoveredFromFailure']);
   });
@@ -525,7 +518,7 @@ describe('extension points', () => {
     main.status!.containerStatuses = [
       { name: 'agent', image: 'x', imageID: '', ready: true, restartCount: 0, state: { running: {} } },
     ];
-    const w = new FakeWorld(cs, [main]);
+    const w = new PlanWorld(cs, [main]);
     expect(w.pass()).toEqual({ kind: 'delegate', flow: 'migration' });
     expect(done(w.pass({ declined: { migration: true } })).result.error).toBeUndefined();
     expect(migrationMayEngage(cs, main, false)).toBe(false);
@@ -565,7 +558,7 @@ describe('extension points', () => {
       [Annotations.restoreFromHibernate]: 'true',
     });
     expect(wakeMayEngage(phase('Running', 'node-a'), restored, true)).toBe(true);
-    expect(new FakeWorld(phase('Suspended'), [main]).pass().kind).toBe('done');
+    expect(new PlanWorld(phase('Suspended'), [main]).pass().kind).toBe('done');
   });
 });
 
@@ -584,7 +577,7 @@ describe('planner protocol', () => {
 
   it('fails the pass on a List error without creating anything', () => {
     const cs = set(replicas(1));
-    const w = new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
+    const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
     w.failures.set('list-hibernations', 'forbidden');
     expect(done(w.pass()).result.error).toBe('list cocoonhibernations in ns: forbidden');
     expect(w.ids('createPod')).toEqual([]);
@@ -592,7 +585,7 @@ describe('planner protocol', () => {
 
   it('reports the first sub-agent create error after recording the successful creates', () => {
     const cs = set(replicas(2));
-    const w = new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
+    const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
     w.failures.set('create:demo-1', 'quota exceeded');
     expect(done(w.pass()).result.error).toBe('create sub-agent slot 1: quota exceeded');
     expect(w.pods.has('demo-2')).toBe(true);
@@ -600,7 +593,7 @@ describe('planner protocol', () => {
 
   it('a malformed quantity is an invalid spec (deliberate: the reference fails the build after its drift delete): no pod touched, Progressing=False InvalidSpec naming the field', () => {
     const cs = set((c) => (c.spec.agent.storage = '1kk'));
-    const w = new FakeWorld(cs, [readyPod(buildAgentPod(set(), 0, '', ''))]);
+    const w = new PlanWorld(cs, [readyPod(buildAgentPod(set(), 0, '', ''))]);
     const step = done(w.pass());
     expect(step.result).toEqual({ requeue: false, requeueAfterMs: 0, error: undefined });
     expect(w.ids('deletePod')).toEqual([]);

@@ -17,7 +17,7 @@ import {
   resourcesMatch,
 } from '../../src/cocoonset/drift.js';
 import { buildAgentPod, buildToolboxPod, newManagedPod } from '../../src/cocoonset/pods.js';
-import { newCocoonSet, readyPod } from './cocoonset-fixtures.js';
+import { newCocoonSet, readyPod } from '../support/builders.js';
 
 const ann = (p: V1Pod) => p.metadata!.annotations!;
 const labels = (p: V1Pod) => p.metadata!.labels!;

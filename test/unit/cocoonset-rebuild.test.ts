@@ -17,7 +17,7 @@ import {
   triageSubAgent,
   ZERO_TIME,
 } from '../../src/cocoonset/rebuild.js';
-import { annotate, newCocoonSet } from './cocoonset-fixtures.js';
+import { annotate, newCocoonSet } from '../support/builders.js';
 
 const T1 = '2026-05-14T01:00:00Z';
 const T2 = '2026-05-14T02:00:00.5Z';

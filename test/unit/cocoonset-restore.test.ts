@@ -11,7 +11,8 @@ import {
   podsHibernatedByCR,
   podsRestorableByCR,
 } from '../../src/cocoonset/restore.js';
-import { done, FakeWorld, hibernation, newCocoonSet, readyPod, withFinalizer } from './cocoonset-fixtures.js';
+import { hibernation, newCocoonSet, readyPod, withFinalizer } from '../support/builders.js';
+import { done, PlanWorld } from './plan-world.js';
 
 const podWithVM = () => {
   const p = buildAgentPod(newCocoonSet(), 0, '', '');
@@ -105,7 +106,7 @@ describe('restore through the pass planner', () => {
       c.spec.toolboxes = [{ name: 'tb', mode: 'run' }];
     });
     const main = readyPod(buildAgentPod(cs, 0, '', ''));
-    const w = new FakeWorld(cs, [main]);
+    const w = new PlanWorld(cs, [main]);
     w.crs = [hibernation('demo-tb', 'Hibernate', 'Hibernated')];
     w.tags.add('vk-ns-demo-tb:hibernate');
     expect(done(w.pass()).result).toEqual({ requeue: true, requeueAfterMs: 0, error: undefined });
@@ -115,13 +116,13 @@ describe('restore through the pass planner', () => {
 
   it('restores the main when its CR is Hibernated and the tag exists; a probe error creates nothing', () => {
     const cs = newCocoonSet('demo', withFinalizer);
-    const w = new FakeWorld(cs);
+    const w = new PlanWorld(cs);
     w.crs = [hibernation('demo-0', 'Hibernate', 'Hibernated')];
     w.tags.add('vk-ns-demo-0:hibernate');
     expect(done(w.pass()).result.requeue).toBe(true);
     expect(w.pod('demo-0')!.metadata!.annotations![Annotations.restoreFromHibernate]).toBe('true');
 
-    const failing = new FakeWorld(cs);
+    const failing = new PlanWorld(cs);
     failing.crs = w.crs;
     failing.probeError = 'registry down';
     expect(done(failing.pass()).result.error).toBe('probe hibernate snapshot vk-ns-demo-0: registry down');
@@ -130,7 +131,7 @@ describe('restore through the pass planner', () => {
 
   it('boots fresh without intent even when a leaked tag exists (no probe)', () => {
     const cs = newCocoonSet('demo', withFinalizer);
-    const w = new FakeWorld(cs);
+    const w = new PlanWorld(cs);
     w.crs = [hibernation('demo-0', 'Hibernate', 'Active')];
     w.tags.add('vk-ns-demo-0:hibernate');
     done(w.pass());
@@ -142,7 +143,7 @@ describe('restore through the pass planner', () => {
     const cs = newCocoonSet('demo', withFinalizer, (c) => {
       c.spec.toolboxes = [{ name: 'vnc', mode: 'static', staticVMID: 'q', vncPort: 5901 }];
     });
-    const w = new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
+    const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
     done(w.pass({ registryConfigured: false }));
     expect(w.pod('demo-vnc')).toEqual(buildToolboxPod(cs, cs.spec.toolboxes![0]!));
     expect(w.probes).toEqual([]);

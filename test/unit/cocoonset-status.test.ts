@@ -15,7 +15,7 @@ import {
   planStatusWrite,
   statusEqual,
 } from '../../src/cocoonset/status.js';
-import { annotate, newCocoonSet, readyPod } from './cocoonset-fixtures.js';
+import { annotate, newCocoonSet, readyPod } from '../support/builders.js';
 
 const T0 = Date.parse('2026-05-14T01:00:00Z');
 const T1 = Date.parse('2026-05-14T02:30:15.900Z');

@@ -10,7 +10,8 @@ import { Annotations, Labels, LifecycleStates } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { buildAgentPod, buildToolboxPod } from '../../src/cocoonset/pods.js';
 import { LIFECYCLE_MESSAGE_MAX, summarizePod } from '../../src/cocoonset/summary.js';
-import { annotate, FakeWorld, newCocoonSet, readyPod, withFinalizer } from './cocoonset-fixtures.js';
+import { annotate, newCocoonSet, readyPod, withFinalizer } from '../support/builders.js';
+import { PlanWorld } from './plan-world.js';
 
 const MAIN_VM = 'vk-ns-demo-0';
 
@@ -161,8 +162,8 @@ const scenarios: [string, CocoonSet, (cs: CocoonSet) => V1Pod[], string[]][] = [
 describe('summarizePod', () => {
   it.each(scenarios)('a pass over summaries decides as over full pods: %s', (_name, cs, podsOf, deletes) => {
     const served = podsOf(cs).map(asServed);
-    const full = new FakeWorld(cs, served);
-    const compact = new FakeWorld(cs, served);
+    const full = new PlanWorld(cs, served);
+    const compact = new PlanWorld(cs, served);
     const a = full.pass();
     const b = compact.pass({ view: served.map(summarizePod) });
     expect(b).toEqual(a);

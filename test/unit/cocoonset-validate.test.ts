@@ -8,7 +8,8 @@ import { Annotations } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { buildAgentPod } from '../../src/cocoonset/pods.js';
 import { invalidSpecReason, validatePod } from '../../src/cocoonset/validate.js';
-import { done, FakeWorld, newCocoonSet, readyPod, withFinalizer } from './cocoonset-fixtures.js';
+import { newCocoonSet, readyPod, withFinalizer } from '../support/builders.js';
+import { done, PlanWorld } from './plan-world.js';
 
 function set(...mods: ((cs: CocoonSet) => void)[]): CocoonSet {
   return newCocoonSet('demo', withFinalizer, ...mods);
@@ -171,7 +172,7 @@ describe('the pass with an invalid spec', () => {
       c.spec.agent.replicas = 1;
       c.spec.agent.storage = '10Gi';
     });
-    const w = new FakeWorld(good, running(good));
+    const w = new PlanWorld(good, running(good));
     expect(done(w.pass()).result.error).toBeUndefined();
     expect(w.cs.status).toMatchObject({ phase: 'Running', readyAgents: 2 });
     w.log.length = 0;
@@ -216,7 +217,7 @@ describe('the pass with an invalid spec', () => {
     const cs = set((c) => {
       c.spec.agent.replicas = 1;
     });
-    const w = new FakeWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
+    const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
     w.failures.set('create:demo-1', 'Pod "demo-1" is forbidden: exceeded quota (Forbidden, HTTP 403)');
     const step = done(w.pass());
     expect(step.result.error).toBe(

@@ -24,7 +24,7 @@ import { summarizePod } from '../../src/cocoonset/summary.js';
 import { formatFieldError, validatePod } from '../../src/cocoonset/validate.js';
 import { type KubeClients, mergePatch } from '../../src/kube/client.js';
 import { kubeClients, stackEnv } from '../e2e/stack-harness.js';
-import { IMAGE } from '../unit/cocoonset-fixtures.js';
+import { IMAGE } from '../support/builders.js';
 
 const NS = `cs-act-${process.pid}-${Date.now() % 100000}`;
 let kube: KubeClients;

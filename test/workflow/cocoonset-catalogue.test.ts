@@ -122,16 +122,10 @@ import { Annotations, EventReasons, Labels } from '../../src/api/keys.js';
 import type { AgentStatus, CocoonSet, ToolboxStatus } from '../../src/api/types.js';
 import { buildAgentPod, buildToolboxPod } from '../../src/cocoonset/pods.js';
 import { readRebuildHistory } from '../../src/cocoonset/rebuild.js';
-import {
-  annotate,
-  hibernation,
-  IMAGE,
-  newCocoonSet,
-  readyPod,
-  withFinalizer,
-} from '../unit/cocoonset-fixtures.js';
+import { annotate, hibernation, IMAGE, newCocoonSet, readyPod, withFinalizer } from '../support/builders.js';
+import { waitFor } from '../support/wait.js';
 import { CocoonSetWorld, withCocoonSetWorld, withCocoonSetWorlds } from './cocoonset-world.js';
-import { createEnv, eventually, skipUntil } from './harness.js';
+import { createEnv, skipUntil } from './harness.js';
 
 let env: TestWorkflowEnvironment;
 
@@ -196,18 +190,7 @@ const eventsOf = (w: CocoonSetWorld, reason: string) => w.events.filter((e) => e
 const registryDeletes = (w: CocoonSetWorld) =>
   w.calls.filter((c) => c.startsWith('registry-delete ')).map((c) => c.slice('registry-delete '.length));
 
-/** Polls an async check in real time (30 s) — for conditions read through the workflow's query. */
-async function until(what: string, check: () => Promise<boolean>): Promise<void> {
-  const deadline = Date.now() + 30_000;
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-
-// One retry: these tests wait in real time for workflow tasks, which a loaded 2-core machine can delay
-// past the polling deadline; a deterministic failure still fails twice.
-describe('§21.1 reconciler_test.go at workflow level', { retry: 1 }, () => {
+describe('§21.1 reconciler_test.go at workflow level', () => {
   it('a toolbox named like an agent slot ("0", "1") or a repeated name fails every pass before any toolbox write, retries with backoff, and the fixed spec creates it', async () => {
     const world = new CocoonSetWorld(set(toolboxes('0')), converged(set()));
     const mainUID = uidOf(world, 'demo-0');
@@ -216,19 +199,32 @@ describe('§21.1 reconciler_test.go at workflow level', { retry: 1 }, () => {
       `toolbox name "${n}" must not be an integer: collides with agent slot pod naming`;
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await until('integer-name error', async () => (await w.lastResult())?.error === intError('0'));
-      // Failed passes retry on the error backoff (1 s doubling): a few passes in 10 s, not a tight loop.
-      const before = reads();
-      await env.sleep(10_000);
-      await new Promise((r) => setTimeout(r, 300));
-      expect(reads() - before).toBeGreaterThanOrEqual(2);
-      expect(reads() - before).toBeLessThanOrEqual(6);
-      expect((await w.state()).failures as number).toBeGreaterThanOrEqual(3);
+      await waitFor('integer-name error', async () => (await w.lastResult())?.error === intError('0'));
+      // Failed passes retry on the error backoff (1 s doubling), not in a tight loop: skipping the test
+      // server's clock to each scheduled pass runs exactly that one pass, which schedules the next one
+      // twice as far out.
+      let s = await w.settled(env);
+      for (let k = 0; k < 3; k++) {
+        const failures = s.failures as number;
+        const at = Date.parse(s.nextPassAt!);
+        const before = reads();
+        await env.sleep(Math.max(0, at - (await env.currentTimeMs())) + 10);
+        s = await w.settled(env);
+        expect(reads() - before).toBe(1);
+        expect(s.failures).toBe(failures + 1);
+        const delay = Date.parse(s.nextPassAt!) - at;
+        const backoff = 1_000 * 2 ** failures; // the delay after failure number failures + 1
+        expect(delay).toBeGreaterThanOrEqual(backoff);
+        expect(delay).toBeLessThan(backoff + 1_000);
+      }
 
       await w.editSpec(toolboxes('1'));
-      await until('integer-name error for "1"', async () => (await w.lastResult())?.error === intError('1'));
+      await waitFor(
+        'integer-name error for "1"',
+        async () => (await w.lastResult())?.error === intError('1'),
+      );
       await w.editSpec(toolboxes('tb', 'tb'));
-      await until(
+      await waitFor(
         'duplicate-name error',
         async () => (await w.lastResult())?.error === 'duplicate toolbox name "tb" in spec',
       );
@@ -243,9 +239,9 @@ describe('§21.1 reconciler_test.go at workflow level', { retry: 1 }, () => {
       expect(uidOf(w, 'demo-0')).toBe(mainUID);
 
       await w.editSpec(toolboxes('tb'));
-      await eventually('toolbox created', () => w.pods.has('demo-tb'));
+      await waitFor('toolbox created', () => w.pods.has('demo-tb'));
       await w.makeReady('demo-tb');
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       expect((await w.state()).failures).toBe(0);
       expect(w.creates).toEqual(['demo-tb']);
     });
@@ -271,7 +267,7 @@ describe('§21.1 reconciler_test.go at workflow level', { retry: 1 }, () => {
       await w.updatePod('demo-tb', (p) => {
         p.metadata!.labels = { ...p.metadata!.labels, seen: 'yes' };
       });
-      await eventually('Running once the cache shows it', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running once the cache shows it', () => w.cs?.status?.phase === 'Running');
     });
   });
 
@@ -281,10 +277,10 @@ describe('§21.1 reconciler_test.go at workflow level', { retry: 1 }, () => {
     const oldUID = uidOf(world, 'demo-1');
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       await w.updatePod('demo-1', lifecycleFailed('guest crashed'));
       expect(w.pod('demo-1')!.status!.phase).toBe('Running');
-      await eventually('demo-1 recreated', () => w.pods.has('demo-1') && uidOf(w, 'demo-1') !== oldUID);
+      await waitFor('demo-1 recreated', () => w.pods.has('demo-1') && uidOf(w, 'demo-1') !== oldUID);
       expect(eventsOf(w, EventReasons.subAgentRebuilding).map((e) => [e.type, e.message])).toEqual([
         ['Normal', 'slot 1 attempt 1/4'],
       ]);
@@ -322,9 +318,9 @@ describe('§21.1 reconciler_test.go at workflow level', { retry: 1 }, () => {
         c.spec.agent.image = 'ghcr.io/cocoonstack/cocoon/ubuntu:26.04';
       });
       // The main drifted too: it is recreated first; the sub-agents wait for it to be Ready.
-      await eventually('main recreated', () => w.creates.includes('demo-0'));
+      await waitFor('main recreated', () => w.creates.includes('demo-0'));
       await w.makeReady('demo-0');
-      await eventually('demo-1 recreated', () => w.creates.includes('demo-1'));
+      await waitFor('demo-1 recreated', () => w.creates.includes('demo-1'));
       expect(w.historyWrites).toEqual(['{}']);
       expect(readRebuildHistory(w.cs!).has(1)).toBe(false);
       const fresh = w.pod('demo-1')!;
@@ -343,9 +339,9 @@ describe('§21.1 reconciler_test.go at workflow level', { retry: 1 }, () => {
     const subUID = uidOf(world, 'demo-1');
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       await w.updatePod('demo-0', lifecycleFailed('hibernate push failed'));
-      await eventually('Failed', () => w.cs?.status?.phase === 'Failed');
+      await waitFor('Failed', () => w.cs?.status?.phase === 'Failed');
       expect(eventsOf(w, EventReasons.podLifecycleFailed)[0]).toMatchObject({
         type: 'Warning',
         message: 'main pod ns/demo-0: hibernate push failed',
@@ -363,7 +359,7 @@ describe('§21.1 reconciler_test.go at workflow level', { retry: 1 }, () => {
       await w.settledAfter(n - 1);
       expect((await w.state()).nextPassAt).toBeNull();
       await env.sleep(60_000);
-      expect(await w.passes()).toBe(n);
+      expect((await w.settled(env)).passes).toBe(n);
 
       // A failing sub-agent is not rebuilt while the main is terminal: the short-circuit skips sub-agents.
       await w.updatePod('demo-1', failedPhase);
@@ -380,14 +376,14 @@ describe('§21.1 reconciler_test.go at workflow level', { retry: 1 }, () => {
         p.metadata!.annotations![Annotations.lifecycleState] = 'ready';
         delete p.metadata!.annotations![Annotations.lifecycleStateMessage];
       });
-      await eventually('demo-1 rebuilt', () => uidOf(w, 'demo-1') !== subUID && w.pods.has('demo-1'));
+      await waitFor('demo-1 rebuilt', () => uidOf(w, 'demo-1') !== subUID && w.pods.has('demo-1'));
       expect(eventsOf(w, EventReasons.recoveredFromFailure)[0]).toMatchObject({
         type: 'Normal',
         message: 'main pod ns/demo-0 is Ready again',
       });
-      await eventually('Scaling', () => w.cs?.status?.phase === 'Scaling');
+      await waitFor('Scaling', () => w.cs?.status?.phase === 'Scaling');
       await w.makeReady('demo-1');
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
     });
   });
 
@@ -397,22 +393,22 @@ describe('§21.1 reconciler_test.go at workflow level', { retry: 1 }, () => {
     const oldUID = uidOf(world, 'demo-0');
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       await w.updatePod('demo-0', lifecycleFailed('hibernate push failed'));
-      await eventually('Failed', () => w.cs?.status?.phase === 'Failed');
+      await waitFor('Failed', () => w.cs?.status?.phase === 'Failed');
       await w.settledAfter((await w.passes()) - 1);
       const failedEvents = eventsOf(w, EventReasons.podLifecycleFailed).length;
 
       await w.editSpec((c) => {
         c.spec.agent.image = 'ghcr.io/cocoonstack/cocoon/ubuntu:26.04';
       });
-      await eventually('main recreated', () => w.pods.has('demo-0') && uidOf(w, 'demo-0') !== oldUID);
+      await waitFor('main recreated', () => w.pods.has('demo-0') && uidOf(w, 'demo-0') !== oldUID);
       expect(w.calls).toContain('delete demo-0');
       const main = w.pod('demo-0')!;
       expect(main.metadata!.annotations![Annotations.image]).toBe('ghcr.io/cocoonstack/cocoon/ubuntu:26.04');
       expect(main.metadata!.annotations![Annotations.lifecycleState]).toBeUndefined();
       // The new main is not Ready yet: Pending replaces Failed, no recovery event.
-      await eventually('Pending', () => w.cs?.status?.phase === 'Pending');
+      await waitFor('Pending', () => w.cs?.status?.phase === 'Pending');
       expect(eventsOf(w, EventReasons.podLifecycleFailed)).toHaveLength(failedEvents);
       expect(eventsOf(w, EventReasons.recoveredFromFailure)).toEqual([]);
     });
@@ -423,11 +419,11 @@ describe('§21.1 reconciler_test.go at workflow level', { retry: 1 }, () => {
     const world = new CocoonSetWorld(cs, converged(cs));
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       for (let round = 1; round <= 3; round++) {
         const uid = uidOf(w, 'demo-tb');
         await w.updatePod('demo-tb', failedPhase);
-        await eventually(
+        await waitFor(
           `toolbox replaced (${round})`,
           () => w.pods.has('demo-tb') && uidOf(w, 'demo-tb') !== uid,
         );
@@ -449,9 +445,9 @@ describe('§21.1 reconciler_test.go at workflow level', { retry: 1 }, () => {
     const world = new CocoonSetWorld(cs, [...converged(cs), stale]);
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start({ registryConfigured: false });
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       await w.markDeleted();
-      await eventually('finalizer removed', () => w.cs === null);
+      await waitFor('finalizer removed', () => w.cs === null);
       expect([...w.pods.keys()]).toEqual(['demo-stale']);
       expect(w.calls.filter((c) => c.startsWith('delete'))).toEqual(['delete demo-0']);
       expect(w.registryCalls).toBe(0);
@@ -503,7 +499,7 @@ describe('§21.1 reconciler_test.go at workflow level', { retry: 1 }, () => {
       const world = new CocoonSetWorld(cs);
       await withCocoonSetWorld(env, world, async (w) => {
         await w.start();
-        await eventually('finalizer removed', () => w.cs === null);
+        await waitFor('finalizer removed', () => w.cs === null);
         expect(registryDeletes(w)).toEqual(want);
       });
     },
@@ -514,7 +510,7 @@ describe('§21.1 reconciler_test.go at workflow level', { retry: 1 }, () => {
     const world = new CocoonSetWorld(cs, converged(cs));
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('finalizer removed', () => w.cs === null);
+      await waitFor('finalizer removed', () => w.cs === null);
       const firstWrites = w.calls.filter((c) => c !== 'read').slice(0, 2);
       expect(firstWrites).toEqual([
         `annotate-cs {"${Annotations.deleteVMNames}":"${MAIN_VM}"}`,
@@ -539,7 +535,7 @@ describe('§21.1 reconciler_test.go at workflow level', { retry: 1 }, () => {
     for (const vm of ['vk-ns-demo-0', 'vk-ns-demo-1', 'vk-ns-demo-tb']) world.tags.add(`${vm}:hibernate`);
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('finalizer removed', () => w.cs === null);
+      await waitFor('finalizer removed', () => w.cs === null);
       expect(registryDeletes(w)).toEqual([
         'vk-ns-demo-0:hibernate',
         'vk-ns-demo-1:hibernate',
@@ -550,7 +546,7 @@ describe('§21.1 reconciler_test.go at workflow level', { retry: 1 }, () => {
   });
 });
 
-describe('§21.3 status_test.go at workflow level', { retry: 1 }, () => {
+describe('§21.3 status_test.go at workflow level', () => {
   it('a toolbox stuck Pending keeps the set Scaling with Ready=False and Progressing=True, and the pass waits for events; Ready, it turns Running', async () => {
     const cs = set(replicas(1), toolboxes('tb'));
     const pods = converged(cs);
@@ -575,7 +571,7 @@ describe('§21.3 status_test.go at workflow level', { retry: 1 }, () => {
         ['Progressing', 'True', 'Reconciling', 'Scaling'],
       ]);
       await w.makeReady('demo-tb');
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       expect(w.cs!.status!.conditions!.map((c) => [c.type, c.status, c.reason, c.message])).toEqual([
         ['Ready', 'True', 'AllAgentsReady', '2/2 agents ready, 1/1 toolboxes ready'],
         ['Progressing', 'False', 'Stable', 'Running'],
@@ -584,7 +580,7 @@ describe('§21.3 status_test.go at workflow level', { retry: 1 }, () => {
   });
 });
 
-describe('§21.4 restore_test.go at workflow level', { retry: 1 }, () => {
+describe('§21.4 restore_test.go at workflow level', () => {
   it('a failing restore probe creates nothing (fail closed) and fails the pass; once the registry answers, the main is created restoring from :hibernate', async () => {
     const world = new CocoonSetWorld(set());
     world.crs = [hibernation('demo-0', 'Hibernate', 'Hibernated')];
@@ -600,7 +596,7 @@ describe('§21.4 restore_test.go at workflow level', { retry: 1 }, () => {
         60_000,
         1_000,
       );
-      await until(
+      await waitFor(
         'pass error',
         async () =>
           (await w.lastResult())?.error === `probe hibernate snapshot ${MAIN_VM}: registry unavailable`,
@@ -615,7 +611,7 @@ describe('§21.4 restore_test.go at workflow level', { retry: 1 }, () => {
   });
 });
 
-describe('§21.5 restore_intent_test.go at workflow level', { retry: 1 }, () => {
+describe('§21.5 restore_intent_test.go at workflow level', () => {
   it("an unrelated CocoonSet progresses while another set's registry probe is wedged (one entity workflow per set; the wedged call holds one registry slot, no global lock)", async () => {
     const inNamespace = (ns: string, uid: string) => (c: CocoonSet) => {
       c.metadata.namespace = ns;
@@ -639,7 +635,7 @@ describe('§21.5 restore_intent_test.go at workflow level', { retry: 1 }, () => 
           new Promise((_, reject) => setTimeout(() => reject(new Error('probe never started')), 30_000)),
         ]);
         await free.start();
-        await eventually('free main created', () => free.pods.has('free-0'));
+        await waitFor('free main created', () => free.pods.has('free-0'));
         // free probed its own tag (absent: fresh boot) while blocked's probe was still in flight.
         expect(free.calls).toContain('probe vk-ns-f-free-0:hibernate');
         expect(free.pod('free-0')!.metadata!.annotations![Annotations.restoreFromHibernate]).toBeUndefined();
@@ -647,13 +643,13 @@ describe('§21.5 restore_intent_test.go at workflow level', { retry: 1 }, () => 
       } finally {
         wedge.release();
       }
-      await eventually('blocked main created after the release', () => blocked.pods.has('blocked-0'));
+      await waitFor('blocked main created after the release', () => blocked.pods.has('blocked-0'));
       expect(blocked.pod('blocked-0')!.metadata!.labels![Labels.cocoonSet]).toBe('blocked');
     });
   });
 });
 
-describe('§21.6 rebuild_test.go at workflow level', { retry: 1 }, () => {
+describe('§21.6 rebuild_test.go at workflow level', () => {
   it.each([
     [
       'rebuild history as written drops slots above replicas (a scale-down leftover), and counts on from the kept entry',
@@ -671,7 +667,7 @@ describe('§21.6 rebuild_test.go at workflow level', { retry: 1 }, () => {
     const oldUID = uidOf(world, 'demo-1');
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('demo-1 rebuilt', () => w.pods.has('demo-1') && uidOf(w, 'demo-1') !== oldUID);
+      await waitFor('demo-1 rebuilt', () => w.pods.has('demo-1') && uidOf(w, 'demo-1') !== oldUID);
       expect(eventsOf(w, EventReasons.subAgentRebuilding).map((e) => e.message)).toEqual([
         `slot 1 attempt ${attempt}/4`,
       ]);
@@ -683,7 +679,7 @@ describe('§21.6 rebuild_test.go at workflow level', { retry: 1 }, () => {
   });
 });
 
-describe('§21.7 lifecycle_test.go at workflow level', { retry: 1 }, () => {
+describe('§21.7 lifecycle_test.go at workflow level', () => {
   it('stamps the generation on every owned pod whose stamp differs, before any other write, and sends no patch once it is current', async () => {
     const cs = set(replicas(1), (c) => {
       c.metadata.generation = 7;

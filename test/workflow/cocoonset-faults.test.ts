@@ -11,9 +11,10 @@ import { POD_PAGE_SIZE } from '../../src/activities/cocoonset.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { buildAgentPod } from '../../src/cocoonset/pods.js';
 import { RECONCILE_FAILED } from '../../src/workflows/cocoonset.js';
-import { newCocoonSet, readyPod, withFinalizer } from '../unit/cocoonset-fixtures.js';
+import { newCocoonSet, readyPod, withFinalizer } from '../support/builders.js';
+import { waitFor } from '../support/wait.js';
 import { CocoonSetWorld, withCocoonSetWorld } from './cocoonset-world.js';
-import { createEnv, eventually } from './harness.js';
+import { createEnv } from './harness.js';
 
 let env: TestWorkflowEnvironment;
 
@@ -70,7 +71,7 @@ describe('CocoonSet workflow faults', () => {
     const before = uids(world);
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       const n = await w.passes();
       const calls = w.calls.length;
       await w.editSpec((c) => {
@@ -112,10 +113,10 @@ describe('CocoonSet workflow faults', () => {
     await withCocoonSetWorld(env, world, async (w) => {
       // A history bound of 1 byte asks for continue-as-new after every pass.
       await w.start({ historyBytesLimit: 1 });
-      await eventually('a failed pass', () => w.events.some((e) => e.reason === RECONCILE_FAILED));
+      await waitFor('a failed pass', () => w.events.some((e) => e.reason === RECONCILE_FAILED));
       const ev = w.events.find((e) => e.reason === RECONCILE_FAILED)!;
       expect(ev.message).toBe(`create sub-agent slot 1: ${world.rejectCreate.get('demo-1')!.message}`);
-      await eventually('the failure roll-up', () => progressing(w)?.reason === 'ReconcileFailed');
+      await waitFor('the failure roll-up', () => progressing(w)?.reason === 'ReconcileFailed');
       // The Ready main is counted although no pass succeeded since it became Ready.
       expect(w.cs?.status).toMatchObject({ readyAgents: 1, desiredAgents: 3 });
       expect(progressing(w)).toMatchObject({ status: 'False', message: ev.message });
@@ -146,7 +147,7 @@ describe('CocoonSet workflow faults', () => {
       await w.editSpec((c) => {
         c.spec.agent.replicas = 2;
       });
-      await eventually('sub-agents created', () => w.pods.has('demo-1') && w.pods.has('demo-2'));
+      await waitFor('sub-agents created', () => w.pods.has('demo-1') && w.pods.has('demo-2'));
     });
   });
 
@@ -158,7 +159,7 @@ describe('CocoonSet workflow faults', () => {
     const world = new CocoonSetWorld(cs, readyAgents(cs, 999, 2048));
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('Running with 1000 Ready agents', () => w.cs?.status?.readyAgents === 1000, 120_000);
+      await waitFor('Running with 1000 Ready agents', () => w.cs?.status?.readyAgents === 1000, 120_000);
       expect(w.cs?.status?.phase).toBe('Running');
       const pages = Math.ceil(1000 / POD_PAGE_SIZE);
       expect(w.readPayloadBytes.slice(0, pages)).toHaveLength(pages);
@@ -173,14 +174,11 @@ describe('CocoonSet workflow faults', () => {
       await w.editSpec((c) => {
         c.spec.agent.replicas = 0;
       });
-      await eventually('the main alone', () => w.pods.size === 1 && w.pods.has('demo-0'), 300_000);
-      await eventually(
-        'Running 1/1',
-        () => w.cs?.status?.desiredAgents === 1 && w.cs.status.readyAgents === 1,
-      );
+      await waitFor('the main alone', () => w.pods.size === 1 && w.pods.has('demo-0'), 300_000);
+      await waitFor('Running 1/1', () => w.cs?.status?.desiredAgents === 1 && w.cs.status.readyAgents === 1);
 
       await w.markDeleted();
-      await eventually('the set and its pods gone', () => w.cs === null && w.pods.size === 0, 300_000);
+      await waitFor('the set and its pods gone', () => w.cs === null && w.pods.size === 0, 300_000);
     });
   });
 });

@@ -17,6 +17,7 @@ import type { RegistryActivities } from '../../src/activities/registry.js';
 import { cocoonSetWorkflowId, taskQueues } from '../../src/api/ids.js';
 import { Annotations, Finalizers, Labels } from '../../src/api/keys.js';
 import type { CocoonHibernation, CocoonSet } from '../../src/api/types.js';
+import { buildAgentPod, buildToolboxPod } from '../../src/cocoonset/pods.js';
 import { summarizePod } from '../../src/cocoonset/summary.js';
 import {
   cocoonSetObservedSignal,
@@ -24,8 +25,11 @@ import {
   observeOwnedPod,
   ownedPodObservedSignal,
 } from '../../src/watcher/cocoonset-signals.js';
+import type { CocoonSetStateView } from '../../src/workflows/cocoonset.js';
 import { COCOONSET_WORKFLOW_TYPE } from '../../src/workflows/messages.js';
-import { workflowBundle } from './harness.js';
+import { IMAGE, newCocoonSet, readyPod } from '../support/builders.js';
+import { waitFor } from '../support/wait.js';
+import { type Sent, settled, workflowBundle } from './harness.js';
 
 function clone<T>(v: T): T {
   return JSON.parse(JSON.stringify(v)) as T;
@@ -107,6 +111,8 @@ export class CocoonSetWorld {
   readonly readPayloadBytes: number[] = [];
   private snapshots = 0;
   private readonly snapshotsByToken = new Map<string, V1Pod[]>();
+  /** Signals delivered to the workflow (the barrier of `settled`). */
+  readonly sent: Sent = { signals: 0 };
   private rv = 100;
   private uidSeq = 0;
 
@@ -162,6 +168,28 @@ export class CocoonSetWorld {
       signal: cocoonSetObservedSignal,
       signalArgs: [observeCocoonSet(cs)],
     });
+    this.sent.signals++;
+  }
+
+  /**
+   * Waits until the workflow has applied every signal this world sent it and finished acting on them,
+   * with no pass due at the test server's time (see `settled` in harness.ts): the barrier before a
+   * negative assertion.
+   */
+  async settled(env: Parameters<typeof settled>[0]): Promise<CocoonSetStateView> {
+    return settled<CocoonSetStateView>(env, this.workflowId, { signals: this.sent.signals });
+  }
+
+  /** Signals the workflow as the watcher does (it may have completed: then nothing is delivered). */
+  private async send<T>(
+    signal: typeof cocoonSetObservedSignal | typeof ownedPodObservedSignal,
+    payload: T,
+  ): Promise<void> {
+    const delivered = await this.client!.getHandle(this.workflowId)
+      .signal(signal as never, payload as never)
+      .then(() => true)
+      .catch(() => false);
+    if (delivered) this.sent.signals++;
   }
 
   /** Replaces a pod (as vk-cocoon or a user would) and signals the workflow. */
@@ -200,26 +228,25 @@ export class CocoonSetWorld {
    * ask for an immediate requeue (a `requeue: true` pass schedules another at once; that one is awaited too).
    */
   async settledAfter(after: number): Promise<void> {
-    const deadline = Date.now() + 30_000;
-    for (;;) {
-      const s = await this.state();
-      const r = s.lastResult as WorkflowPassResult | null;
-      if (r !== null && r.pass > after && !r.requeue) return;
-      if (Date.now() > deadline) throw new Error(`workflow did not settle: ${JSON.stringify(s)}`);
-      await new Promise((res) => setTimeout(res, 50));
-    }
+    let last: Record<string, unknown> | undefined;
+    await waitFor(
+      `a finished pass after pass ${after}`,
+      async () => {
+        last = await this.state();
+        const r = last.lastResult as WorkflowPassResult | null;
+        return r !== null && r.pass > after && !r.requeue;
+      },
+      30_000,
+      { describe: () => last },
+    );
   }
 
   private async signalPod(p: V1Pod): Promise<void> {
-    await this.client!.getHandle(this.workflowId)
-      .signal(ownedPodObservedSignal, observeOwnedPod(p))
-      .catch(() => undefined); // the workflow may have completed
+    await this.send(ownedPodObservedSignal, observeOwnedPod(p));
   }
 
   private async signalGone(name: string): Promise<void> {
-    await this.client!.getHandle(this.workflowId)
-      .signal(ownedPodObservedSignal, { exists: false, namespace: this.namespace, name })
-      .catch(() => undefined);
+    await this.send(ownedPodObservedSignal, { exists: false, namespace: this.namespace, name });
   }
 
   private requireCS(): CocoonSet {
@@ -268,7 +295,9 @@ export class CocoonSetWorld {
         const p = this.pods.get(pod);
         if (!p) return 'notFound';
         if (this.slowDeletes) {
-          p.metadata!.deletionTimestamp ??= new Date() as unknown as Date;
+          // As the apiserver: deleting a pod already terminating changes nothing (no write, no event).
+          if (p.metadata?.deletionTimestamp != null) return 'ok';
+          p.metadata!.deletionTimestamp = new Date() as unknown as Date;
           this.storePod(p);
           await this.signalPod(p);
           return 'ok';
@@ -396,9 +425,7 @@ export class CocoonSetWorld {
     fn(cs);
     cs.metadata.generation = (cs.metadata.generation ?? 0) + 1;
     cs.metadata.resourceVersion = this.nextRV();
-    await this.client!.getHandle(this.workflowId)
-      .signal(cocoonSetObservedSignal, observeCocoonSet(cs))
-      .catch(() => undefined);
+    await this.send(cocoonSetObservedSignal, observeCocoonSet(cs));
   }
 
   /** Marks the CocoonSet deleted (the apiserver keeps it while finalizers remain) and signals. */
@@ -411,12 +438,10 @@ export class CocoonSetWorld {
       cs.metadata.generation = (cs.metadata.generation ?? 0) + 1;
       cs.metadata.resourceVersion = this.nextRV();
     }
-    await this.client!.getHandle(this.workflowId)
-      .signal(
-        cocoonSetObservedSignal,
-        this.cs ? observeCocoonSet(this.cs) : { exists: false, namespace: this.namespace, name: this.name },
-      )
-      .catch(() => undefined);
+    await this.send(
+      cocoonSetObservedSignal,
+      this.cs ? observeCocoonSet(this.cs) : { exists: false, namespace: this.namespace, name: this.name },
+    );
   }
 
   /** Removes every terminating pod (vk-cocoon finished the deletes) and signals. */
@@ -557,4 +582,30 @@ export async function withCocoonSetWorlds<T>(
     }
   }
   return result as T;
+}
+
+/** The main VM of the `demo` set in namespace `ns`. */
+export const MAIN_VM = 'vk-ns-demo-0';
+
+/** demo: main + 2 sub-agents + toolbox `tb`, generation 1. */
+export function demoSet(...mods: ((cs: CocoonSet) => void)[]): CocoonSet {
+  return newCocoonSet(
+    'demo',
+    (cs) => {
+      cs.metadata.generation = 1;
+      cs.spec.agent.replicas = 2;
+      cs.spec.toolboxes = [{ name: 'tb', image: IMAGE }];
+    },
+    ...mods,
+  );
+}
+
+/** The pods a converged `demo` has, all Ready (as earlier passes and vk-cocoon left them). */
+export function convergedPods(cs: CocoonSet): V1Pod[] {
+  return [
+    readyPod(buildAgentPod(cs, 0, '', '')),
+    readyPod(buildAgentPod(cs, 1, MAIN_VM, '')),
+    readyPod(buildAgentPod(cs, 2, MAIN_VM, '')),
+    readyPod(buildToolboxPod(cs, cs.spec.toolboxes![0]!)),
+  ];
 }

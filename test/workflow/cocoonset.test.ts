@@ -1,19 +1,14 @@
-/**
- * The CocoonSet entity workflow on the time-skipping test server (spec/cocoonset-core.md §5, §11–§14,
- * §16, §19; DESIGN.md §4 "a steady pass lists no CocoonHibernations and calls no registry"). Each test
- * drives the real workflow and planner through the in-memory CocoonSetWorld (activities + watcher signals).
- */
-import type { V1Pod } from '@kubernetes/client-node';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Annotations, EventReasons } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
-import { buildAgentPod, buildToolboxPod, toolboxVMName } from '../../src/cocoonset/pods.js';
+import { toolboxVMName } from '../../src/cocoonset/pods.js';
 import { lastDeletedMs, readRebuildHistory } from '../../src/cocoonset/rebuild.js';
 import { RECONCILE_FAILED, SUSPEND_NOT_IMPLEMENTED } from '../../src/workflows/cocoonset.js';
-import { hibernation, IMAGE, newCocoonSet, readyPod, withFinalizer } from '../unit/cocoonset-fixtures.js';
-import { CocoonSetWorld, withCocoonSetWorld } from './cocoonset-world.js';
-import { createEnv, eventually, skipUntil } from './harness.js';
+import { hibernation, IMAGE, withFinalizer } from '../support/builders.js';
+import { waitFor } from '../support/wait.js';
+import { CocoonSetWorld, convergedPods, demoSet, MAIN_VM, withCocoonSetWorld } from './cocoonset-world.js';
+import { createEnv, skipUntil } from './harness.js';
 
 let env: TestWorkflowEnvironment;
 
@@ -25,55 +20,28 @@ afterEach(async () => {
   await env?.teardown();
 });
 
-const MAIN_VM = 'vk-ns-demo-0';
-
-/** demo: main + 2 sub-agents + toolbox `tb`, generation 1. */
-function demoSet(...mods: ((cs: CocoonSet) => void)[]): CocoonSet {
-  return newCocoonSet(
-    'demo',
-    (cs) => {
-      cs.metadata.generation = 1;
-      cs.spec.agent.replicas = 2;
-      cs.spec.toolboxes = [{ name: 'tb', image: IMAGE }];
-    },
-    ...mods,
-  );
-}
-
-/** The pods a converged `demo` has, all Ready (as earlier passes and vk-cocoon left them). */
-function convergedPods(cs: CocoonSet): V1Pod[] {
-  return [
-    readyPod(buildAgentPod(cs, 0, '', '')),
-    readyPod(buildAgentPod(cs, 1, MAIN_VM, '')),
-    readyPod(buildAgentPod(cs, 2, MAIN_VM, '')),
-    readyPod(buildToolboxPod(cs, cs.spec.toolboxes![0]!)),
-  ];
-}
-
 function uids(world: CocoonSetWorld): Record<string, string | undefined> {
   return Object.fromEntries([...world.pods].map(([n, p]) => [n, p.metadata?.uid]));
 }
 
-// One retry: these tests wait in real time for workflow tasks, which a loaded 2-core machine can delay
-// past the polling deadline; a deterministic failure still fails twice.
-describe('CocoonSet workflow', { retry: 1 }, () => {
+describe('CocoonSet workflow', () => {
   it('creates the main first, the sub-agents (forked from the main) only once it is Ready, then the toolbox; rolls status up', async () => {
     const world = new CocoonSetWorld(demoSet());
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('main created', () => w.pods.has('demo-0'));
+      await waitFor('main created', () => w.pods.has('demo-0'));
       expect(w.hasFinalizer()).toBe(true);
-      await eventually('Pending', () => w.cs?.status?.phase === 'Pending');
+      await waitFor('Pending', () => w.cs?.status?.phase === 'Pending');
       // Several 5 s "wait for main" requeues pass; nothing else is created while the main is not Ready.
       await env.sleep(16_000);
-      expect(await w.passes()).toBeGreaterThanOrEqual(4);
+      expect((await w.settled(env)).passes).toBeGreaterThanOrEqual(4);
       expect([...w.pods.keys()]).toEqual(['demo-0']);
 
       await w.updatePod('demo-0', (p) => {
         p.spec!.nodeName = 'node-a';
       });
       await w.makeReady('demo-0');
-      await eventually('all pods created', () => w.pods.size === 4);
+      await waitFor('all pods created', () => w.pods.size === 4);
       expect(w.creates[0]).toBe('demo-0');
       expect(new Set(w.creates.slice(1, 3))).toEqual(new Set(['demo-1', 'demo-2']));
       expect(w.creates[3]).toBe('demo-tb');
@@ -85,7 +53,7 @@ describe('CocoonSet workflow', { retry: 1 }, () => {
       expect(w.pod('demo-tb')!.metadata?.annotations?.[Annotations.forkFrom] ?? '').toBe('');
 
       for (const p of ['demo-1', 'demo-2', 'demo-tb']) await w.makeReady(p);
-      await eventually('Running', () => w.cs?.status?.phase === 'Running' && w.cs.status.readyAgents === 3);
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running' && w.cs.status.readyAgents === 3);
       const st = w.cs!.status!;
       expect(st).toMatchObject({
         desiredAgents: 3,
@@ -118,7 +86,7 @@ describe('CocoonSet workflow', { retry: 1 }, () => {
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
       await w.settledAfter(0);
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       // A pod event triggers another pass.
       const n = await w.passes();
       await w.updatePod('demo-2', (p) => {
@@ -142,7 +110,7 @@ describe('CocoonSet workflow', { retry: 1 }, () => {
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
       await w.settledAfter(0);
-      await eventually('the Warning Event', () => w.events.some((e) => e.reason === SUSPEND_NOT_IMPLEMENTED));
+      await waitFor('the Warning Event', () => w.events.some((e) => e.reason === SUSPEND_NOT_IMPLEMENTED));
       expect(w.events.find((e) => e.reason === SUSPEND_NOT_IMPLEMENTED)).toMatchObject({ type: 'Warning' });
       expect(uids(w)).toEqual(before);
       expect(w.calls.filter((c) => /^(create|delete|annotate|status)/.test(c))).toEqual([]);
@@ -156,7 +124,7 @@ describe('CocoonSet workflow', { retry: 1 }, () => {
     const world = new CocoonSetWorld(cs, convergedPods(demoSet()).slice(0, 3));
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('the Warning Event', () => w.events.some((e) => e.reason === RECONCILE_FAILED));
+      await waitFor('the Warning Event', () => w.events.some((e) => e.reason === RECONCILE_FAILED));
       const e = w.events.find((x) => x.reason === RECONCILE_FAILED)!;
       expect(e.type).toBe('Warning');
       expect(e.message).toContain('must not be an integer');
@@ -176,9 +144,9 @@ describe('CocoonSet workflow', { retry: 1 }, () => {
     world.tags.add(`${tbVM}:hibernate`);
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('recreated', () => w.pods.has('demo-2') && w.pods.has('demo-tb'));
+      await waitFor('recreated', () => w.pods.has('demo-2') && w.pods.has('demo-tb'));
       await w.settledAfter(0);
-      await eventually('status written', () => w.cs?.status?.desiredAgents === 3);
+      await waitFor('status written', () => w.cs?.status?.desiredAgents === 3);
       expect(w.lists).toBe(1);
       expect(w.calls.filter((c) => c.startsWith('probe')).sort()).toEqual(
         [`probe ${tbVM}:hibernate`, 'probe vk-ns-demo-2:hibernate'].sort(),
@@ -190,7 +158,7 @@ describe('CocoonSet workflow', { retry: 1 }, () => {
       // Later passes (pods coming up) are steady: still one lookup.
       await w.makeReady('demo-2');
       await w.makeReady('demo-tb');
-      await eventually('Running', () => w.cs?.status?.readyAgents === 3 && w.cs.status.readyToolboxes === 1);
+      await waitFor('Running', () => w.cs?.status?.readyAgents === 3 && w.cs.status.readyToolboxes === 1);
       expect(w.lists).toBe(1);
     });
   });
@@ -206,7 +174,7 @@ describe('CocoonSet workflow', { retry: 1 }, () => {
       const dead = () => w.pod('demo-1')?.metadata?.annotations?.[Annotations.deadLetter] === 'true';
       await skipUntil(env, 'dead letter', dead, 180_000, 1_000);
       // The pass sends its event after the dead-letter patch.
-      await eventually('dead-letter event', () =>
+      await waitFor('dead-letter event', () =>
         w.events.some((e) => e.reason === EventReasons.subAgentDeadLetter),
       );
       const rebuilds = w.events.filter((e) => e.reason === EventReasons.subAgentRebuilding);
@@ -236,7 +204,7 @@ describe('CocoonSet workflow', { retry: 1 }, () => {
       // Dead-lettered: the pod is kept and no further rebuild happens.
       const createsBefore = w.creates.length;
       await env.sleep(120_000);
-      await new Promise((r) => setTimeout(r, 300));
+      await w.settled(env);
       expect(w.pods.has('demo-1')).toBe(true);
       expect(w.creates.length).toBe(createsBefore);
       expect(w.creates.filter((n) => n === 'demo-1')).toHaveLength(4);
@@ -254,7 +222,7 @@ describe('CocoonSet workflow', { retry: 1 }, () => {
     const reads = () => world.calls.filter((c) => c === 'read').length;
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start({ historyLimit: 60 });
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       const handle = env.client.workflow.getHandle(w.workflowId);
       const firstRun = (await handle.describe()).runId;
       for (let i = 0; i < 12; i++) {
@@ -262,7 +230,7 @@ describe('CocoonSet workflow', { retry: 1 }, () => {
         await w.updatePod('demo-1', (p) => {
           p.metadata!.labels = { ...p.metadata!.labels, tick: String(i) };
         });
-        await eventually(`pass ${i}`, () => reads() > r);
+        await waitFor(`pass ${i}`, () => reads() > r);
         await new Promise((res) => setTimeout(res, 100));
       }
       const desc = await handle.describe();
@@ -273,7 +241,7 @@ describe('CocoonSet workflow', { retry: 1 }, () => {
       await w.updatePod('demo-1', (p) => {
         p.metadata!.labels = { ...p.metadata!.labels, tick: 'last' };
       });
-      await eventually('toolbox recreated', () => w.pods.has('demo-tb'));
+      await waitFor('toolbox recreated', () => w.pods.has('demo-tb'));
       expect(w.creates).toEqual(['demo-tb']);
     });
   });
@@ -285,12 +253,13 @@ describe('CocoonSet workflow', { retry: 1 }, () => {
     world.tags.add('vk-ns-demo-1:hibernate');
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       await w.markDeleted();
-      await eventually('pods terminating', () =>
+      await waitFor('pods terminating', () =>
         [...w.pods.values()].every((p) => p.metadata?.deletionTimestamp != null),
       );
       await env.sleep(11_000);
+      await w.settled(env);
       expect(w.hasFinalizer()).toBe(true);
       expect(w.registryCalls).toBe(0);
       await w.finishDeletes();
@@ -315,9 +284,9 @@ describe('CocoonSet workflow', { retry: 1 }, () => {
     }
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await eventually('Running', () => w.cs?.status?.phase === 'Running');
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       await w.markDeleted();
-      await eventually('gone', () => w.cs === null);
+      await waitFor('gone', () => w.cs === null);
       expect(w.pods.size).toBe(0);
       expect([...w.tags].sort()).toEqual([`${MAIN_VM}:latest`]);
       const handle = env.client.workflow.getHandle(w.workflowId);

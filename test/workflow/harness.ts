@@ -6,14 +6,15 @@
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync } from 'node:fs';
-import { temporal } from '@temporalio/proto';
+import proto from '@temporalio/proto';
 import { TestWorkflowEnvironment } from '@temporalio/testing';
 import { DefaultLogger, Runtime, Worker } from '@temporalio/worker';
 import { heartbeatWhileRunning } from '../../src/activities/heartbeat.js';
 import { taskQueues } from '../../src/api/ids.js';
 import { SearchAttributes } from '../../src/api/keys.js';
 import { cachedWorkflowBundle } from '../../src/workflow-code.js';
-import { FakeWorld } from './fake-world.js';
+import { waitFor } from '../support/wait.js';
+import { VMWorld } from './vm-world.js';
 
 let runtimeInstalled = false;
 
@@ -41,7 +42,7 @@ export async function createEnv(): Promise<TestWorkflowEnvironment> {
     searchAttributes: Object.fromEntries(
       Object.values(SearchAttributes).map((name) => [
         name,
-        temporal.api.enums.v1.IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
+        proto.temporal.api.enums.v1.IndexedValueType.INDEXED_VALUE_TYPE_KEYWORD,
       ]),
     ),
   });
@@ -58,17 +59,17 @@ export async function workflowBundle(): Promise<{ codePath: string }> {
 let seq = 0;
 
 /**
- * Runs `fn` with a fresh FakeWorld wired to a worker pair on a unique task queue. `registrySlots` is the
+ * Runs `fn` with a fresh VMWorld wired to a worker pair on a unique task queue. `registrySlots` is the
  * registry worker's maxConcurrentActivityTaskExecutions (the concurrency knob); `registryWorker: false`
  * leaves the registry queue to the test (`registryWorker(env, world)`).
  */
 export async function withWorld<T>(
   env: TestWorkflowEnvironment,
-  fn: (world: FakeWorld) => Promise<T>,
+  fn: (world: VMWorld) => Promise<T>,
   opts: { registrySlots?: number; registryWorker?: boolean } = {},
 ): Promise<T> {
   const taskQueue = `vm-test-${process.pid}-${++seq}`;
-  const world = new FakeWorld();
+  const world = new VMWorld();
   world.client = env.client.workflow;
   world.taskQueue = taskQueue;
   const main = await Worker.create({
@@ -105,7 +106,7 @@ export async function withWorld<T>(
 /** A worker for the world's registry activities on its registry task queue, wired as src/worker.ts. */
 export async function registryWorker(
   env: TestWorkflowEnvironment,
-  world: FakeWorld,
+  world: VMWorld,
   slots = 4,
 ): Promise<Worker> {
   return Worker.create({
@@ -117,13 +118,68 @@ export async function registryWorker(
   });
 }
 
-/** Polls `check` in real time until it returns true (or throws with `what` after `timeoutMs`). */
-export async function eventually(what: string, check: () => boolean, timeoutMs = 30_000): Promise<void> {
-  const deadline = Date.now() + timeoutMs;
-  while (!check()) {
-    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 20));
-  }
+/** The progress fields of an entity workflow's `state` query (src/workflows/vm.ts, cocoonset.ts). */
+export interface WorkflowProgress {
+  signals: number;
+  lastSignalResourceVersion: string | null;
+  busy: boolean;
+  /** VM workflow: the next timer-driven round. */
+  nextWakeAt?: string | null;
+  /** CocoonSet workflow: the next scheduled pass. */
+  nextPassAt?: string | null;
+}
+
+/** What a test world has signalled to one workflow: how many signals, and the newest resourceVersion. */
+export interface Sent {
+  signals: number;
+  resourceVersion?: string;
+}
+
+/** Records one delivered signal in `sent` (per workflow id). */
+export function noteSent(
+  sent: Map<string, Sent>,
+  workflowId: string,
+  resourceVersion: string | undefined,
+): void {
+  const cur = sent.get(workflowId) ?? { signals: 0 };
+  cur.signals++;
+  if (resourceVersion && (!cur.resourceVersion || BigInt(resourceVersion) > BigInt(cur.resourceVersion)))
+    cur.resourceVersion = resourceVersion;
+  sent.set(workflowId, cur);
+}
+
+/**
+ * The barrier before a "nothing happened" assertion: waits (real time, at most `timeoutMs`) until the
+ * workflow's `state` query says it has applied what the test sent (by resourceVersion when `sent` has one,
+ * else by count), no pass runs or is pending, and no timer of it is due at the test server's current time
+ * (so a durable timer that `env.sleep` let fire has been served). Returns the query's answer.
+ */
+export async function settled<T extends WorkflowProgress>(
+  env: TestWorkflowEnvironment,
+  workflowId: string,
+  sent: Sent | undefined,
+  timeoutMs = 30_000,
+): Promise<T> {
+  const handle = env.client.workflow.getHandle(workflowId);
+  let last: T | undefined;
+  return waitFor(
+    `workflow ${workflowId} to settle (sent ${JSON.stringify(sent)})`,
+    async () => {
+      const s = await handle.query<T>('state');
+      last = s;
+      const now = await env.currentTimeMs();
+      const next = s.nextWakeAt ?? s.nextPassAt ?? null;
+      const applied = !sent
+        ? true
+        : sent.resourceVersion
+          ? s.lastSignalResourceVersion !== null &&
+            BigInt(s.lastSignalResourceVersion) >= BigInt(sent.resourceVersion)
+          : s.signals >= sent.signals;
+      return applied && !s.busy && (next === null || Date.parse(next) > now) ? s : undefined;
+    },
+    timeoutMs,
+    { intervalMs: 20, describe: () => last },
+  );
 }
 
 /**
@@ -148,7 +204,7 @@ export async function skipUntil(
 }
 
 /**
- * Like `eventually`, but when the condition stalls for `realMs` it advances the time-skipping server by
+ * Like `waitFor` (test/support/wait.ts), but when the condition stalls for `realMs` it advances the time-skipping server by
  * `stepMs` (up to `maxSkipMs`), letting durable timers — the workflow's slow fallback re-read — fire. For
  * waits where the test server itself can drop a signal (its signal-with-start racing a continue-as-new is
  * not atomic, sdk-java#1538) and the product's designed recovery is that fallback.

@@ -7,7 +7,9 @@
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Annotations, CONDITION_CONFLICT, Finalizers } from '../../src/api/keys.js';
-import { createEnv, eventually, withWorld } from './harness.js';
+import { hibernatedPodAnnotations } from '../support/builders.js';
+import { waitFor } from '../support/wait.js';
+import { createEnv, withWorld } from './harness.js';
 
 const NS = 'ns';
 let env: TestWorkflowEnvironment;
@@ -19,18 +21,9 @@ afterEach(async () => {
   await env?.teardown();
 });
 
-const hibernatedPod = (vm: string) => ({
-  annotations: {
-    [Annotations.vmName]: vm,
-    [Annotations.managed]: 'true',
-    [Annotations.hibernate]: 'true',
-    [Annotations.lifecycleState]: 'hibernated',
-  },
-});
+const hibernatedPod = (vm: string) => ({ annotations: hibernatedPodAnnotations(vm) });
 
-// One retry: these tests wait in real time for workflow tasks, which a loaded 2-core machine can delay
-// past the polling deadline; a deterministic failure still fails twice.
-describe('VM workflow concurrency', { retry: 1 }, () => {
+describe('VM workflow concurrency', () => {
   it('(a) an unrelated VM completes while another VM’s registry probe is wedged', async () => {
     await withWorld(
       env,
@@ -44,10 +37,10 @@ describe('VM workflow concurrency', { retry: 1 }, () => {
         // Wait until the probe really blocks inside the registry, so the test cannot pass serialized.
         await world.probeBlocked('vk-ns-demo-0');
         await world.putCR({ namespace: NS, name: 'b', podRef: 'demo-1', desire: 'Hibernate' });
-        await eventually('b Hibernated', () => world.cr(NS, 'b')?.status?.phase === 'Hibernated');
+        await waitFor('b Hibernated', () => world.cr(NS, 'b')?.status?.phase === 'Hibernated');
         expect(world.cr(NS, 'a')?.status?.phase).not.toBe('Hibernated');
         world.releaseProbe('vk-ns-demo-0');
-        await eventually('a Hibernated', () => world.cr(NS, 'a')?.status?.phase === 'Hibernated');
+        await waitFor('a Hibernated', () => world.cr(NS, 'a')?.status?.phase === 'Hibernated');
       },
       { registrySlots: 2 },
     );
@@ -62,7 +55,7 @@ describe('VM workflow concurrency', { retry: 1 }, () => {
         world.putCR({ namespace: NS, name: 'a', podRef: 'demo-0', desire: 'Hibernate' }),
         world.putCR({ namespace: NS, name: 'b', podRef: 'demo-0', desire: 'Hibernate' }),
       ]);
-      await eventually(
+      await waitFor(
         'both Hibernated',
         () =>
           world.cr(NS, 'a')?.status?.phase === 'Hibernated' &&
@@ -71,7 +64,7 @@ describe('VM workflow concurrency', { retry: 1 }, () => {
       expect(world.calls.filter((c) => c.startsWith('HEAD')).length).toBeGreaterThanOrEqual(2);
       // Opposing desire: b loses to the older a and says so; the VM stays hibernated.
       await world.putCR({ ...world.cr(NS, 'b')!, desire: 'Wake' });
-      await eventually('conflict reported', () =>
+      await waitFor('conflict reported', () =>
         (world.cr(NS, 'b')?.status?.conditions ?? []).some(
           (c) => c.type === CONDITION_CONFLICT && c.status === 'True',
         ),
@@ -79,7 +72,7 @@ describe('VM workflow concurrency', { retry: 1 }, () => {
       expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBe('true');
       // a goes: b's wake proceeds, and the tag outlives a's deletion until b's wake completes.
       await world.deleteCR(NS, 'a');
-      await eventually('b Waking', () => world.cr(NS, 'b')?.status?.phase === 'Waking');
+      await waitFor('b Waking', () => world.cr(NS, 'b')?.status?.phase === 'Waking');
       expect(world.tags.has('vk-ns-demo-0:hibernate')).toBe(true);
       expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBeUndefined();
       expect((world.cr(NS, 'b')?.status?.conditions ?? []).some((c) => c.type === CONDITION_CONFLICT)).toBe(
@@ -91,7 +84,7 @@ describe('VM workflow concurrency', { retry: 1 }, () => {
         { [Annotations.vmID]: 'vmid-2', [Annotations.lifecycleState]: 'creating' },
         { containerRunning: true },
       );
-      await eventually('b Active', () => world.cr(NS, 'b')?.status?.phase === 'Active');
+      await waitFor('b Active', () => world.cr(NS, 'b')?.status?.phase === 'Active');
       expect(world.tags.has('vk-ns-demo-0:hibernate')).toBe(false);
       expect(world.maxPeak()).toBe(1);
     });
@@ -123,8 +116,8 @@ describe('VM workflow concurrency', { retry: 1 }, () => {
           finalizers: [Finalizers.cocoonHibernation],
         }),
       ]);
-      await eventually('a gone', () => world.cr(NS, 'a') === undefined);
-      await eventually('b settled', () =>
+      await waitFor('a gone', () => world.cr(NS, 'a') === undefined);
+      await waitFor('b settled', () =>
         ['Hibernated', 'Hibernating'].includes(world.cr(NS, 'b')?.status?.phase ?? ''),
       );
       expect(world.calls.some((c) => c.startsWith('DELETE'))).toBe(true);

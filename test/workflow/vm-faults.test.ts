@@ -15,8 +15,9 @@ import {
   CONDITION_READY,
 } from '../../src/api/keys.js';
 import { vmStateQuery } from '../../src/workflows/messages.js';
-import type { FakeWorld } from './fake-world.js';
-import { createEnv, eventually, registryWorker, skipUntil, withWorld } from './harness.js';
+import { waitFor } from '../support/wait.js';
+import { createEnv, registryWorker, skipUntil, withWorld } from './harness.js';
+import type { VMWorld } from './vm-world.js';
 
 const NS = 'ns';
 const VM = 'vk-ns-demo-0';
@@ -29,12 +30,12 @@ afterEach(async () => {
   await env?.teardown();
 });
 
-const condition = (world: FakeWorld, name: string, type: string) =>
+const condition = (world: VMWorld, name: string, type: string) =>
   world.cr(NS, name)?.status?.conditions?.find((c) => c.type === type);
-const phase = (world: FakeWorld, name = 'hib') => world.cr(NS, name)?.status?.phase;
+const phase = (world: VMWorld, name = 'hib') => world.cr(NS, name)?.status?.phase;
 
 /** A pod vk-cocoon has hibernated: the hibernate gate is open, so the next step is the registry probe. */
-const hibernatedPod = (world: FakeWorld) =>
+const hibernatedPod = (world: VMWorld) =>
   world.putPod(NS, 'demo-0', {
     annotations: {
       [Annotations.vmName]: VM,
@@ -49,7 +50,7 @@ describe('VM workflow under faults', () => {
       world.probeError = new Error('connection reset');
       await hibernatedPod(world);
       await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Hibernate' });
-      await eventually(
+      await waitFor(
         'the probe failure on the status',
         () => !!condition(world, 'hib', CONDITION_PROBE_FAILING),
       );
@@ -85,7 +86,7 @@ describe('VM workflow under faults', () => {
       const long = `a${'b'.repeat(253)}`;
       await world.putCR({ namespace: NS, name: 'slash', podRef: 'Foo_Bar/x', desire: 'Hibernate' });
       await world.putCR({ namespace: NS, name: 'long', podRef: long, desire: 'Wake' });
-      await eventually(
+      await waitFor(
         'both Failed',
         () => phase(world, 'slash') === 'Failed' && phase(world, 'long') === 'Failed',
       );
@@ -100,7 +101,7 @@ describe('VM workflow under faults', () => {
       );
       // Deleting such a CR is not blocked: nothing was recorded, so only the finalizer goes.
       await world.deleteCR(NS, 'slash');
-      await eventually('slash gone', () => world.cr(NS, 'slash') === undefined);
+      await waitFor('slash gone', () => world.cr(NS, 'slash') === undefined);
       expect(world.calls.some((c) => c.startsWith('DELETE'))).toBe(false);
     });
   });
@@ -127,8 +128,8 @@ describe('VM workflow under faults', () => {
         desire: 'Hibernate',
         creationTimestamp: sameSecond,
       });
-      await eventually('z-wake Active', () => phase(world, 'z-wake') === 'Active');
-      await eventually(
+      await waitFor('z-wake Active', () => phase(world, 'z-wake') === 'Active');
+      await waitFor(
         'a-hib told it lost',
         () => condition(world, 'a-hib', CONDITION_CONFLICT)?.status === 'True',
       );
@@ -145,7 +146,7 @@ describe('VM workflow under faults', () => {
       await env.client.workflow.getHandle(id).terminate('restart');
       const reads = world.calls.filter((c) => c.startsWith('readVMWorld')).length;
       await world.annotatePod(NS, 'demo-0', { 'example.com/touch': '1' });
-      await eventually(
+      await waitFor(
         'the new run re-read the world',
         () => world.calls.filter((c) => c.startsWith('readVMWorld')).length > reads,
       );
@@ -183,7 +184,7 @@ describe('VM workflow under faults', () => {
         const reg = await registryWorker(env, world);
         const restartedAt = Date.now();
         await reg.runUntil(
-          eventually('Hibernated on the new worker', () => phase(world) === 'Hibernated', 30_000),
+          waitFor('Hibernated on the new worker', () => phase(world) === 'Hibernated', 30_000),
         );
         const resumedMs = Date.now() - restartedAt;
         // The heartbeat timeout (5 s) plus the retry interval (1 s) and the task round trips.
@@ -217,5 +218,5 @@ async function waitForLine(
   line: string,
   timeoutMs: number,
 ): Promise<void> {
-  await eventually(`child printed "${line}"`, () => child.out.split('\n').includes(line), timeoutMs);
+  await waitFor(`child printed "${line}"`, () => child.out.split('\n').includes(line), timeoutMs);
 }

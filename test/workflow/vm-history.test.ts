@@ -1,14 +1,14 @@
 /**
- * History hygiene of the VM workflow: it continues as new with its state (and keeps serving), and a
- * recorded history replays deterministically against the current workflow code.
+ * History hygiene of the VM workflow: it continues as new with its state (and keeps serving). Replay
+ * safety against runs already in flight is test/replay/replay.test.ts (golden histories).
  */
 
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
-import { Worker } from '@temporalio/worker';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Annotations } from '../../src/api/keys.js';
-import type { FakeWorld } from './fake-world.js';
-import { createEnv, eventually, eventuallyOrFallback, withWorld, workflowBundle } from './harness.js';
+import { waitFor } from '../support/wait.js';
+import { createEnv, eventuallyOrFallback, withWorld } from './harness.js';
+import type { VMWorld } from './vm-world.js';
 
 const NS = 'ns';
 const VM = 'vk-ns-demo-0';
@@ -22,10 +22,10 @@ afterEach(async () => {
 });
 
 /** One hibernate + wake cycle, playing vk-cocoon's part by hand. */
-async function cycle(world: FakeWorld): Promise<void> {
-  const eventually = (what: string, check: () => boolean) => eventuallyOrFallback(env, what, check);
+async function cycle(world: VMWorld): Promise<void> {
+  const reached = (what: string, check: () => boolean) => eventuallyOrFallback(env, what, check);
   await world.putCR({ ...world.cr(NS, 'hib')!, desire: 'Hibernate' });
-  await eventually(
+  await reached(
     'Hibernating',
     () => world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate] === 'true',
   );
@@ -36,9 +36,9 @@ async function cycle(world: FakeWorld): Promise<void> {
     { [Annotations.lifecycleState]: 'hibernated', [Annotations.vmID]: null },
     { containerRunning: false },
   );
-  await eventually('Hibernated', () => world.cr(NS, 'hib')?.status?.phase === 'Hibernated');
+  await reached('Hibernated', () => world.cr(NS, 'hib')?.status?.phase === 'Hibernated');
   await world.putCR({ ...world.cr(NS, 'hib')!, desire: 'Wake' });
-  await eventually(
+  await reached(
     'annotation cleared',
     () => world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate] === undefined,
   );
@@ -48,12 +48,10 @@ async function cycle(world: FakeWorld): Promise<void> {
     { [Annotations.lifecycleState]: 'ready', [Annotations.vmID]: `vm-${world.calls.length}` },
     { containerRunning: true },
   );
-  await eventually('Active', () => world.cr(NS, 'hib')?.status?.phase === 'Active');
+  await reached('Active', () => world.cr(NS, 'hib')?.status?.phase === 'Active');
 }
 
-// One retry: these tests wait in real time for workflow tasks, which a loaded 2-core machine can delay
-// past the polling deadline; a deterministic failure still fails twice.
-describe('VM workflow history', { retry: 1 }, () => {
+describe('VM workflow history', () => {
   it('continues as new past its history limit, carrying its state, and keeps serving', async () => {
     await withWorld(env, async (world) => {
       world.startExtra = { historyLimit: 120 };
@@ -62,7 +60,7 @@ describe('VM workflow history', { retry: 1 }, () => {
         containerRunning: true,
       });
       await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
-      await eventually('Active', () => world.cr(NS, 'hib')?.status?.phase === 'Active');
+      await waitFor('Active', () => world.cr(NS, 'hib')?.status?.phase === 'Active');
       const handle = env.client.workflow.getHandle('vm/ns/demo-0');
       const firstRun = (await handle.describe()).runId;
       for (let i = 0; i < 6; i++) await cycle(world);
@@ -76,19 +74,4 @@ describe('VM workflow history', { retry: 1 }, () => {
       expect(world.events.filter((e) => e.reason === 'WokenActive')).toHaveLength(7);
     });
   }, 120_000);
-
-  it('replays a recorded hibernate/wake history deterministically', async () => {
-    await withWorld(env, async (world) => {
-      await world.putPod(NS, 'demo-0', {
-        annotations: { [Annotations.vmName]: VM, [Annotations.vmID]: 'vm-first' },
-        containerRunning: true,
-      });
-      await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
-      await eventually('Active', () => world.cr(NS, 'hib')?.status?.phase === 'Active');
-      await cycle(world);
-      const history = await env.client.workflow.getHandle('vm/ns/demo-0').fetchHistory();
-      expect(history.events?.length ?? 0).toBeGreaterThan(20);
-      await Worker.runReplayHistory({ workflowBundle: await workflowBundle() }, history, 'vm/ns/demo-0');
-    });
-  });
 });

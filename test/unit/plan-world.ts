@@ -1,14 +1,12 @@
 /**
- * Shared fixtures for the CocoonSet pure-core tests (spec/cocoonset-core.md §21.0), and an in-memory
- * world that executes `planPass` actions. The world fakes exactly one boundary — the action/outcome
- * interface the CocoonSet workflow's activities implement — with the semantics §20.17 asks of a fake:
- * synchronous pod deletes, AlreadyExists on duplicate creates, NotFound, merge-patch annotations with
- * `null` deleting a key, rejection of an empty patch, a separate status write.
+ * An in-memory world that executes the CocoonSet planner's (`planPass`) actions, for the pure-core tests.
+ * It fakes exactly one boundary, the action/outcome interface the CocoonSet workflow's activities
+ * implement, with the semantics of the real API: synchronous pod deletes, AlreadyExists on duplicate
+ * creates, NotFound, merge-patch annotations with `null` deleting a key, rejection of an empty patch, a
+ * separate status write.
  */
 import type { V1Pod } from '@kubernetes/client-node';
-import { Annotations, Finalizers, LifecycleStates } from '../../src/api/keys.js';
-import { cocoonSetGenerationOf } from '../../src/api/pod.js';
-import type { CocoonHibernation, CocoonSet, HibernationPhase } from '../../src/api/types.js';
+import type { CocoonHibernation, CocoonSet } from '../../src/api/types.js';
 import {
   type ActionOutcome,
   type PassAction,
@@ -17,70 +15,12 @@ import {
   planPass,
 } from '../../src/cocoonset/plan.js';
 
-export const NS = 'ns';
-export const UID = 'test-uid';
-export const IMAGE = 'ghcr.io/cocoonstack/cocoon/ubuntu:24.04';
-
-/** `newCocoonSet(name, mods…)`: ns `ns`, UID `test-uid`, the ubuntu image, generation 0, no finalizer. */
-export function newCocoonSet(name = 'demo', ...mods: ((cs: CocoonSet) => void)[]): CocoonSet {
-  const cs: CocoonSet = {
-    apiVersion: 'cocoonset.cocoonstack.io/v1',
-    kind: 'CocoonSet',
-    metadata: { name, namespace: NS, uid: UID, generation: 0 },
-    spec: { agent: { image: IMAGE } },
-  };
-  for (const m of mods) m(cs);
-  return cs;
-}
-
-/** Adds the CocoonSet finalizer (a set past its first pass). */
-export function withFinalizer(cs: CocoonSet): void {
-  cs.metadata.finalizers = [Finalizers.cocoonSet];
-}
-
-/** `readyPod(p)`: phase Running plus a Ready=True condition. */
-export function readyPod(p: V1Pod): V1Pod {
-  p.status = { ...(p.status ?? {}), phase: 'Running' };
-  p.status.conditions = [...(p.status.conditions ?? []), { type: 'Ready', status: 'True' }];
-  return p;
-}
-
-/** Sets arbitrary pod annotations (merging). */
-export function annotate(p: V1Pod, ann: Record<string, string>): V1Pod {
-  p.metadata ??= {};
-  p.metadata.annotations = { ...(p.metadata.annotations ?? {}), ...ann };
-  return p;
-}
-
-/** `lifecycleHibernated(p)`: lifecycle `hibernated`, observed generation = the pod's own stamp. */
-export function lifecycleHibernated(p: V1Pod): V1Pod {
-  annotate(p, {
-    [Annotations.lifecycleState]: LifecycleStates.hibernated,
-    [Annotations.lifecycleObservedGeneration]: String(cocoonSetGenerationOf(p)),
-  });
-  delete p.metadata!.annotations![Annotations.lifecycleStateMessage];
-  return p;
-}
-
-/** A CocoonHibernation naming `pod`. */
-export function hibernation(
-  pod: string,
-  desire: 'Hibernate' | 'Wake',
-  phase?: HibernationPhase,
-): CocoonHibernation {
-  return {
-    metadata: { name: `h-${pod}`, namespace: NS },
-    spec: { podRef: { name: pod }, desire },
-    status: phase ? { phase } : undefined,
-  };
-}
-
 function clone<T>(v: T): T {
   return JSON.parse(JSON.stringify(v)) as T;
 }
 
 /** The in-memory cluster + registry + recorder the pass's actions run against. */
-export class FakeWorld {
+export class PlanWorld {
   cs: CocoonSet;
   readonly pods = new Map<string, V1Pod>();
   crs: CocoonHibernation[] = [];

@@ -14,6 +14,8 @@ import { Annotations, Finalizers } from '../../src/api/keys.js';
 import type { HibernationObservation, PodObservation } from '../../src/api/observe.js';
 import type { CocoonHibernation } from '../../src/api/types.js';
 import { hibernationObservedSignal, podObservedSignal } from '../../src/workflows/messages.js';
+import type { VMStateView } from '../../src/workflows/vm.js';
+import { noteSent, type Sent, settled } from './harness.js';
 
 export interface RecordedEvent {
   name: string;
@@ -32,7 +34,7 @@ function gate(): Gate {
   return { promise, release };
 }
 
-export class FakeWorld {
+export class VMWorld {
   pods = new Map<string, PodObservation>();
   crs = new Map<string, HibernationObservation>();
   tags = new Set<string>();
@@ -63,6 +65,8 @@ export class FakeWorld {
   startExtra: Record<string, unknown> = {};
   /** Workflow ids this world signalled (terminated when the test ends). */
   started = new Set<string>();
+  /** Signals delivered, per workflow id (the barrier of `settled`). */
+  readonly sent = new Map<string, Sent>();
 
   private nextRV(): string {
     this.rv += 1;
@@ -112,6 +116,7 @@ export class FakeWorld {
       exists: false,
       namespace,
       name,
+      resourceVersion: this.nextRV(),
     });
   }
 
@@ -147,7 +152,14 @@ export class FakeWorld {
     if (!cr) return;
     if ((cr.finalizers ?? []).length === 0) {
       this.crs.delete(`${namespace}/${name}`);
-      await this.signalCR({ exists: false, namespace, name, uid: cr.uid, podRef: cr.podRef });
+      await this.signalCR({
+        exists: false,
+        namespace,
+        name,
+        uid: cr.uid,
+        podRef: cr.podRef,
+        resourceVersion: this.nextRV(),
+      });
       return;
     }
     await this.putCR({ ...cr, deleting: true, deletionTimestamp: new Date().toISOString() });
@@ -177,6 +189,15 @@ export class FakeWorld {
     this.probeGates.delete(vm);
   }
 
+  /**
+   * Waits until the VM workflow of pod `ns/pod` has applied every signal this world sent it and has
+   * finished acting on them (see `settled` in harness.ts): the barrier before a negative assertion.
+   */
+  async settled(env: Parameters<typeof settled>[0], namespace: string, pod: string): Promise<VMStateView> {
+    const id = vmWorkflowId(namespace, pod);
+    return settled<VMStateView>(env, id, this.sent.get(id));
+  }
+
   maxPeak(): number {
     return Math.max(0, ...this.peak.values());
   }
@@ -200,6 +221,7 @@ export class FakeWorld {
           signal,
           signalArgs: [payload],
         });
+        noteSent(this.sent, workflowId, (payload as { resourceVersion?: string }).resourceVersion);
         return;
       } catch (err) {
         // Two concurrent signal-with-starts can also race there ("already started"); the real server

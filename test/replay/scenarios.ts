@@ -1,0 +1,251 @@
+/**
+ * The situations whose workflow histories are kept as golden files under test/replay/histories/: each
+ * scenario drives the real entity workflows through the workflow-test worlds (test/workflow/*) on the
+ * time-skipping server and returns the histories to keep, by file name. `npm run record-histories`
+ * (test/replay/record.ts) runs them all and writes the files; test/replay/replay.test.ts replays every file
+ * against the current workflow code, so a change that breaks runs already in flight fails CI.
+ */
+import type { History } from '@temporalio/common/lib/proto-utils.js';
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { vmWorkflowId } from '../../src/api/ids.js';
+import { Annotations, EventReasons } from '../../src/api/keys.js';
+import { hibernatedPodAnnotations, vmPodAnnotations, withFinalizer } from '../support/builders.js';
+import { waitFor } from '../support/wait.js';
+import {
+  CocoonSetWorld,
+  convergedPods,
+  demoSet,
+  MAIN_VM,
+  withCocoonSetWorld,
+} from '../workflow/cocoonset-world.js';
+import { skipUntil, withWorld } from '../workflow/harness.js';
+import type { VMWorld } from '../workflow/vm-world.js';
+
+const NS = 'ns';
+const POD = 'demo-0';
+const VM = 'vk-ns-demo-0';
+const VM_ID = vmWorkflowId(NS, POD);
+
+export interface Scenario {
+  /** Base name of the history files. */
+  name: string;
+  /** What the histories cover. */
+  covers: string;
+  /** Drives the workflows; returns the histories to keep, keyed by file name (without `.json`). */
+  record(env: TestWorkflowEnvironment): Promise<Record<string, History>>;
+}
+
+const phase = (world: VMWorld, name = 'hib') => world.cr(NS, name)?.status?.phase;
+
+const podAnnotations = (extra: Record<string, string> = {}) => vmPodAnnotations(VM, extra);
+
+/** The pod as vk-cocoon leaves it once a hibernate round is done. */
+async function hibernatedPod(world: VMWorld): Promise<void> {
+  await world.putPod(NS, POD, { annotations: hibernatedPodAnnotations(VM) });
+}
+
+/** vk-cocoon finishes a hibernate round: the tag is pushed, the VM stops. */
+async function vkHibernated(world: VMWorld): Promise<void> {
+  world.tags.add(`${VM}:hibernate`);
+  await world.annotatePod(
+    NS,
+    POD,
+    { [Annotations.lifecycleState]: 'hibernated', [Annotations.vmID]: null },
+    { containerRunning: false },
+  );
+}
+
+/** vk-cocoon finishes a wake: a running container with a fresh VM id. */
+async function vkRunning(world: VMWorld, vmID: string): Promise<void> {
+  await world.annotatePod(
+    NS,
+    POD,
+    { [Annotations.vmID]: vmID, [Annotations.lifecycleState]: 'ready' },
+    { containerRunning: true },
+  );
+}
+
+async function vmHistory(env: TestWorkflowEnvironment, runId?: string): Promise<History> {
+  return env.client.workflow.getHandle(VM_ID, runId).fetchHistory();
+}
+
+export const scenarios: Scenario[] = [
+  {
+    name: 'vm-hibernate',
+    covers:
+      'a CocoonHibernation hibernates a running VM: finalizer, annotation, Hibernating, probe, Hibernated',
+    record: (env) =>
+      withWorld(env, async (world) => {
+        await world.putPod(NS, POD, { annotations: podAnnotations(), containerRunning: true });
+        await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
+        await waitFor('Hibernating', () => phase(world) === 'Hibernating');
+        await vkHibernated(world);
+        await waitFor('Hibernated', () => phase(world) === 'Hibernated');
+        await world.settled(env, NS, POD);
+        return { 'vm-hibernate': await vmHistory(env) };
+      }),
+  },
+  {
+    name: 'vm-wake',
+    covers: 'a CocoonHibernation wakes a hibernated VM: annotation cleared, Waking, Active, tag deleted',
+    record: (env) =>
+      withWorld(env, async (world) => {
+        world.tags.add(`${VM}:hibernate`);
+        await hibernatedPod(world);
+        await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Wake' });
+        await waitFor('Waking', () => phase(world) === 'Waking');
+        await vkRunning(world, 'vmid-new');
+        await waitFor('Active', () => phase(world) === 'Active');
+        await world.settled(env, NS, POD);
+        return { 'vm-wake': await vmHistory(env) };
+      }),
+  },
+  {
+    name: 'vm-reverse-desire',
+    covers: 'a Wake edit while hibernating: the hibernate finishes first, then the wake starts',
+    record: (env) =>
+      withWorld(env, async (world) => {
+        await world.putPod(NS, POD, {
+          annotations: podAnnotations({ [Annotations.vmID]: 'vmid-old' }),
+          containerRunning: true,
+        });
+        await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
+        await waitFor('Hibernating', () => phase(world) === 'Hibernating');
+        await world.putCR({ ...world.cr(NS, 'hib')!, desire: 'Wake' });
+        await world.settled(env, NS, POD);
+        await vkHibernated(world);
+        await waitFor('Waking', () => phase(world) === 'Waking');
+        await world.settled(env, NS, POD);
+        return { 'vm-reverse-desire': await vmHistory(env) };
+      }),
+  },
+  {
+    name: 'vm-deadline-retry',
+    covers: 'a hibernate past its 3 min deadline turns Failed (timer), then retries 30 s later (timer)',
+    record: (env) =>
+      withWorld(env, async (world) => {
+        await world.putPod(NS, POD, { annotations: podAnnotations(), containerRunning: true });
+        await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
+        await waitFor('Hibernating', () => phase(world) === 'Hibernating');
+        await env.sleep(3 * 60_000 + 2_000);
+        await waitFor('Failed', () => phase(world) === 'Failed');
+        await env.sleep(31_000);
+        await waitFor('retried', () => world.events.some((e) => e.reason === EventReasons.retryRequested));
+        await world.settled(env, NS, POD);
+        return { 'vm-deadline-retry': await vmHistory(env) };
+      }),
+  },
+  {
+    name: 'vm-deletion-gc',
+    covers: 'a Hibernated CR is deleted: the tag is dropped, the finalizer removed, the workflow completes',
+    record: (env) =>
+      withWorld(env, async (world) => {
+        world.tags.add(`${VM}:hibernate`);
+        await hibernatedPod(world);
+        await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
+        await waitFor('Hibernated', () => phase(world) === 'Hibernated');
+        await world.deleteCR(NS, 'hib');
+        await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
+        await env.client.workflow.getHandle(VM_ID).result();
+        return { 'vm-deletion-gc': await vmHistory(env) };
+      }),
+  },
+  {
+    name: 'vm-continue-as-new',
+    covers:
+      'hibernate/wake cycles past a low history limit: the first run continues as new, the next one re-reads',
+    record: (env) =>
+      withWorld(env, async (world) => {
+        world.startExtra = { historyLimit: 60 };
+        await world.putPod(NS, POD, {
+          annotations: podAnnotations({ [Annotations.vmID]: 'vm-first' }),
+          containerRunning: true,
+        });
+        await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Wake' });
+        await waitFor('Active', () => phase(world) === 'Active');
+        const firstRun = (await env.client.workflow.getHandle(VM_ID).describe()).runId;
+        for (let i = 0; ; i++) {
+          if ((await env.client.workflow.getHandle(VM_ID).describe()).runId !== firstRun) break;
+          if (i >= 10) throw new Error('no continue-as-new after 10 cycles');
+          await world.putCR({ ...world.cr(NS, 'hib')!, desire: 'Hibernate' });
+          await waitFor(
+            'annotated',
+            () => world.pod(NS, POD)?.annotations?.[Annotations.hibernate] === 'true',
+          );
+          await vkHibernated(world);
+          await waitFor('Hibernated', () => phase(world) === 'Hibernated');
+          await world.putCR({ ...world.cr(NS, 'hib')!, desire: 'Wake' });
+          await waitFor(
+            'cleared',
+            () => world.pod(NS, POD)?.annotations?.[Annotations.hibernate] === undefined,
+          );
+          await vkRunning(world, `vm-${i}`);
+          await waitFor('Active', () => phase(world) === 'Active');
+        }
+        await world.settled(env, NS, POD);
+        return {
+          'vm-continue-as-new-run1': await vmHistory(env, firstRun),
+          'vm-continue-as-new-run2': await vmHistory(env),
+        };
+      }),
+  },
+  {
+    name: 'cocoonset-creates',
+    covers:
+      'a new CocoonSet: finalizer, main created, 5 s waits for it, sub-agents and toolbox, status roll-up',
+    record: async (env) =>
+      withCocoonSetWorld(env, new CocoonSetWorld(demoSet()), async (w) => {
+        await w.start();
+        await waitFor('main created', () => w.pods.has('demo-0'));
+        await env.sleep(6_000);
+        await w.settled(env);
+        await w.makeReady('demo-0');
+        await waitFor('all pods created', () => w.pods.size === 4);
+        for (const p of ['demo-1', 'demo-2', 'demo-tb']) await w.makeReady(p);
+        await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+        await w.settled(env);
+        return { 'cocoonset-creates': await env.client.workflow.getHandle(w.workflowId).fetchHistory() };
+      }),
+  },
+  {
+    name: 'cocoonset-rebuild-dead-letter',
+    covers: 'a sub-agent that keeps failing is rebuilt with 0/1/5/30 s backoff (timers) and dead-lettered',
+    record: async (env) => {
+      const cs = demoSet(withFinalizer);
+      const pods = convergedPods(cs);
+      pods[1]!.status = { phase: 'Failed' };
+      const world = new CocoonSetWorld(cs, pods);
+      world.failOnCreate.add('demo-1');
+      return withCocoonSetWorld(env, world, async (w) => {
+        await w.start();
+        const dead = () => w.pod('demo-1')?.metadata?.annotations?.[Annotations.deadLetter] === 'true';
+        await skipUntil(env, 'dead letter', dead, 180_000, 1_000);
+        await w.settled(env);
+        return {
+          'cocoonset-rebuild-dead-letter': await env.client.workflow.getHandle(w.workflowId).fetchHistory(),
+        };
+      });
+    },
+  },
+  {
+    name: 'cocoonset-deletion',
+    covers:
+      'a CocoonSet deleted: VM names stashed, pods deleted, tags dropped per policy, finalizer removed, done',
+    record: async (env) => {
+      const cs = demoSet(withFinalizer, (c) => {
+        c.spec.snapshotPolicy = 'main-only';
+      });
+      const world = new CocoonSetWorld(cs, convergedPods(cs));
+      for (const vm of [MAIN_VM, 'vk-ns-demo-1', 'vk-ns-demo-2']) world.tags.add(`${vm}:hibernate`);
+      return withCocoonSetWorld(env, world, async (w) => {
+        await w.start();
+        await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+        await w.markDeleted();
+        await waitFor('gone', () => w.cs === null);
+        const handle = env.client.workflow.getHandle(w.workflowId);
+        await handle.result();
+        return { 'cocoonset-deletion': await handle.fetchHistory() };
+      });
+    },
+  },
+];
