@@ -1,7 +1,7 @@
 /**
- * The real local stack (DESIGN.md §5): etcd + kube-apiserver (RBAC on, project CRDs applied), a
- * distribution registry with deletes, a Temporal dev server with the project's search attributes, and the
- * vk-cocoon simulator, all on loopback, detached, with data/logs/pids in the stack dir.
+ * The real local stack (docs/development.md#local-stack): etcd + kube-apiserver (RBAC on, project CRDs
+ * applied), a distribution registry with deletes, a Temporal dev server with the project's search attributes,
+ * and the vk-cocoon simulator, all on loopback, detached, with data/logs/pids in the stack dir.
  *
  *   npm run stack -- up [component...]     start what is not already healthy and wait until ready
  *   npm run stack -- down [component...]   stop (all by default; idempotent)

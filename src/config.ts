@@ -1,7 +1,8 @@
 /**
  * Process settings: environment variables seed the defaults, command-line flags override them, and every
- * value is validated before anything starts (spec/operator-shell.md §1–§3, DESIGN.md §2 "The concurrency
- * knob"). A bad or missing value becomes a {@link ConfigError} whose message is one line naming the setting.
+ * value is validated before anything starts (docs/configuration.md,
+ * docs/architecture.md#the-concurrency-knob). A bad or missing value becomes a {@link ConfigError} whose
+ * message is one line naming the setting.
  *
  * Deliberate deviations from the Go operator, each for a reason:
  * - Concurrency values that are not integers are rejected (the reference silently falls back to 4).
@@ -368,7 +369,7 @@ function parseConcurrency(raw: Raw, what: string): number {
   if (!/^[+-]?\d+$/.test(v))
     throw new ConfigError(raw.source, `must be an integer ≥ 1, got "${raw.value ?? ''}"`);
   const n = Number(v);
-  // The reference's wording (spec/operator-shell.md §1 step 12), kept for the < 1 case.
+  // The reference's wording (docs/configuration.md#startup-order), kept for the < 1 case.
   if (n < 1) throw new ConfigError(raw.source, `${what} concurrency must be at least 1, got ${n}`);
   if (!Number.isSafeInteger(n)) throw new ConfigError(raw.source, `must be an integer ≥ 1, got "${v}"`);
   return n;

@@ -1,7 +1,7 @@
 /**
- * The process's HTTP endpoints (spec/operator-shell.md §4): a probe listener with `/healthz` and `/readyz`
- * and a metrics listener with `/metrics`, plain HTTP, on separate addresses as in the reference (`:8081`,
- * `:8080`). When both settings name the same address, one listener serves all three paths.
+ * The process's HTTP endpoints (docs/observability.md#health-and-readiness): a probe listener with `/healthz`
+ * and `/readyz` and a metrics listener with `/metrics`, plain HTTP, on separate addresses as in the reference
+ * (`:8081`, `:8080`). When both settings name the same address, one listener serves all three paths.
  *
  * Deliberate deviation: `/readyz` is not a constant `ok`. It answers 503 while Temporal is unreachable, the
  * workers are not running, or this process leads but one of its informers is not synced (first list not

@@ -1,6 +1,6 @@
 /**
  * Leader election over a coordination.k8s.io/v1 Lease, the way client-go's leaderelection package does it
- * (the lock controller-runtime uses for the Go operator; spec/operator-shell.md §3): Lease
+ * (the lock controller-runtime uses for the Go operator; docs/configuration.md#notes-on-some-settings): Lease
  * `cocoon-operator.cocoonset.cocoonstack.io`, LeaseDuration 15 s, RenewDeadline 10 s, RetryPeriod 2 s,
  * identity `<hostname>_<uuid>`. Every write carries the resourceVersion it read (optimistic concurrency), so
  * two candidates can never both win one round.

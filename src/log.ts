@@ -1,9 +1,9 @@
 /**
  * Logging: one pino root logger writing JSON lines to stdout, with the level from OPERATOR_LOG_LEVEL
- * (spec/operator-shell.md §5; the reference writes zerolog console lines, this port writes JSON so log
+ * (docs/observability.md#logs; the reference writes zerolog console lines, this port writes JSON so log
  * pipelines can parse it; `LOG_FORMAT=pretty`, which `npm run dev` sets, writes readable lines instead,
- * see docs/observability.md#logs). The Temporal runtime (core, worker, workflow and activity loggers) is routed
- * into the same logger through {@link temporalLogger}.
+ * see docs/observability.md#logs). The Temporal runtime (core, worker, workflow and activity loggers) is
+ * routed into the same logger through {@link temporalLogger}.
  */
 import type { LogMetadata, Logger as TemporalLogger, LogLevel as TemporalLogLevel } from '@temporalio/common';
 import { type DestinationStream, type Logger as PinoLogger, pino } from 'pino';

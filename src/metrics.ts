@@ -1,5 +1,5 @@
 /**
- * The operator's Prometheus families (spec/operator-shell.md §4.1, "the monitoring contract"): names,
+ * The operator's Prometheus families (docs/observability.md#metrics, "the monitoring contract"): names,
  * types, label names and buckets are byte-identical to the Go operator's `metrics/` package so dashboards
  * and alerts keep working across a switch. Help strings are this port's own wording.
  */
@@ -8,7 +8,10 @@ import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom
 /** Buckets of both phase-duration histograms, in seconds. */
 export const PHASE_DURATION_BUCKETS_SECONDS = [10, 30, 60, 180, 600, 1800];
 
-/** The eight cocoon_operator_* collectors; activities increment them (label values per spec §4.1). */
+/**
+ * The eight cocoon_operator_* collectors; activities increment them (label values per
+ * docs/observability.md#metrics).
+ */
 export interface OperatorMetrics {
   /** A terminal sub-agent pod deleted for rebuild. */
   subagentRebuildTotal: Counter<'namespace' | 'cocoonset'>;

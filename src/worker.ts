@@ -1,7 +1,7 @@
 /**
- * The operator process (DESIGN.md §2 "Worker", spec/operator-shell.md §1): validated settings, one pino
- * logger (the Temporal runtime routed into it), the Temporal workers, the leader-elected watcher and the
- * HTTP endpoints. `npm start` runs it; `--mode=worker|watcher` runs one half only.
+ * The operator process (docs/architecture.md#the-picture, docs/configuration.md#startup-order): validated
+ * settings, one pino logger (the Temporal runtime routed into it), the Temporal workers, the leader-elected
+ * watcher and the HTTP endpoints. `npm start` runs it; `--mode=worker|watcher` runs one half only.
  *
  * Exit codes: 0 after a graceful SIGTERM/SIGINT; 2 for a bad or missing setting, or a Temporal namespace
  * the operator cannot use (unknown, or lacking search attributes it may not register) (one line on stderr,
@@ -93,7 +93,7 @@ async function loadModules() {
 }
 
 const HERE = dirname(fileURLToPath(import.meta.url));
-/** The process version line (spec/operator-shell.md §1 step 5); set by the image build. */
+/** The process version line (docs/configuration.md#startup-order); set by the image build. */
 export const VERSION = process.env.COCOON_OPERATOR_VERSION ?? 'dev';
 /** How long a graceful shutdown may take beyond the activity grace period before the process gives up. */
 const SHUTDOWN_SLACK_MS = 5_000;

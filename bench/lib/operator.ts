@@ -2,10 +2,10 @@
  * The system under test, run in-process the way src/worker.ts wires it: a Worker on the base task queue
  * with the workflows (VM and CocoonSet) and the real Kubernetes activities of both, a Worker on
  * `taskQueues(base).hibernationRegistry` with the real registry activities and
- * maxConcurrentActivityTaskExecutions = C (the concurrency knob, DESIGN.md §2), one on
- * `taskQueues(base).cocoonSetRegistry` with COCOONSET_CONCURRENCY's default slots, and the real watcher
- * (CocoonSets included) scoped to the run's namespace. The operator's Kubernetes requests go through a
- * {@link CountingKubeConfig}; its registry client points at a {@link RegistryProxy}.
+ * maxConcurrentActivityTaskExecutions = C (the concurrency knob, docs/architecture.md#the-concurrency-knob),
+ * one on `taskQueues(base).cocoonSetRegistry` with COCOONSET_CONCURRENCY's default slots, and the real
+ * watcher (CocoonSets included) scoped to the run's namespace. The operator's Kubernetes requests go through
+ * a {@link CountingKubeConfig}; its registry client points at a {@link RegistryProxy}.
  *
  * The only addition is an activity timing hook (a wrapper recording start/end of each call), used by the
  * latency scenario to time the first pod patch.

@@ -5,9 +5,10 @@
  * local stack has no controller to finalize).
  *
  * vk-cocoon's part is pre-played: every pod already carries `hibernate=true` and
- * `lifecycle-state=hibernated` (the hibernate gate of spec/hibernation.md §3.1 is open) and, with
- * `running: true`, a running container and a VM id (the wake gate of §3.2 is open too). The pods are
- * unbound and select the node pool `bench-none`, which no node has, so the simulator never touches them.
+ * `lifecycle-state=hibernated` (the hibernate gate of docs/hibernation.md#hibernate is open) and, with
+ * `running: true`, a running container and a VM id (the wake gate of docs/hibernation.md#wake is open too).
+ * The pods are unbound and select the node pool `bench-none`, which no node has, so the simulator never
+ * touches them.
  *
  * CocoonSets are the exception: their pods are built and created by the operator itself, so nothing can
  * be pre-played. They select the simulator's pool (`default`) and the stack's vk-cocoon simulator runs

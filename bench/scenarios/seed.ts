@@ -1,6 +1,6 @@
 /**
- * Scenario 1, the seed shape (seed/pr16-reconcile-throughput.txt, spec/cocoonset-core.md §21.8, on the
- * real stack): N independent VMs, one Hibernate transition each whose completion needs exactly one
+ * Scenario 1, the seed shape (seed/pr16-reconcile-throughput.txt, the reference operator's benchmark, on
+ * the real stack): N independent VMs, one Hibernate transition each whose completion needs exactly one
  * registry probe (HEAD of `<vm>:hibernate`), for each registry latency L and registry concurrency C.
  * The clock starts when the N CocoonHibernations are created (all requests issued at once) and stops
  * when the last one reports phase Hibernated. Ideal = ceil(N/C)·L·(probes per transition).

@@ -1,6 +1,6 @@
 /**
  * Where the local stack lives: the stack dir, fixed loopback ports, tool binaries and the environment it
- * exports (DESIGN.md §5, issue "The real local stack"). Everything else in scripts/stack/ reads from here.
+ * exports (docs/development.md#local-stack). Everything else in scripts/stack/ reads from here.
  */
 import { execFileSync } from 'node:child_process';
 import { accessSync, constants } from 'node:fs';

@@ -1,6 +1,6 @@
 /**
  * The stack's OCI registry (distribution v3): its config file, and a probe that DELETE by tag works the way
- * the operator relies on (DESIGN.md §5: deletes enabled, tags deleted directly).
+ * the operator relies on (docs/development.md#local-stack: deletes enabled, tags deleted directly).
  */
 import { createHash } from 'node:crypto';
 import { mkdirSync, writeFileSync } from 'node:fs';

@@ -1,11 +1,12 @@
 /**
  * Kubernetes activities of the CocoonSet workflow: the reads a pass starts from (the CocoonSet and the
  * pods labelled with its name) and one idempotent write per `planPass` action type (src/cocoonset/plan.ts
- * `PassAction`; spec/cocoonset-core.md §5, §9–§17). Expected API answers are returned as values
- * (AlreadyExists on create, NotFound on delete); a gone target of a patch is a non-retryable `NotFound`
- * failure; any other API error becomes `kubeFailure` (src/kube/errors.ts): the apiserver's message, not
- * the HTTP dump, and non-retryable for 4xx answers a retry cannot change (a 422 on create), so Temporal
- * retries only 5xx, 408/409/429 and transport errors.
+ * `PassAction`; docs/cocoonset.md#a-pass-in-order, docs/cocoonset.md#generation-stamp,
+ * docs/cocoonset.md#deletion-and-registry-gc). Expected API answers are returned as values (AlreadyExists on
+ * create, NotFound on delete); a gone target of a patch is a non-retryable `NotFound` failure; any other API
+ * error becomes `kubeFailure` (src/kube/errors.ts): the apiserver's message, not the HTTP dump, and
+ * non-retryable for 4xx answers a retry cannot change (a 422 on create), so Temporal retries only 5xx,
+ * 408/409/429 and transport errors.
  *
  * Names carry a `cocoonSet` prefix so they can be merged into one activity object with the VM
  * workflow's Kubernetes activities (src/activities/kube.ts) on the main worker.
@@ -126,7 +127,7 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
       return listPodPage(input.namespace, input.name, input.continue);
     },
 
-    /** Creates a pod (§11.1, §12.4, §13): `ok`, or `alreadyExists` on 409. */
+    /** Creates a pod (docs/cocoonset.md#a-pass-in-order): `ok`, or `alreadyExists` on 409. */
     async cocoonSetCreatePod(input: { namespace: string; pod: V1Pod }): Promise<'ok' | 'alreadyExists'> {
       try {
         await core.createNamespacedPod({ namespace: input.namespace, body: input.pod });
@@ -137,7 +138,10 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
       }
     },
 
-    /** Deletes a pod: `ok`, or `notFound` on 404 (§12.2, §17 step 3). */
+    /**
+     * Deletes a pod: `ok`, or `notFound` on 404 (docs/cocoonset.md#sub-agent-rebuild-and-dead-letter,
+     * docs/cocoonset.md#deletion-and-registry-gc).
+     */
     async cocoonSetDeletePod(input: { namespace: string; pod: string }): Promise<'ok' | 'notFound'> {
       try {
         await core.deleteNamespacedPod({ name: input.pod, namespace: input.namespace });
@@ -148,7 +152,10 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
       }
     },
 
-    /** Reads one pod (§13 name-collision check). Errors: `NotFound` (non-retryable) when absent. */
+    /**
+     * Reads one pod (the toolbox name-collision check, docs/cocoonset.md#a-pass-in-order). Errors: `NotFound`
+     * (non-retryable) when absent.
+     */
     async cocoonSetGetPod(input: { namespace: string; pod: string }): Promise<V1Pod> {
       try {
         return trim(await core.readNamespacedPod({ name: input.pod, namespace: input.namespace }));
@@ -179,7 +186,10 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
       }
     },
 
-    /** JSON merge patch of the CocoonSet's annotations, no resourceVersion (§12.3, §17 step 2). */
+    /**
+     * JSON merge patch of the CocoonSet's annotations, no resourceVersion
+     * (docs/cocoonset.md#sub-agent-rebuild-and-dead-letter, docs/cocoonset.md#deletion-and-registry-gc).
+     */
     async cocoonSetPatchAnnotations(input: {
       namespace: string;
       name: string;
@@ -205,7 +215,9 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
 
     /**
      * Adds (`present: true`) or removes `finalizer` with a full Update guarded by resourceVersion,
-     * re-reading on 409 (at most 5 times). Adding it also writes the workflow-link annotations. Returns false when the CocoonSet is gone (§5 step 3, §17 step 6).
+     * re-reading on 409 (at most 5 times). Adding it also writes the workflow-link annotations. Returns false
+     * when the CocoonSet is gone (docs/cocoonset.md#a-pass-in-order,
+     * docs/cocoonset.md#deletion-and-registry-gc).
      */
     async cocoonSetSetFinalizer(input: {
       namespace: string;
@@ -247,7 +259,10 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
       }
     },
 
-    /** JSON merge patch on `/status` (§16.3). Errors: `NotFound` when the CocoonSet is gone. */
+    /**
+     * JSON merge patch on `/status` (docs/cocoonset.md#status-roll-up). Errors: `NotFound` when the CocoonSet
+     * is gone.
+     */
     async cocoonSetPatchStatus(input: {
       namespace: string;
       name: string;
@@ -271,7 +286,10 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
       }
     },
 
-    /** Every CocoonHibernation in the namespace (restore intent, §14; asked only when pods are built). */
+    /**
+     * Every CocoonHibernation in the namespace (restore intent, docs/cocoonset.md#restore-from-hibernation;
+     * asked only when pods are built).
+     */
     async cocoonSetListHibernations(input: { namespace: string }): Promise<CocoonHibernation[]> {
       try {
         const list = (await custom.listNamespacedCustomObject({
@@ -287,9 +305,10 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
     },
 
     /**
-     * Records an Event on the CocoonSet (§18) with the operator's one Event writer, `recordEvent` of
-     * src/activities/kube.ts: folded like client-go's recorder (same object, type, reason and message
-     * within 10 minutes → one Event whose count grows), each `key` counted once however often retried.
+     * Records an Event on the CocoonSet (docs/cocoonset.md#events) with the operator's one Event writer,
+     * `recordEvent` of src/activities/kube.ts: folded like client-go's recorder (same object, type, reason
+     * and message within 10 minutes → one Event whose count grows), each `key` counted once however often
+     * retried.
      */
     async cocoonSetEmitEvent(input: {
       namespace: string;
@@ -315,8 +334,8 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
     },
 
     /**
-     * Increments one of the pass's counters (§18). Not idempotent across a retry after a lost answer
-     * (a counter may then count twice); it cannot fail, so Temporal has no reason to retry it.
+     * Increments one of the pass's counters (docs/cocoonset.md#events). Not idempotent across a retry after a
+     * lost answer (a counter may then count twice); it cannot fail, so Temporal has no reason to retry it.
      */
     async cocoonSetCountMetric(input: { metric: PassMetric; labels: Record<string, string> }): Promise<void> {
       const counter = deps.metrics?.[input.metric] as

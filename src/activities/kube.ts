@@ -1,7 +1,8 @@
 /**
  * Kubernetes activities of the VM workflow: reads of the world (pod + the CocoonHibernations targeting it),
  * the hibernate-annotation merge patch, finalizer add/remove, status merge patches and Events. Each is
- * idempotent, so Temporal may retry it (DESIGN.md §3.1). Writes go to the API server.
+ * idempotent, so Temporal may retry it (docs/architecture.md#activities-and-task-queues). Writes go to the
+ * API server.
  */
 import type { CoreV1Api, CoreV1Event, V1Pod } from '@kubernetes/client-node';
 import { ApplicationFailure } from '@temporalio/common';
@@ -254,7 +255,10 @@ export function createKubeActivities(deps: KubeActivityDeps) {
       };
     },
 
-    /** Every CocoonHibernation in a namespace, trimmed (the deletion flow's holder check, spec §8). */
+    /**
+     * Every CocoonHibernation in a namespace, trimmed (the deletion flow's holder check,
+     * docs/hibernation.md#deletion-and-tag-gc).
+     */
     async listHibernations(input: { namespace: string }): Promise<HibernationObservation[]> {
       return (await listHibernationObjects(input.namespace)).map(observeHibernation);
     },
@@ -336,7 +340,10 @@ export function createKubeActivities(deps: KubeActivityDeps) {
       }
     },
 
-    /** JSON merge patch of the status subresource (no resourceVersion precondition, spec §4). */
+    /**
+     * JSON merge patch of the status subresource (no resourceVersion precondition,
+     * docs/hibernation.md#status-and-conditions).
+     */
     async patchHibernationStatus(input: {
       namespace: string;
       name: string;

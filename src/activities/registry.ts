@@ -1,7 +1,7 @@
 /**
  * Registry activities: HEAD and DELETE of a snapshot tag. They run on the controller's own registry task
- * queue, whose worker's maxConcurrentActivityTaskExecutions is the concurrency knob (DESIGN.md §2).
- * Cancellation of the activity aborts the HTTP request.
+ * queue, whose worker's maxConcurrentActivityTaskExecutions is the concurrency knob
+ * (docs/architecture.md#the-concurrency-knob). Cancellation of the activity aborts the HTTP request.
  */
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';

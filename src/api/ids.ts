@@ -1,6 +1,6 @@
 /**
  * Temporal workflow ids and task queue names. Every sender computes an entity workflow's id from the
- * object it saw, without reading anything (DESIGN.md §2 "Workflow ids").
+ * object it saw, without reading anything (docs/architecture.md#entity-workflows).
  */
 import { WorkflowAnnotations } from './keys.js';
 

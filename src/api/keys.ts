@@ -1,7 +1,7 @@
 /**
  * The wire contract with vk-cocoon, cocoon-webhook and the Go operator: every annotation key, label key,
  * finalizer, tag, condition and event reason. This module is the only place that spells them
- * (spec/cocoonset-core.md §1, spec/hibernation.md §1, spec/vk-contract.md §2–3; cocoon-common v0.3.0 meta/).
+ * (docs/wire-contract.md#keys; cocoon-common v0.3.0 meta/).
  */
 
 export const GROUP = 'cocoonset.cocoonstack.io';
@@ -48,7 +48,7 @@ export const Annotations = {
   postCloneErrors: 'vm.cocoonstack.io/post-clone-errors',
 } as const;
 
-/** Label keys written on managed pods and read from nodes (spec/cocoonset-core.md §1.1). */
+/** Label keys written on managed pods and read from nodes (docs/wire-contract.md#on-pods). */
 export const Labels = {
   cocoonSet: 'cocoonset.cocoonstack.io/name',
   role: 'cocoonset.cocoonstack.io/role',
@@ -66,7 +66,7 @@ export type Role = (typeof Roles)[keyof typeof Roles];
 export const TOLERATION_KEY = 'virtual-kubelet.io/provider';
 export const DEFAULT_NODE_POOL = 'default';
 
-/** Lifecycle-state values written by vk-cocoon (lowercase, spec/vk-contract.md §3.1). */
+/** Lifecycle-state values written by vk-cocoon (lowercase, docs/wire-contract.md#on-pods). */
 export const LifecycleStates = {
   creating: 'creating',
   ready: 'ready',
@@ -114,7 +114,7 @@ export const WorkflowAnnotations = {
   url: 'cocoon-operator.cocoonstack.io/workflow-url',
 } as const;
 
-/** Event reasons (spec/operator-shell.md §6). */
+/** Event reasons (docs/observability.md#events). */
 export const EventReasons = {
   hibernated: 'Hibernated',
   hibernateTimedOut: 'HibernateTimedOut',
@@ -131,7 +131,10 @@ export const EventReasons = {
   invalidSpec: 'InvalidSpec',
 } as const;
 
-/** The Lease the watcher's leader election holds (spec/operator-shell.md §3). */
+/**
+ * The Lease the watcher's leader election holds (docs/configuration.md#notes-on-some-settings, "Leader
+ * election").
+ */
 export const LEADER_ELECTION_ID = 'cocoon-operator.cocoonset.cocoonstack.io';
 
 /** Temporal custom search attributes the workflows upsert (registered by the stack and compose). */
@@ -144,14 +147,15 @@ export const SearchAttributes = {
 
 /**
  * vk-cocoon's own side of the contract, reproduced by the simulator (test/vksim/) and readable by tests:
- * node taint and labels (spec/vk-contract.md §1.1), event source and reasons (§1.2, §3.3), pod status
- * reasons (§3.2).
+ * node taint and labels, event source and reasons, pod status reasons (docs/wire-contract.md#vk-cocoon).
  */
 export const VK_EVENT_SOURCE = 'vk-cocoon';
 export const VK_DEFAULT_NODE_NAME = 'cocoon-pool';
 export const VK_PROVIDER_TAINT = { key: TOLERATION_KEY, value: 'cocoon', effect: 'NoSchedule' } as const;
 
-/** Event reasons vk-cocoon (and its virtual-kubelet framework) emit on pods (spec/vk-contract.md §1.2, §3.3). */
+/**
+ * Event reasons vk-cocoon (and its virtual-kubelet framework) emit on pods (docs/wire-contract.md#vk-cocoon).
+ */
 export const VkEventReasons = {
   hibernated: 'Hibernated',
   woken: 'Woken',
@@ -173,7 +177,7 @@ export const VkEventReasons = {
   providerDeleteFailed: 'ProviderDeleteFailed',
 } as const;
 
-/** Pod/container status reasons vk-cocoon writes (spec/vk-contract.md §3.2). */
+/** Pod/container status reasons vk-cocoon writes (docs/wire-contract.md#vk-cocoon). */
 export const VkStatusReasons = {
   providerFailed: 'ProviderFailed',
   vmGone: 'VMGone',
@@ -181,8 +185,8 @@ export const VkStatusReasons = {
 } as const;
 
 /**
- * The snapshot artifact wire format (cocoon-common snapshot.Push v1; spec/vk-contract.md §7.4): media
- * types and the manifest annotation keys.
+ * The snapshot artifact wire format (cocoon-common snapshot.Push v1;
+ * docs/wire-contract.md#snapshot-artifacts): media types and the manifest annotation keys.
  */
 export const SnapshotArtifact = {
   manifestMediaType: 'application/vnd.oci.image.manifest.v1+json',
@@ -196,19 +200,24 @@ export const SnapshotArtifact = {
   annotationFromNode: 'cocoonstack.snapshot.from-node',
 } as const;
 
-/** Node taint keys the managed pods tolerate without tolerationSeconds (spec/cocoonset-core.md §6.1). */
+/** Node taint keys the managed pods tolerate without tolerationSeconds (docs/cocoonset.md#pods). */
 export const TaintKeys = {
   notReady: 'node.kubernetes.io/not-ready',
   unreachable: 'node.kubernetes.io/unreachable',
 } as const;
 
-/** The single container of every managed pod; the image is never pulled (spec/cocoonset-core.md §1.3). */
+/** The single container of every managed pod; the image is never pulled (docs/wire-contract.md#on-crs). */
 export const AGENT_CONTAINER_NAME = 'agent';
 export const PLACEHOLDER_IMAGE = 'ghcr.io/cocoonstack/placeholder:latest';
-/** Resource name the VM's `storage` is mirrored to in container requests and limits (§6.4). */
+/**
+ * Resource name the VM's `storage` is mirrored to in container requests and limits (docs/cocoonset.md#pods).
+ */
 export const EPHEMERAL_STORAGE = 'ephemeral-storage';
 
-/** Reasons of the CocoonSet `Ready` and `Progressing` conditions (spec/cocoonset-core.md §1.3, §16.1). */
+/**
+ * Reasons of the CocoonSet `Ready` and `Progressing` conditions (docs/wire-contract.md#on-crs,
+ * docs/cocoonset.md#status-roll-up).
+ */
 export const ConditionReasons = {
   allAgentsReady: 'AllAgentsReady',
   agentsNotReady: 'AgentsNotReady',

@@ -1,6 +1,6 @@
 /**
  * Pure readers of the pod-side wire contract (cocoon-common meta/pod.go, meta/lifecycle.go,
- * meta/hibernate.go, meta/vmname.go; spec/cocoonset-core.md §3). No I/O.
+ * meta/hibernate.go, meta/vmname.go; docs/cocoonset.md#pods). No I/O.
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import { Annotations } from './keys.js';
@@ -45,7 +45,7 @@ export interface LifecycleStatus {
   message: string;
 }
 
-/** The lifecycle triple vk-cocoon writes atomically (spec/vk-contract.md §3.1). */
+/** The lifecycle triple vk-cocoon writes atomically (docs/wire-contract.md#on-pods). */
 export function lifecycleOf(pod: PodLike | undefined): LifecycleStatus {
   return {
     state: annotation(pod, Annotations.lifecycleState),
@@ -69,7 +69,7 @@ export function podReady(pod: PodLike | undefined): boolean {
   return (pod?.status?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True');
 }
 
-/** Only phase Failed is terminal (Succeeded is not; spec/cocoonset-core.md §3.4). */
+/** Only phase Failed is terminal (Succeeded is not; docs/cocoonset.md#a-pass-in-order). */
 export function podTerminal(pod: PodLike | undefined): boolean {
   return pod?.status?.phase === 'Failed';
 }

@@ -1,7 +1,7 @@
 /**
  * TypeScript shapes of the two custom resources (group cocoonset.cocoonstack.io/v1), matching the CRDs in
- * config/crd/ (spec/cocoonset-core.md §2, spec/hibernation.md §1.1). Only fields the operator reads or
- * writes are typed strictly; the rest pass through.
+ * config/crd/ (docs/cocoonset.md#the-resource, docs/hibernation.md#the-resource). Only fields the operator
+ * reads or writes are typed strictly; the rest pass through.
  */
 import type { V1EnvFromSource, V1ObjectMeta, V1ResourceRequirements } from '@kubernetes/client-node';
 

@@ -1,6 +1,7 @@
 /**
  * Ownership and classification of a CocoonSet's pods (operator cocoonset/ownership.go, apimachinery
- * `metav1.IsControlledBy`; spec/cocoonset-core.md §3.6, §7, §10). Pure.
+ * `metav1.IsControlledBy`; docs/cocoonset.md#a-pass-in-order, docs/cocoonset.md#failed-main-and-recovery).
+ * Pure.
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import { Annotations, EventReasons, Labels, LifecycleStates, Roles } from '../api/keys.js';
@@ -17,7 +18,10 @@ export function isControlledBy(pod: PodLike, csUID: string | undefined): boolean
   return ref !== undefined && ref.uid === (csUID ?? '');
 }
 
-/** The pods (already listed by the name label) that this CocoonSet controls, in list order (§7). */
+/**
+ * The pods (already listed by the name label) that this CocoonSet controls, in list order
+ * (docs/cocoonset.md#a-pass-in-order).
+ */
 export function ownedPods(cs: CocoonSet, pods: readonly V1Pod[]): V1Pod[] {
   return pods.filter((p) => isControlledBy(p, cs.metadata.uid));
 }
@@ -27,7 +31,10 @@ export function isTerminating(pod: PodLike): boolean {
   return pod.metadata?.deletionTimestamp != null;
 }
 
-/** Terminal VM pod: phase `Failed` or lifecycle-state exactly `failed` (lowercase; §1.2, §12.1). */
+/**
+ * Terminal VM pod: phase `Failed` or lifecycle-state exactly `failed` (lowercase;
+ * docs/wire-contract.md#on-pods, docs/cocoonset.md#sub-agent-rebuild-and-dead-letter).
+ */
 export function isTerminal(pod: PodLike): boolean {
   return (
     podTerminal(pod) || pod.metadata?.annotations?.[Annotations.lifecycleState] === LifecycleStates.failed
@@ -35,8 +42,9 @@ export function isTerminal(pod: PodLike): boolean {
 }
 
 /**
- * Why the main counts as failed (`mainPodFailedReason`, §5 step 7): `PodLifecycleFailed` when the
- * lifecycle-state is `failed` (wins), else `MainAgentFailed` when the phase is `Failed`, else ''.
+ * Why the main counts as failed (`mainPodFailedReason`, docs/cocoonset.md#a-pass-in-order):
+ * `PodLifecycleFailed` when the lifecycle-state is `failed` (wins), else `MainAgentFailed` when the phase is
+ * `Failed`, else ''.
  */
 export function mainPodFailedReason(main: PodLike): '' | 'PodLifecycleFailed' | 'MainAgentFailed' {
   if (main.metadata?.annotations?.[Annotations.lifecycleState] === LifecycleStates.failed) {
@@ -46,7 +54,9 @@ export function mainPodFailedReason(main: PodLike): '' | 'PodLifecycleFailed' | 
   return '';
 }
 
-/** The CocoonSet's non-terminating pods by role (`classifyPods` result, §7). */
+/**
+ * The CocoonSet's non-terminating pods by role (`classifyPods` result, docs/cocoonset.md#a-pass-in-order).
+ */
 export interface Classified {
   /** The main (role `main`); the last one in list order wins. */
   main?: V1Pod;
@@ -66,9 +76,9 @@ function parseSlotLabel(s: string | undefined): number | undefined {
 }
 
 /**
- * `classifyPods` (§7): terminating pods are skipped entirely; every other pod is in `allByName`, and the
- * role label picks its bucket (`main`, `sub-agent` by parsed slot, `toolbox` by slot label). Unknown or
- * missing roles, and sub-agents with an unparsable slot, stay in `allByName` only.
+ * `classifyPods` (docs/cocoonset.md#a-pass-in-order): terminating pods are skipped entirely; every other pod
+ * is in `allByName`, and the role label picks its bucket (`main`, `sub-agent` by parsed slot, `toolbox` by
+ * slot label). Unknown or missing roles, and sub-agents with an unparsable slot, stay in `allByName` only.
  */
 export function classifyPods(pods: readonly V1Pod[]): Classified {
   const out: Classified = { sub: new Map(), toolbox: new Map(), allByName: new Map() };

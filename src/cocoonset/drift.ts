@@ -1,11 +1,11 @@
 /**
  * Drift detection: can this live pod still be what the current spec would build? (operator
- * cocoonset/pods.go `podSpecMatches*`; spec/cocoonset-core.md §8). A mismatch is answered by deleting
+ * cocoonset/pods.go `podSpecMatches*`; docs/cocoonset.md#drift). A mismatch is answered by deleting
  * the pod and recreating it later (pod specs are immutable). Pure.
  *
- * Deliberately not compared (§8.1): affinity, `spec.nodeName`, tolerations, labels, container
- * name/image, grace period, ephemeral-storage, the generation / hibernate / restore / dead-letter
- * annotations and the runtime annotations (except static toolboxes, §8.2 step 4).
+ * Deliberately not compared (docs/cocoonset.md#drift): affinity, `spec.nodeName`, tolerations, labels,
+ * container name/image, grace period, ephemeral-storage, the generation / hibernate / restore / dead-letter
+ * annotations and the runtime annotations (except static toolboxes, docs/cocoonset.md#drift).
  */
 import type { V1EnvFromSource, V1ResourceRequirements } from '@kubernetes/client-node';
 import { DEFAULT_NODE_POOL, Labels } from '../api/keys.js';
@@ -16,7 +16,10 @@ import { nodePoolOf } from './pods.js';
 import { compareQuantities, parseQuantity, quantityFromJSON } from './quantity.js';
 import { parseVMRuntime, parseVMSpec, vmSpecFromAgent, vmSpecFromToolbox, vmSpecsEqual } from './vmspec.js';
 
-/** The resources drift compares; ephemeral-storage and extended resources are ignored (§8.3). */
+/**
+ * The resources drift compares; ephemeral-storage and extended resources are ignored
+ * (docs/cocoonset.md#drift).
+ */
 const COMPARED_RESOURCES = ['cpu', 'memory'] as const;
 
 /**
@@ -34,9 +37,9 @@ export function podNodePool(pod: PodLike): string {
 }
 
 /**
- * `schedulingMatches` (§8.4): the pod's pool equals the spec's (empty → default), and its snapshot CPU
- * class equals the spec's, except that a pod **without** a class is adopted while it is not terminal
- * (pre-feature pods keep running; a terminal one drifts so its recreate picks the selector up).
+ * `schedulingMatches` (docs/cocoonset.md#drift): the pod's pool equals the spec's (empty → default), and its
+ * snapshot CPU class equals the spec's, except that a pod **without** a class is adopted while it is not
+ * terminal (pre-feature pods keep running; a terminal one drifts so its recreate picks the selector up).
  */
 export function schedulingMatches(pod: PodLike, cs: CocoonSet): boolean {
   if (podNodePool(pod) !== nodePoolOf(cs)) return false;
@@ -53,9 +56,9 @@ function quantityEqual(have: string | undefined, want: string | undefined): bool
 }
 
 /**
- * `resourcesMatch(pod, want)` (§8.3): for cpu and memory, container 0's limit equals `want.limits`, and
- * its request equals `want.requests` — or `want.limits` when `want.requests` is empty as a whole (the
- * apiserver's defaulting). A pod without containers never matches. Throws QuantityParseError on a
+ * `resourcesMatch(pod, want)` (docs/cocoonset.md#drift): for cpu and memory, container 0's limit equals
+ * `want.limits`, and its request equals `want.requests` — or `want.limits` when `want.requests` is empty as a
+ * whole (the apiserver's defaulting). A pod without containers never matches. Throws QuantityParseError on a
  * malformed quantity.
  */
 export function resourcesMatch(pod: PodLike, want: V1ResourceRequirements | undefined): boolean {
@@ -85,9 +88,9 @@ export function envFromEqual(a: V1EnvFromSource[] | undefined, b: V1EnvFromSourc
 }
 
 /**
- * `podSpecMatchesAgent(pod, cs, slot)` (§8.1); false = drift. The wanted VMSpec reuses the pod's own VM
- * name and, for sub-agents (slot > 0), its own fork-from, so neither can drift; a main with a fork-from
- * does. Then resources (cpu/memory), service account (empty ≡ `default`), envFrom and scheduling.
+ * `podSpecMatchesAgent(pod, cs, slot)` (docs/cocoonset.md#drift); false = drift. The wanted VMSpec reuses the
+ * pod's own VM name and, for sub-agents (slot > 0), its own fork-from, so neither can drift; a main with a
+ * fork-from does. Then resources (cpu/memory), service account (empty ≡ `default`), envFrom and scheduling.
  */
 export function podSpecMatchesAgent(pod: PodLike, cs: CocoonSet, slot: number): boolean {
   const agent = cs.spec.agent;
@@ -108,9 +111,9 @@ export function podSpecMatchesAgent(pod: PodLike, cs: CocoonSet, slot: number): 
 }
 
 /**
- * `podSpecMatchesToolbox(pod, cs, tb)` (§8.2); false = drift. Full VMSpec (fork-from must be empty),
- * resources, scheduling, and for `static` mode the runtime id / ip / vnc-port must equal the spec's.
- * Service account and envFrom are not compared.
+ * `podSpecMatchesToolbox(pod, cs, tb)` (docs/cocoonset.md#drift); false = drift. Full VMSpec (fork-from must
+ * be empty), resources, scheduling, and for `static` mode the runtime id / ip / vnc-port must equal the
+ * spec's. Service account and envFrom are not compared.
  */
 export function podSpecMatchesToolbox(pod: PodLike, cs: CocoonSet, tb: ToolboxSpec): boolean {
   const current = parseVMSpec(pod);

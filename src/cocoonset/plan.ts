@@ -1,6 +1,7 @@
 /**
  * One CocoonSet reconcile pass as a pure, resumable decision function (operator cocoonset/reconciler.go
- * `Reconcile` steps 2–21, agents.go, toolboxes.go; spec/cocoonset-core.md §5, §9–§13, §16).
+ * `Reconcile` steps 2–21, agents.go, toolboxes.go; docs/cocoonset.md#a-pass-in-order,
+ * docs/cocoonset.md#generation-stamp, docs/cocoonset.md#status-roll-up).
  *
  * The caller (the CocoonSet workflow) drives it like this:
  *
@@ -22,10 +23,10 @@
  * for only when a pod is actually built: a steady pass asks for no List and no probe; a pass that builds
  * pods asks for the List exactly once (shared with un-suspend, which Go lists separately).
  *
- * Not handled here (clearly marked extension points): deletion (§17), suspend and release suspend
- * (§15.2, flows §3–§4), migration and the released-seat wake (flows §4.3, §5). For those `planPass`
- * returns `{kind: 'delegate', flow}`; migration and wake are delegated only when their cheap entry
- * gates (§15.3) can engage, and the caller sets `input.declined.{migration,wake}` when the delegated
+ * Not handled here (clearly marked extension points): deletion (docs/cocoonset.md#deletion-and-registry-gc),
+ * suspend and release suspend, migration and the released-seat wake (docs/cocoonset.md#not-built-yet). For
+ * those `planPass` returns `{kind: 'delegate', flow}`; migration and wake are delegated only when their cheap
+ * entry gates can engage, and the caller sets `input.declined.{migration,wake}` when the delegated
  * flow answers "not handled", then calls `planPass` again with the same outcomes.
  */
 import type { V1Pod } from '@kubernetes/client-node';
@@ -81,7 +82,7 @@ export interface PassInput {
   pods: readonly V1Pod[];
   /** The pass's clock, epoch ms (Temporal: `Date.now()` inside the workflow). */
   nowMs: number;
-  /** False when no registry is configured (tests): restore is a no-op, migration/wake are off (§20.6). */
+  /** False when no registry is configured (tests): restore is a no-op, migration/wake are off. */
   registryConfigured: boolean;
   /** Delegated flows that answered "not handled" in this pass: continue past their step. */
   declined?: { migration?: boolean; wake?: boolean };
@@ -203,16 +204,16 @@ function atoiParses(s: string): boolean {
   return n >= -(1n << 63n) && n < 1n << 63n;
 }
 
-/** A live VM: a VM id is reported and some container runs (flows §1.4 `vmLive`). */
+/** A live VM: a VM id is reported and some container runs (the reference's `vmLive`). */
 export function vmLive(pod: V1Pod | undefined): boolean {
   return pod !== undefined && vmIDOf(pod) !== '' && containerRunning(pod);
 }
 
 /**
- * Extension point — migration entry gate (§15.3, flows §5.1 gates 1–2): false ("not handled", no I/O)
- * without a registry, when `spec.nodeName` is empty and the phase is not `Migrating`, or when not
- * migrating and the main is settled on `spec.nodeName` (on it, VM live, not hibernating). True means
- * the migration flow must look (it may still decline).
+ * Extension point — migration entry gate (docs/cocoonset.md#not-built-yet; the flow's first two gates): false
+ * ("not handled", no I/O) without a registry, when `spec.nodeName` is empty and the phase is not `Migrating`,
+ * or when not migrating and the main is settled on `spec.nodeName` (on it, VM live, not hibernating). True
+ * means the migration flow must look (it may still decline).
  */
 export function migrationMayEngage(
   cs: CocoonSet,
@@ -232,10 +233,11 @@ export function migrationMayEngage(
 }
 
 /**
- * Extension point — released-seat wake entry gate (§15.3, flows §4.3 gate and the I/O-free rows): false
- * without a registry or when none of phase Waking, phase Suspended, phase Suspending with a node hint,
- * or a pending wake cleanup holds; also false for the rows that decline without I/O (main present, not
- * waking, and no hint or a terminal main). True means the wake flow must look (it may still decline).
+ * Extension point — released-seat wake entry gate (docs/cocoonset.md#not-built-yet; the flow's gate and its
+ * I/O-free rows): false without a registry or when none of phase Waking, phase Suspended, phase Suspending
+ * with a node hint, or a pending wake cleanup holds; also false for the rows that decline without I/O (main
+ * present, not waking, and no hint or a terminal main). True means the wake flow must look (it may still
+ * decline).
  */
 export function wakeMayEngage(cs: CocoonSet, main: V1Pod | undefined, registryConfigured: boolean): boolean {
   if (!registryConfigured) return false;
@@ -383,7 +385,7 @@ function writeStatus(
   return w.status;
 }
 
-/** Writes the status when it changed (§16.3), then ends the pass with `result`. */
+/** Writes the status when it changed (docs/cocoonset.md#status-roll-up), then ends the pass with `result`. */
 function writeStatusAndFinish(st: PassState, phase: CocoonSetPhase | '', result: Partial<PassResult>): never {
   const status = writeStatus(st, phase, 'status');
   return finish(st, result, status);
@@ -397,7 +399,7 @@ function deletePod(st: PassState, pod: string, prefix: string): boolean {
   return o.kind !== 'notFound';
 }
 
-/** §10 `handleFailedMainAgent`. */
+/** `handleFailedMainAgent` (docs/cocoonset.md#failed-main-and-recovery). */
 function handleFailedMain(
   st: PassState,
   main: V1Pod,
@@ -427,9 +429,9 @@ function handleFailedMain(
 }
 
 /**
- * Restore marks for pods about to be created (§14.3): pods with intent (name in `restorable`) and a
- * registry get their `:hibernate` tag probed, all probes at once; a present tag marks the pod in place.
- * Returns, per pod, the probe's error text (fail closed) or undefined.
+ * Restore marks for pods about to be created (docs/cocoonset.md#restore-from-hibernation): pods with intent
+ * (name in `restorable`) and a registry get their `:hibernate` tag probed, all probes at once; a present tag
+ * marks the pod in place. Returns, per pod, the probe's error text (fail closed) or undefined.
  */
 function restoreMarks(st: PassState, pods: V1Pod[], restorable: Set<string>): (string | undefined)[] {
   const intent = pods.map((p) => st.input.registryConfigured && restorable.has(p.metadata?.name ?? ''));
@@ -447,7 +449,7 @@ function restoreMarks(st: PassState, pods: V1Pod[], restorable: Set<string>): (s
   });
 }
 
-/** §11.1 `createMainAgent`. */
+/** `createMainAgent` (docs/cocoonset.md#a-pass-in-order). */
 function createMain(st: PassState): never {
   const pod = build(st, 'build main agent', () => buildAgentPod(st.cs, 0, '', ''));
   const crs = hibernations(st);
@@ -461,7 +463,10 @@ function createMain(st: PassState): never {
   return finish(st, { requeue: true });
 }
 
-/** §12 `ensureSubAgents`; returns (changed, requeueAfterMs) or ends the pass with an error. */
+/**
+ * `ensureSubAgents` (docs/cocoonset.md#a-pass-in-order); returns (changed, requeueAfterMs) or ends the pass
+ * with an error.
+ */
 function ensureSubAgents(
   st: PassState,
   mainVM: string,
@@ -571,7 +576,10 @@ function ensureSubAgents(
   return { changed, requeueAfterMs };
 }
 
-/** Writes the rebuild-history annotation and mirrors it for later slots (§12.3 `patchRebuildHistory`). */
+/**
+ * Writes the rebuild-history annotation and mirrors it for later slots
+ * (docs/cocoonset.md#sub-agent-rebuild-and-dead-letter `patchRebuildHistory`).
+ */
 function writeHistory(st: PassState, slot: number, history: string, prefix: string): void {
   const o = st.d.run({
     id: `history:${slot}`,
@@ -583,7 +591,9 @@ function writeHistory(st: PassState, slot: number, history: string, prefix: stri
   st.written[Annotations.rebuildHistory] = history;
 }
 
-/** §13 step 1: duplicate and integer-like names are rejected before any write. */
+/**
+ * Toolbox names: duplicates and integer-like names are rejected before any write (docs/cocoonset.md#pods).
+ */
 export function validateToolboxes(toolboxes: readonly ToolboxSpec[]): string | undefined {
   const seen = new Set<string>();
   for (const tb of toolboxes) {
@@ -596,7 +606,9 @@ export function validateToolboxes(toolboxes: readonly ToolboxSpec[]): string | u
   return undefined;
 }
 
-/** §13 `ensureToolboxes`; returns `changed` or ends the pass with an error. */
+/**
+ * `ensureToolboxes` (docs/cocoonset.md#a-pass-in-order); returns `changed` or ends the pass with an error.
+ */
 function ensureToolboxes(st: PassState): boolean {
   const toolboxes = st.cs.spec.toolboxes ?? [];
   const invalid = validateToolboxes(toolboxes);
@@ -647,10 +659,13 @@ function ensureToolboxes(st: PassState): boolean {
   return changed;
 }
 
-/** The reconcile order of §5 from step 2 on. Throws Finished or SUSPEND. */
+/**
+ * The reconcile order (docs/cocoonset.md#a-pass-in-order), from step 2 of the reference's `Reconcile` on.
+ * Throws Finished or SUSPEND.
+ */
 function reconcile(st: PassState): never {
   const { cs, c, d } = st;
-  // 2. Deletion (§17) — extension point.
+  // 2. Deletion (docs/cocoonset.md#deletion-and-registry-gc) — extension point.
   if (cs.metadata.deletionTimestamp != null) throw new Finished({ kind: 'delegate', flow: 'delete' });
   // 3. Finalizer: add it and requeue; nothing else this pass.
   if (!(cs.metadata.finalizers ?? []).includes(Finalizers.cocoonSet)) {
@@ -752,9 +767,9 @@ function flushThen(st: PassState, step: PassStep): never {
 }
 
 /**
- * Plans one reconcile pass (§5 steps 2–21 without the delegated flows). Deterministic in its inputs;
- * see the module comment for the driving loop. Never throws for API failures: they end the pass with
- * `result.error` carrying Go's message.
+ * Plans one reconcile pass (docs/cocoonset.md#a-pass-in-order without the delegated flows). Deterministic in
+ * its inputs; see the module comment for the driving loop. Never throws for API failures: they end the pass
+ * with `result.error` carrying Go's message.
  */
 export function planPass(input: PassInput, outcomes: Readonly<Record<string, ActionOutcome>>): PassStep {
   const cs = input.cs;

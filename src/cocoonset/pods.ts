@@ -1,5 +1,5 @@
 /**
- * Pod builders for CocoonSet agents and toolboxes (operator cocoonset/pods.go; spec/cocoonset-core.md §6).
+ * Pod builders for CocoonSet agents and toolboxes (operator cocoonset/pods.go; docs/cocoonset.md#pods).
  * The objects are what the Go operator sends on Create, so pods it created are adopted without drift and
  * vk-cocoon reads the same annotations. Pure: no I/O; each call returns a fresh object.
  */
@@ -23,7 +23,9 @@ import type { CocoonSet, ToolboxSpec, VMOptions } from '../api/types.js';
 import { canonicalQuantity, quantityFromJSON, quantityIsZero, quantityToString } from './quantity.js';
 import { applyVMRuntime, applyVMSpec, vmSpecFromAgent, vmSpecFromToolbox } from './vmspec.js';
 
-/** Grace period of every managed pod: vk-cocoon may push a final snapshot within it (§6.1). */
+/**
+ * Grace period of every managed pod: vk-cocoon may push a final snapshot within it (docs/cocoonset.md#pods).
+ */
 export const POD_TERMINATION_GRACE_SECONDS = 1;
 
 /** Deep copy of plain JSON data (workflow-safe; no structuredClone in the Temporal sandbox). */
@@ -69,9 +71,9 @@ export function managedTolerations(): V1Toleration[] {
 }
 
 /**
- * `newManagedPod(cs, podName, role, slotLabel)` (§6.1): metadata (labels name/role/slot/app name, the
- * generation stamp, a controller owner reference with blockOwnerDeletion), grace period 1 s, the three
- * tolerations, the pool (and snapshot CPU class when set) node selector, one `agent` container with the
+ * `newManagedPod(cs, podName, role, slotLabel)` (docs/cocoonset.md#pods): metadata (labels name/role/slot/app
+ * name, the generation stamp, a controller owner reference with blockOwnerDeletion), grace period 1 s, the
+ * three tolerations, the pool (and snapshot CPU class when set) node selector, one `agent` container with the
  * placeholder image. Callers add the VM annotations and resources.
  */
 export function newManagedPod(cs: CocoonSet, podName: string, role: Role, slotLabel: string): V1Pod {
@@ -120,7 +122,8 @@ function canonicalMap(m: Record<string, string> | undefined): Record<string, str
 
 /**
  * Container resources: a copy of `opts.resources` plus, when `storage` is set and non-zero,
- * `ephemeral-storage` = storage in both requests and limits (§6.4). Never aliases the spec's maps.
+ * `ephemeral-storage` = storage in both requests and limits (docs/cocoonset.md#pods). Never aliases the
+ * spec's maps.
  */
 export function containerResources(opts: VMOptions): V1ResourceRequirements {
   const src = opts.resources ?? {};
@@ -141,7 +144,7 @@ export function containerResources(opts: VMOptions): V1ResourceRequirements {
   return out;
 }
 
-/** Required node affinity `kubernetes.io/hostname In [node]` (the main's pin, §6.2). */
+/** Required node affinity `kubernetes.io/hostname In [node]` (the main's pin, docs/cocoonset.md#pods). */
 export function requiredHostnameAffinity(node: string): V1Affinity {
   return {
     nodeAffinity: {
@@ -153,8 +156,8 @@ export function requiredHostnameAffinity(node: string): V1Affinity {
 }
 
 /**
- * `buildAgentPod(cs, slot, mainVMName, bindNodeName)` (§6.2). Slot 0 is the main (role `main`, no
- * fork-from); slot ≥ 1 is a sub-agent forking from `mainVMName`. VM annotations from
+ * `buildAgentPod(cs, slot, mainVMName, bindNodeName)` (docs/cocoonset.md#pods). Slot 0 is the main (role
+ * `main`, no fork-from); slot ≥ 1 is a sub-agent forking from `mainVMName`. VM annotations from
  * `vmSpecFromAgent`, resources + storage, envFrom, service account when set. A non-empty
  * `bindNodeName` hard-binds `spec.nodeName`; otherwise slot 0 with `spec.nodeName` set gets the required
  * hostname affinity. Throws QuantityParseError when a quantity in the spec is malformed.
@@ -179,8 +182,8 @@ export function buildAgentPod(cs: CocoonSet, slot: number, mainVMName: string, b
 }
 
 /**
- * `buildToolboxPod(cs, tb)` (§6.3): pod `<cs>-<tb>`, role `toolbox`, slot label = toolbox name, VM
- * annotations from `vmSpecFromToolbox` (managed absent for static), and for `static` mode only the
+ * `buildToolboxPod(cs, tb)` (docs/cocoonset.md#pods): pod `<cs>-<tb>`, role `toolbox`, slot label = toolbox
+ * name, VM annotations from `vmSpecFromToolbox` (managed absent for static), and for `static` mode only the
  * pre-written runtime id / ip / vnc-port. Resources + storage; no envFrom, service account, nodeName or
  * affinity. Throws QuantityParseError when a quantity in the spec is malformed.
  */

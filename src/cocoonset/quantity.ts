@@ -1,7 +1,7 @@
 /**
  * Kubernetes `resource.Quantity`: parsing and the canonical `String()` form, reproducing
- * k8s.io/apimachinery v0.34 `pkg/api/resource` exactly (spec/cocoonset-core.md §3.2 "Quantity
- * canonicalisation", §8.3). The operator stamps `Quantity.String()` of `storage` into the pod's
+ * k8s.io/apimachinery v0.34 `pkg/api/resource` exactly (docs/cocoonset.md#pods,
+ * docs/cocoonset.md#drift). The operator stamps `Quantity.String()` of `storage` into the pod's
  * `cocoonset.cocoonstack.io/storage` annotation and compares it byte for byte on every pass, so the
  * string must equal what the Go operator wrote or every pod it created would drift.
  *

@@ -1,7 +1,7 @@
 /**
  * Sub-agent triage with rebuild backoff and dead letter (operator cocoonset/rebuild.go, agents.go
- * `triageSubAgent`; spec/cocoonset-core.md §12.1–§12.3). Pure: the history is passed in and the clock is
- * an argument; the caller persists what the decision says, in the order it says.
+ * `triageSubAgent`; docs/cocoonset.md#sub-agent-rebuild-and-dead-letter). Pure: the history is passed in and
+ * the clock is an argument; the caller persists what the decision says, in the order it says.
  */
 import { Annotations, EventReasons } from '../api/keys.js';
 import type { PodLike } from '../api/pod.js';
@@ -106,8 +106,9 @@ function decodeEntry(v: unknown): RebuildEntry | undefined {
 }
 
 /**
- * `readRebuildHistory(cs)` (§12.3): the `cocoonset.cocoonstack.io/rebuild-history` annotation decoded.
- * Missing, empty, `null`, invalid JSON or a non-int32 key → an empty (writable) map.
+ * `readRebuildHistory(cs)` (docs/cocoonset.md#sub-agent-rebuild-and-dead-letter): the
+ * `cocoonset.cocoonstack.io/rebuild-history` annotation decoded. Missing, empty, `null`, invalid JSON or a
+ * non-int32 key → an empty (writable) map.
  */
 export function readRebuildHistory(cs: CocoonSet): RebuildHistory {
   const raw = cs.metadata.annotations?.[Annotations.rebuildHistory];
@@ -131,9 +132,9 @@ export function readRebuildHistory(cs: CocoonSet): RebuildHistory {
 }
 
 /**
- * `encodeRebuildHistory(replicas, m)` (§12.3): **deletes** entries with slot > replicas from `m` (the
- * map passed in is mutated), then writes Go's JSON: keys sorted as strings (`"1","10","2"`), values
- * `{"count":N,"lastDeleted":"<RFC3339Nano>"}`.
+ * `encodeRebuildHistory(replicas, m)` (docs/cocoonset.md#sub-agent-rebuild-and-dead-letter): **deletes**
+ * entries with slot > replicas from `m` (the map passed in is mutated), then writes Go's JSON: keys sorted as
+ * strings (`"1","10","2"`), values `{"count":N,"lastDeleted":"<RFC3339Nano>"}`.
  */
 export function encodeRebuildHistory(replicas: number, m: RebuildHistory): string {
   for (const slot of [...m.keys()]) if (slot > replicas) m.delete(slot);
@@ -157,7 +158,10 @@ export function isDeadLettered(pod: PodLike): boolean {
   return pod.metadata?.annotations?.[Annotations.deadLetter] === 'true';
 }
 
-/** What to do with one existing sub-agent, in the order the caller must do it (§12.1, §12.2). */
+/**
+ * What to do with one existing sub-agent, in the order the caller must do it
+ * (docs/cocoonset.md#sub-agent-rebuild-and-dead-letter).
+ */
 export type SubAgentTriage =
   /** Healthy, or dead-lettered with an unchanged spec: nothing to do. */
   | { kind: 'keep' }
@@ -190,10 +194,10 @@ export interface TriageEvent {
 }
 
 /**
- * `triageSubAgent` (§12.1): dead letter first (kept unless drifted → lift), then terminal (phase
- * Failed or lifecycle `failed`) → rebuild with backoff / dead letter, then drift → delete, else keep.
- * `history` is the CocoonSet's current history (read it once per pass and thread the written value to
- * later slots); it is not mutated. `nowMs` is the pass's clock.
+ * `triageSubAgent` (docs/cocoonset.md#sub-agent-rebuild-and-dead-letter): dead letter first (kept unless
+ * drifted → lift), then terminal (phase Failed or lifecycle `failed`) → rebuild with backoff / dead letter,
+ * then drift → delete, else keep. `history` is the CocoonSet's current history (read it once per pass and
+ * thread the written value to later slots); it is not mutated. `nowMs` is the pass's clock.
  */
 export function triageSubAgent(
   cs: CocoonSet,

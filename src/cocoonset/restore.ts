@@ -1,9 +1,10 @@
 /**
  * Restore intent: whether a pod about to be (re)created must restore its VM from the `:hibernate`
- * snapshot instead of cold-booting (operator cocoonset/restore.go; spec/cocoonset-core.md §14, §15.1).
- * Pure functions over already-fetched data: the CocoonHibernation List and the registry probe are the
- * caller's I/O. The List happens lazily, only when a pod is actually built, and at most once per pass
- * (`lazyOnce` gives the Go `sync.OnceValues` memo, error included).
+ * snapshot instead of cold-booting (operator cocoonset/restore.go;
+ * docs/cocoonset.md#restore-from-hibernation, docs/cocoonset.md#not-built-yet). Pure functions over
+ * already-fetched data: the CocoonHibernation List and the registry probe are the caller's I/O. The List
+ * happens lazily, only when a pod is actually built, and at most once per pass (`lazyOnce` gives the Go
+ * `sync.OnceValues` memo, error included).
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import { Annotations } from '../api/keys.js';
@@ -11,9 +12,9 @@ import { vmNameOf } from '../api/pod.js';
 import type { CocoonHibernation } from '../api/types.js';
 
 /**
- * `podsRestorableByCR` (§14.1): pod names (`spec.podRef.name`, non-empty) of CRs whose `status.phase`
- * is `Hibernated` or `Waking`. `spec.desire` is ignored; Hibernating / Active / Pending / Failed give no
- * intent (the phase reaches Hibernated only once the push is confirmed).
+ * `podsRestorableByCR` (docs/cocoonset.md#restore-from-hibernation): pod names (`spec.podRef.name`,
+ * non-empty) of CRs whose `status.phase` is `Hibernated` or `Waking`. `spec.desire` is ignored; Hibernating /
+ * Active / Pending / Failed give no intent (the phase reaches Hibernated only once the push is confirmed).
  */
 export function podsRestorableByCR(crs: readonly CocoonHibernation[]): Set<string> {
   const out = new Set<string>();
@@ -26,9 +27,9 @@ export function podsRestorableByCR(crs: readonly CocoonHibernation[]): Set<strin
 }
 
 /**
- * `podsHibernatedByCR` (§15.1, flows §1.8): pod names of CRs with `spec.desire == Hibernate` **or**
- * `status.phase == Hibernating` (the reverse-desire window). Un-suspend must not clear these pods'
- * hibernate annotation: the hibernation side owns it.
+ * `podsHibernatedByCR` (un-suspend, docs/cocoonset.md#a-pass-in-order step 7): pod names of CRs with
+ * `spec.desire == Hibernate` **or** `status.phase == Hibernating` (the reverse-desire window). Un-suspend
+ * must not clear these pods' hibernate annotation: the hibernation side owns it.
  */
 export function podsHibernatedByCR(crs: readonly CocoonHibernation[]): Set<string> {
   const out = new Set<string>();
@@ -56,9 +57,9 @@ export type RestoreDecision =
   | { kind: 'error'; message: string };
 
 /**
- * `markRestoreIfHibernated(pod, intent)` (§14.3) over a probe result the caller already has.
- * `intent` false or `registryConfigured` false → `asBuilt` (no probe). Otherwise without `probe` →
- * `probe` (ask for it); with it: present → marks the pod in place and returns `restore`; absent →
+ * `markRestoreIfHibernated(pod, intent)` (docs/cocoonset.md#restore-from-hibernation) over a probe result the
+ * caller already has. `intent` false or `registryConfigured` false → `asBuilt` (no probe). Otherwise without
+ * `probe` → `probe` (ask for it); with it: present → marks the pod in place and returns `restore`; absent →
  * `fresh`; error → `error` with Go's text `probe hibernate snapshot <vm>: <err>`.
  */
 export function markRestoreIfHibernated(

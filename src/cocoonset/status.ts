@@ -1,7 +1,7 @@
 /**
  * CocoonSet status: the roll-up built from the classified pods, the phase derivation, the condition
  * merge and the no-op diff (operator cocoonset/status.go, apimachinery `meta.SetStatusCondition`,
- * `equality.Semantic`; spec/cocoonset-core.md §16). Pure: the clock is an argument.
+ * `equality.Semantic`; docs/cocoonset.md#status-roll-up). Pure: the clock is an argument.
  */
 import { CONDITION_PROGRESSING, CONDITION_READY, ConditionReasons, Roles } from '../api/keys.js';
 import { podReady, vmNameOf } from '../api/pod.js';
@@ -22,8 +22,8 @@ function omitEmpty<T extends object>(o: T, keep: readonly (keyof T)[]): T {
 }
 
 /**
- * `derivePhase` (§16.1): no main → Pending; fewer Ready agents or toolboxes than desired → Scaling;
- * else Running.
+ * `derivePhase` (docs/cocoonset.md#status-roll-up): no main → Pending; fewer Ready agents or toolboxes than
+ * desired → Scaling; else Running.
  */
 export function derivePhase(
   hasMain: boolean,
@@ -38,7 +38,7 @@ export function derivePhase(
 }
 
 /**
- * `buildConditions` (§16.1), with no lastTransitionTime (the merge stamps it):
+ * `buildConditions` (docs/cocoonset.md#status-roll-up), with no lastTransitionTime (the merge stamps it):
  * Ready = True/AllAgentsReady iff ready == desired > 0 and tbReady == tbDesired, else
  * False/AgentsNotReady, message `"<r>/<d> agents ready, <tr>/<td> toolboxes ready"`;
  * Progressing = True/Reconciling for Pending or Scaling, else False/Stable, message = the phase.
@@ -74,10 +74,10 @@ export function buildConditions(
 }
 
 /**
- * `buildStatus(cs, classified, phase)` (§16.1). Agents: the main first (slot 0), then every classified
- * sub-agent in slot order (extras included) with `forkedFrom` = the main's VM name. Toolboxes: every
- * classified toolbox by name with its connection type. `phase` wins when non-empty, else derived.
- * Conditions carry no timestamps, so two builds of the same observation are equal.
+ * `buildStatus(cs, classified, phase)` (docs/cocoonset.md#status-roll-up). Agents: the main first (slot 0),
+ * then every classified sub-agent in slot order (extras included) with `forkedFrom` = the main's VM name.
+ * Toolboxes: every classified toolbox by name with its connection type. `phase` wins when non-empty, else
+ * derived. Conditions carry no timestamps, so two builds of the same observation are equal.
  */
 export function buildStatus(cs: CocoonSet, c: Classified, phase: CocoonSetPhase | '' = ''): CocoonSetStatus {
   const generation = cs.metadata.generation ?? 0;
@@ -180,9 +180,9 @@ export function formatConditionTime(nowMs: number): string {
 }
 
 /**
- * Merges fresh conditions over the existing ones with `meta.SetStatusCondition` rules (§16.3 step 1):
- * other types keep their place; a new type is appended stamped `now`; an existing type gets a new
- * timestamp only when its status flips, and always takes the new reason, message and
+ * Merges fresh conditions over the existing ones with `meta.SetStatusCondition` rules
+ * (docs/cocoonset.md#status-roll-up): other types keep their place; a new type is appended stamped `now`; an
+ * existing type gets a new timestamp only when its status flips, and always takes the new reason, message and
  * observedGeneration. Returns a new array; inputs are not mutated.
  */
 export function mergeConditions(
@@ -278,10 +278,11 @@ export interface StatusWrite {
 }
 
 /**
- * `patchStatus` without the I/O (§16.3): merges `fresh` conditions over `cs.status.conditions` at
- * `nowMs`, then compares with the cached status semantically. Returns null when nothing changed (send
- * nothing: status writes must be true no-ops on a repeated observation), else the new status and a
- * JSON merge patch carrying all of it, with `null` for emptied optional fields so omitted lists clear.
+ * `patchStatus` without the I/O (docs/cocoonset.md#status-roll-up): merges `fresh` conditions over
+ * `cs.status.conditions` at `nowMs`, then compares with the cached status semantically. Returns null when
+ * nothing changed (send nothing: status writes must be true no-ops on a repeated observation), else the new
+ * status and a JSON merge patch carrying all of it, with `null` for emptied optional fields so omitted lists
+ * clear.
  */
 export function planStatusWrite(cs: CocoonSet, fresh: CocoonSetStatus, nowMs: number): StatusWrite | null {
   const status: CocoonSetStatus = {

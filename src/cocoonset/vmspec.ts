@@ -1,7 +1,7 @@
 /**
  * The VM description the operator writes into pod annotations for vk-cocoon (cocoon-common meta/vmspec.go,
- * meta/vmruntime.go, apis/v1 enums; spec/cocoonset-core.md §1.4, §3.2, §3.3, §3.5). Pure functions; the
- * pod passed to an `apply*` function is mutated in place (its annotation map is merged into, never
+ * meta/vmruntime.go, apis/v1 enums; docs/wire-contract.md#defaults, docs/cocoonset.md#pods). Pure functions;
+ * the pod passed to an `apply*` function is mutated in place (its annotation map is merged into, never
  * replaced).
  */
 import type { V1Pod } from '@kubernetes/client-node';
@@ -10,7 +10,10 @@ import type { PodLike } from '../api/pod.js';
 import type { AgentSpec, CocoonSet, ToolboxSpec, VMOptions } from '../api/types.js';
 import { canonicalQuantity } from './quantity.js';
 
-/** Code-side defaults applied whenever a field is read (apis/v1 enums `.Default()`, §1.4). */
+/**
+ * Code-side defaults applied whenever a field is read (apis/v1 enums `.Default()`,
+ * docs/wire-contract.md#defaults).
+ */
 export const Defaults = {
   agentMode: 'clone',
   toolboxMode: 'run',
@@ -135,7 +138,7 @@ export function parseVMSpec(pod: PodLike | undefined): VMSpec {
   };
 }
 
-/** Field-by-field equality of all 14 fields (drift check, §8.1 step 2). */
+/** Field-by-field equality of all 14 fields (drift check, docs/cocoonset.md#drift). */
 export function vmSpecsEqual(a: VMSpec, b: VMSpec): boolean {
   return (Object.keys(a) as (keyof VMSpec)[]).every((k) => a[k] === b[k]);
 }

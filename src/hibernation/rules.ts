@@ -1,7 +1,8 @@
 /**
  * The CocoonHibernation rules as pure functions: routing, completion gates, deadlines, and the status
- * writers' merge-patch bodies (spec/hibernation.md §3–§6). No I/O and no clock reads: callers pass `nowMs`,
- * so the VM workflow (deterministic time) and unit tests share them.
+ * writers' merge-patch bodies (docs/hibernation.md#one-pass, docs/hibernation.md#status-and-conditions). No
+ * I/O and no clock reads: callers pass `nowMs`, so the VM workflow (deterministic time) and unit tests share
+ * them.
  */
 import {
   Annotations,
@@ -14,9 +15,9 @@ import type { PodObservation } from '../api/observe.js';
 import { parseGeneration } from '../api/pod.js';
 import type { CocoonHibernation, Condition, HibernationPhase } from '../api/types.js';
 
-/** Hibernate deadline, 3 min (spec §5). */
+/** Hibernate deadline, 3 min (docs/hibernation.md#timeouts-and-retries). */
 export const HIBERNATE_TIMEOUT_MS = 3 * 60_000;
-/** Wake deadline, 5 min (spec §5). */
+/** Wake deadline, 5 min (docs/hibernation.md#timeouts-and-retries). */
 export const WAKE_TIMEOUT_MS = 5 * 60_000;
 
 export type Path = 'hibernate' | 'wake';
@@ -34,8 +35,9 @@ export interface CRView {
 }
 
 /**
- * Reverse-desire routing (spec §3 step 8): an in-flight transition finishes before the reverse one
- * starts. Returns the path, or `{ unknown }` for a desire that is neither Hibernate nor Wake.
+ * Reverse-desire routing (docs/hibernation.md#reverse-desire-routing): an in-flight transition finishes
+ * before the reverse one starts. Returns the path, or `{ unknown }` for a desire that is neither Hibernate
+ * nor Wake.
  */
 export function route(desire: string | undefined, phase: string | undefined): Path | { unknown: string } {
   if (desire === 'Hibernate') return phase === 'Waking' ? 'wake' : 'hibernate';
@@ -53,7 +55,7 @@ export function hibernateAnnotated(pod: PodObservation): boolean {
 }
 
 /**
- * Hibernate completion gate before the registry probe (spec §3.1 step 3): lifecycle-state is
+ * Hibernate completion gate before the registry probe (docs/hibernation.md#hibernate): lifecycle-state is
  * `hibernated` and its observed generation is at least the pod's CocoonSet generation stamp.
  */
 export function hibernateGateOpen(pod: PodObservation): boolean {
@@ -64,7 +66,7 @@ export function hibernateGateOpen(pod: PodObservation): boolean {
   );
 }
 
-/** Wake completion gate (spec §3.2 step 3): a running container and a non-empty VM id. */
+/** Wake completion gate (docs/hibernation.md#wake): a running container and a non-empty VM id. */
 export function wakeGateOpen(pod: PodObservation): boolean {
   return pod.containerRunning === true && ann(pod, Annotations.vmID) !== '';
 }
@@ -79,7 +81,8 @@ export function readyTransitionMs(status: Status | undefined): number | undefine
 
 /**
  * The deadline of the in-flight phase in epoch ms: Ready.lastTransitionTime + timeout while the cached
- * phase is `phase`; undefined when the phase differs or the timestamp is missing (spec §5).
+ * phase is `phase`; undefined when the phase differs or the timestamp is missing
+ * (docs/hibernation.md#timeouts-and-retries).
  */
 export function deadlineOf(
   status: Status | undefined,
@@ -91,7 +94,7 @@ export function deadlineOf(
   return t === undefined ? undefined : t + timeoutMs;
 }
 
-/** Deadline strictly exceeded (spec §5: `now − LTT > timeout`). */
+/** Deadline strictly exceeded (docs/hibernation.md#timeouts-and-retries: `now − LTT > timeout`). */
 export function deadlineExceeded(
   status: Status | undefined,
   phase: HibernationPhase,
@@ -123,7 +126,7 @@ export function goQuote(s: string): string {
   return JSON.stringify(s);
 }
 
-/** The Ready condition each phase maps to (spec §4.1 table). */
+/** The Ready condition each phase maps to (docs/hibernation.md#status-and-conditions table). */
 export function readyConditionFor(
   phase: HibernationPhase,
   generation: number,
@@ -175,8 +178,9 @@ function sameConditions(a: Condition[] | undefined, b: Condition[] | undefined):
 }
 
 /**
- * setPhase (spec §4.1): null when phase, vmName and observedGeneration already match; otherwise the patch,
- * with the Ready.lastTransitionTime forced to now when entering Hibernating/Waking from another phase.
+ * setPhase (docs/hibernation.md#status-and-conditions): null when phase, vmName and observedGeneration
+ * already match; otherwise the patch, with the Ready.lastTransitionTime forced to now when entering
+ * Hibernating/Waking from another phase.
  */
 export function setPhasePatch(
   cr: CRView,
@@ -194,8 +198,8 @@ export function setPhasePatch(
 }
 
 /**
- * markPending (spec §4.2): never demotes Hibernated/Waking; no-op when already Pending at this generation
- * with the same message; vmName untouched.
+ * markPending (docs/hibernation.md#status-and-conditions): never demotes Hibernated/Waking; no-op when
+ * already Pending at this generation with the same message; vmName untouched.
  */
 export function markPendingPatch(cr: CRView, message: string, nowMs: number): StatusPatch | null {
   const gen = cr.generation ?? 0;
@@ -213,8 +217,9 @@ export function markPendingPatch(cr: CRView, message: string, nowMs: number): St
 }
 
 /**
- * markFailed (spec §4.3): phase Failed with the message; vmName untouched. Returns null when the status
- * already says exactly this (the reference sends an empty diff, which the apiserver ignores).
+ * markFailed (docs/hibernation.md#status-and-conditions): phase Failed with the message; vmName untouched.
+ * Returns null when the status already says exactly this (the reference sends an empty diff, which the
+ * apiserver ignores).
  */
 export function markFailedPatch(cr: CRView, message: string, nowMs: number): StatusPatch | null {
   const gen = cr.generation ?? 0;
@@ -296,8 +301,9 @@ export function applyStatusPatch<T extends CRView>(cr: T, patch: StatusPatch): T
 }
 
 /**
- * Holder rule of the deletion flow (spec §8, fixes 472581f/36df05a): another live CR (different uid, not
- * deleting) that recorded the same VM or targets the same pod keeps the `:hibernate` tag alive.
+ * Holder rule of the deletion flow (docs/hibernation.md#deletion-and-tag-gc, fixes 472581f/36df05a): another
+ * live CR (different uid, not deleting) that recorded the same VM or targets the same pod keeps the
+ * `:hibernate` tag alive.
  */
 export function heldByAnother(
   self: { uid?: string; podRef?: string; vmName: string },

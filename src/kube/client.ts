@@ -1,7 +1,8 @@
 /**
  * Kubernetes client construction shared by the watcher, the activities and the simulator.
- * Kubeconfig precedence follows controller-runtime's GetConfig (spec/operator-shell.md §3): an explicit
- * path, then KUBECONFIG, then in-cluster, then ~/.kube/config.
+ * Kubeconfig precedence follows controller-runtime's GetConfig
+ * (docs/configuration.md#notes-on-some-settings): an explicit path, then KUBECONFIG, then in-cluster, then
+ * ~/.kube/config.
  */
 import {
   CoordinationV1Api,

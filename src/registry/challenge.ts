@@ -85,7 +85,7 @@ export function parseChallenges(values: string | readonly string[] | undefined):
 
 /**
  * The challenge the client acts on: the first `Basic` or `Bearer` one when several are offered,
- * else the first one (go-containerregistry ping, spec/operator-shell.md §9.4).
+ * else the first one (go-containerregistry ping, docs/wire-contract.md#oci-registry).
  */
 export function pickChallenge(challenges: readonly Challenge[]): Challenge | undefined {
   return challenges.find((c) => /^(basic|bearer)$/i.test(c.scheme)) ?? challenges[0];

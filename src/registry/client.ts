@@ -1,11 +1,11 @@
 /**
  * OCI distribution client for the two calls the operator makes (HEAD and DELETE of a manifest by tag),
  * reproducing go-containerregistry v0.21.7 as wired by cocoon-common `oci.NewOCIRegistry`
- * (spec/operator-shell.md §8, §9): `/v2/` ping with HTTPS→HTTP fallback for local hosts, Basic or
+ * (docs/wire-contract.md#oci-registry): `/v2/` ping with HTTPS→HTTP fallback for local hosts, Basic or
  * Bearer auth per the challenge, token exchange with per-repository scopes, one refresh-and-retry on a
  * 401, the reference retry table, 404 tolerance, and the 200-header checks on HEAD.
  *
- * Deliberate deviations (spec §9.6, §9.7 ask a port to decide):
+ * Deliberate deviations (points where matching the reference is a port's choice):
  * - Only successful handshakes are cached (one per client), and DELETE reuses them; a failed ping or
  *   token exchange is retried on the next call instead of sticking until restart.
  * - Tokens are cached per repository and scope set until shortly before `expires_in` runs out.
@@ -39,7 +39,7 @@ import {
 } from './reference.js';
 import { type Registry, type RegistryCallOptions, RegistryError } from './types.js';
 
-/** Accept header of the manifest HEAD, byte-exact with the reference (spec §9.5). */
+/** Accept header of the manifest HEAD, byte-exact with the reference (docs/wire-contract.md#oci-registry). */
 export const MANIFEST_ACCEPT = [
   'application/vnd.docker.distribution.manifest.v1+json',
   'application/vnd.docker.distribution.manifest.v1+prettyjws',
@@ -49,19 +49,21 @@ export const MANIFEST_ACCEPT = [
   'application/vnd.oci.image.index.v1+json',
 ].join(',');
 
-/** Token-scope actions per call (spec §9.4). */
+/** Token-scope actions per call (docs/wire-contract.md#oci-registry). */
 export const PULL_ACTIONS = 'pull';
 export const DELETE_ACTIONS = 'push,pull,delete';
 
 /** Per-attempt HTTP timeout when none is configured (a deviation: the reference has none). */
 export const DEFAULT_REQUEST_TIMEOUT_MS = 30_000;
-/** Delay before the plain-HTTP ping joins the HTTPS one for local hosts (spec §9.4). */
+/**
+ * Delay before the plain-HTTP ping joins the HTTPS one for local hosts (docs/wire-contract.md#oci-registry).
+ */
 export const HTTP_FALLBACK_DELAY_MS = 300;
 /** Token lifetime assumed when the token server sends no `expires_in` (distribution token spec). */
 const DEFAULT_TOKEN_LIFETIME_S = 60;
-/** Token-server responses above this size are rejected (spec §9.4). */
+/** Token-server responses above this size are rejected (docs/wire-contract.md#oci-registry). */
 const TOKEN_BODY_LIMIT = 64 * 1024;
-/** `client_id` of the OAuth2 refresh-token grant (spec §9.4). */
+/** `client_id` of the OAuth2 refresh-token grant (docs/wire-contract.md#oci-registry). */
 const OAUTH_CLIENT_ID = 'go-containerregistry';
 const USER_AGENT = 'cocoon-operator-ts';
 const REDACTED = '<redacted>';
@@ -234,7 +236,10 @@ export class OCIRegistryClient implements Registry {
     return raceAbort(this.handshake, signal);
   }
 
-  /** HTTPS ping; for local hosts HTTP joins after the head start or as soon as HTTPS fails (spec §9.4). */
+  /**
+   * HTTPS ping; for local hosts HTTP joins after the head start or as soon as HTTPS fails
+   * (docs/wire-contract.md#oci-registry).
+   */
   private async ping(): Promise<Handshake> {
     if (!allowsHttpFallback(this.base.registry)) return this.pingScheme('https');
     const https = new AbortController();
@@ -473,7 +478,7 @@ export class OCIRegistryClient implements Registry {
 
 /**
  * Builds the process-wide client from `env.OCI_REGISTRY`; throws `OCI_REGISTRY must be set` when it is
- * missing or empty (spec/hibernation.md §2.1).
+ * missing or empty (docs/configuration.md#settings).
  */
 export function registryFromEnv(
   env: NodeJS.ProcessEnv = process.env,
@@ -497,7 +502,10 @@ function basicAuthorization(creds: RegistryCredentials | undefined): string | un
   return undefined;
 }
 
-/** A 200 HEAD must carry Content-Type, a numeric Content-Length and a sha256 Docker-Content-Digest (spec §9.5). */
+/**
+ * A 200 HEAD must carry Content-Type, a numeric Content-Length and a sha256 Docker-Content-Digest
+ * (docs/wire-contract.md#oci-registry).
+ */
 function checkManifestHeaders(res: HttpResponse): void {
   const missing: string[] = [];
   if (!res.headers['content-type']) missing.push('Content-Type');
@@ -512,7 +520,8 @@ function checkManifestHeaders(res: HttpResponse): void {
 
 /**
  * Validates a bearer realm: https, or http only when the ping itself used http; an IP literal in a
- * loopback/private/link-local range only when it is the registry's own host:port (spec §9.4).
+ * loopback/private/link-local range only when it is the registry's own host:port
+ * (docs/wire-contract.md#oci-registry).
  */
 function checkRealm(raw: string | undefined, scheme: Scheme, registryURL: URL): URL {
   if (!raw) throw protocolError('bearer challenge without realm');
@@ -533,7 +542,10 @@ function checkRealm(raw: string | undefined, scheme: Scheme, registryURL: URL): 
   return realm;
 }
 
-/** Refuses a redirect from a public host to a loopback/private/link-local IP literal (SSRF guard, spec §9.5). */
+/**
+ * Refuses a redirect from a public host to a loopback/private/link-local IP literal (SSRF guard,
+ * docs/wire-contract.md#oci-registry).
+ */
 function refusePrivateHop(from: URL, to: URL): void {
   const fromLocal =
     isNonPublicIPLiteral(from.hostname) ||

@@ -1,6 +1,6 @@
 /**
  * Registry credentials, resolved per repository like the reference keychain
- * `MultiKeychain(google.Keychain, authn.DefaultKeychain)` (spec/operator-shell.md §8, §9.3):
+ * `MultiKeychain(google.Keychain, authn.DefaultKeychain)` (docs/wire-contract.md#oci-registry):
  * Google Application Default Credentials for Google-hosted registries, then the docker-style config
  * (`auths`, `credHelpers`, `credsStore`), else anonymous.
  */
@@ -61,7 +61,10 @@ export function multiKeychain(...chains: Keychain[]): Keychain {
   };
 }
 
-/** The production chain: Google ADC for Google registries, then the docker config (spec §8). */
+/**
+ * The production chain: Google ADC for Google registries, then the docker config
+ * (docs/wire-contract.md#oci-registry).
+ */
 export function defaultKeychain(logger?: RegistryLogger): Keychain {
   return multiKeychain(new GoogleKeychain({ logger }), new DockerConfigKeychain());
 }
@@ -78,7 +81,7 @@ const GOOGLE_FAILURE_BACKOFF_MS = 60_000;
 
 /**
  * Whether `registry` (`host[:port]`) is served by Google: `gcr.io`, `*.gcr.io`, `*.pkg.dev`
- * (Artifact Registry, e.g. `europe-docker.pkg.dev`) or `*.google.com` (spec §9.3).
+ * (Artifact Registry, e.g. `europe-docker.pkg.dev`) or `*.google.com` (docs/wire-contract.md#oci-registry).
  */
 export function isGoogleRegistry(registry: string): boolean {
   return (

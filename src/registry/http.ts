@@ -2,7 +2,7 @@
  * The HTTP layer under the registry client: keep-alive HTTP/1.1 agents, a per-attempt timeout joined
  * with the caller's AbortSignal, manual redirects (so Authorization only goes to the registry host and
  * private-address hops can be refused), a capped body read, and the reference retry table
- * (spec/operator-shell.md §8 `bulkTransport`, §9.7).
+ * (the reference's `bulkTransport`; docs/wire-contract.md#oci-registry).
  * node:http is used rather than fetch because fetch refuses a list of "bad ports" (e.g. 6000, 5060)
  * a registry may legitimately listen on, and merges repeated WWW-Authenticate lines.
  */
@@ -11,7 +11,7 @@ import https from 'node:https';
 import { rootCertificates } from 'node:tls';
 import { RegistryError } from './types.js';
 
-/** Statuses retried by the transport (ggcr internal/retry, spec §9.7). */
+/** Statuses retried by the transport (ggcr internal/retry, docs/wire-contract.md#oci-registry). */
 export const RETRY_STATUSES: ReadonlySet<number> = new Set([408, 429, 499, 500, 502, 503, 504, 522]);
 /** Socket error codes treated as temporary and retried (Go: Temporary(), EOF, EPIPE, ECONNRESET, closed). */
 const RETRY_ERROR_CODES: ReadonlySet<string> = new Set([
@@ -41,7 +41,7 @@ export interface RetryPolicy {
   factor: number;
 }
 
-/** Reference schedule: 3 attempts, ≈1 s then ≈3 s (spec §9.7). */
+/** Reference schedule: 3 attempts, ≈1 s then ≈3 s (docs/wire-contract.md#oci-registry). */
 export const DEFAULT_RETRY: RetryPolicy = { attempts: 3, initialDelayMs: 1000, factor: 3 };
 
 /** Whether an HTTP status means "try again later" for callers (timeouts, throttling, server errors). */

@@ -1,5 +1,5 @@
 /**
- * OCI registry client used by the activities (spec/operator-shell.md §8–9): the two-call
+ * OCI registry client used by the activities (docs/wire-contract.md#oci-registry): the two-call
  * {@link Registry} interface, its production implementation and the credential keychains.
  */
 export { type Challenge, challengeScopes, parseChallenges, pickChallenge } from './challenge.js';

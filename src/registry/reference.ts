@@ -2,7 +2,7 @@
  * Naming rules of the registry client: how `OCI_REGISTRY` splits into registry host and path prefix,
  * which repository/reference strings are valid, and which hosts may be reached over plain HTTP.
  * Mirrors go-containerregistry v0.21.7 `pkg/name` as used by cocoon-common `parseRef`
- * (spec/operator-shell.md §8, §9.1).
+ * (docs/wire-contract.md#oci-registry).
  */
 import { BlockList, isIP } from 'node:net';
 import { RegistryError } from './types.js';
@@ -35,7 +35,8 @@ const DIGEST = /^sha256:[0-9a-f]{64}$/;
 /**
  * Splits an `OCI_REGISTRY` value (`host[:port][/path...]`). The first segment is the registry when it
  * contains `.` or `:` or equals `localhost`; otherwise the whole value is a Docker Hub repository path
- * (spec §9.1). Throws a NAME_INVALID RegistryError for an empty value or one carrying a URL scheme.
+ * (docs/wire-contract.md#oci-registry). Throws a NAME_INVALID RegistryError for an empty value or one
+ * carrying a URL scheme.
  */
 export function parseRegistryBase(base: string): RegistryBase {
   const trimmed = base.trim().replace(/\/+$/, '');
@@ -82,8 +83,9 @@ export function manifestRef(base: RegistryBase, name: string, reference: string)
 /**
  * Whether plain HTTP may be used for `registry` (`host[:port]`) — ggcr `name.Registry.Scheme() == "http"`:
  * an RFC1918 IPv4 address, `localhost:<port>`, a `*.local` / `*.localhost` name (optional port), or any
- * name containing `127.0.0.1` or `::1`. For such hosts HTTPS is still tried first (spec §9.1, §9.4);
- * everything else (including bare `localhost` and cluster DNS names) is HTTPS-only.
+ * name containing `127.0.0.1` or `::1`. For such hosts HTTPS is still tried first
+ * (docs/wire-contract.md#oci-registry); everything else (including bare `localhost` and cluster DNS names) is
+ * HTTPS-only.
  */
 export function allowsHttpFallback(registry: string): boolean {
   return (
@@ -119,7 +121,8 @@ NON_PUBLIC.addSubnet('fe80::', 10, 'ipv6');
 
 /**
  * Whether `hostname` (as in `URL.hostname`, IPv6 possibly bracketed) is an IP literal in a loopback,
- * private or link-local range. Names are never "private" here: the guard is about literals (spec §9.4, §9.5).
+ * private or link-local range. Names are never "private" here: the guard is about literals
+ * (docs/wire-contract.md#oci-registry).
  */
 export function isNonPublicIPLiteral(hostname: string): boolean {
   const h = hostname.startsWith('[') && hostname.endsWith(']') ? hostname.slice(1, -1) : hostname;

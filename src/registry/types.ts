@@ -1,6 +1,6 @@
 /**
  * The registry as the reconcilers see it: two calls on a manifest addressed by repository name and tag,
- * plus the hibernate-snapshot probe helper (spec/operator-shell.md §8, spec/hibernation.md §2.1).
+ * plus the hibernate-snapshot probe helper (docs/wire-contract.md#oci-registry).
  */
 import { Tags } from '../api/keys.js';
 
@@ -19,13 +19,13 @@ export interface Registry {
    * HEAD of the manifest. Resolves true on 200 (with valid manifest headers), false on 404.
    * Throws a {@link RegistryError} for anything else: transport failure, timeout, 401/403 after auth,
    * 405, 5xx after retries, or a 200 lacking Content-Type, Content-Length or a sha256 Docker-Content-Digest
-   * (spec/operator-shell.md §9.5).
+   * (docs/wire-contract.md#oci-registry).
    */
   hasManifest(name: string, reference: string, opts?: RegistryCallOptions): Promise<boolean>;
   /**
    * DELETE of the manifest by the reference itself (a tag is not resolved to a digest first).
    * 200/202 and 404 resolve ("ensure absent"); anything else throws a {@link RegistryError}
-   * (e.g. 405 UNSUPPORTED when the registry has deletes disabled). spec/operator-shell.md §9.5.
+   * (e.g. 405 UNSUPPORTED when the registry has deletes disabled). docs/wire-contract.md#oci-registry.
    */
   deleteManifest(name: string, reference: string, opts?: RegistryCallOptions): Promise<void>;
 }
@@ -106,7 +106,8 @@ export function isRegistryError(err: unknown): err is RegistryError {
 /**
  * Whether the `:hibernate` snapshot of `vmName` exists (HasManifest(vmName, "hibernate")).
  * Errors are wrapped as `probe hibernate snapshot <vmName>: <cause>` with the original error as `cause`;
- * a RegistryError cause keeps its `retryable`/`status`/`kind` on the wrapper (spec/hibernation.md §2.1).
+ * a RegistryError cause keeps its `retryable`/`status`/`kind` on the wrapper, so the caller's retry decision
+ * is unchanged.
  */
 export async function hasHibernateSnapshot(
   reg: Registry,

@@ -3,9 +3,10 @@
  * trimmed observations they carry. The workflow itself is written by a later issue; until then the
  * watcher only sends these when started with `cocoonSets: true`.
  *
- * What is relevant mirrors the Go operator's cocoonset controller (spec/operator-shell.md §3):
- * `For(CocoonSet)` with GenerationChangedPredicate, `Owns(Pod)` passing create, delete, phase change,
- * Ready flip, label or annotation change and a deletion timestamp appearing.
+ * What is relevant mirrors the Go operator's cocoonset controller
+ * (docs/configuration.md#notes-on-some-settings): `For(CocoonSet)` with GenerationChangedPredicate,
+ * `Owns(Pod)` passing create, delete, phase change, Ready flip, label or annotation change and a deletion
+ * timestamp appearing.
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import { defineSignal } from '@temporalio/workflow';

@@ -1,8 +1,8 @@
 /**
- * Delivery of routed signals to Temporal (DESIGN.md §2 "Watcher"): signal-with-start, in event order per
- * workflow id, with bounded global concurrency and retries of transient errors. A delivery that finally
- * fails is logged and handed to `onGiveUp` (the router forgets that payload, so the next event or relist
- * sends the object's state again); it never throws into the process.
+ * Delivery of routed signals to Temporal (docs/architecture.md#the-watcher): signal-with-start, in event
+ * order per workflow id, with bounded global concurrency and retries of transient errors. A delivery that
+ * finally fails is logged and handed to `onGiveUp` (the router forgets that payload, so the next event or
+ * relist sends the object's state again); it never throws into the process.
  */
 import type { Client } from '@temporalio/client';
 import type { Logger } from 'pino';

@@ -1,5 +1,5 @@
 /**
- * The watcher (DESIGN.md §2 "Watcher"): informers on CocoonHibernations and pods (and, with
+ * The watcher (docs/architecture.md#the-watcher): informers on CocoonHibernations and pods (and, with
  * `cocoonSets: true`, CocoonSets), a router that maps their relevant changes to entity-workflow signals,
  * and a dispatcher that delivers them with signal-with-start. Leader election is the caller's concern:
  * start this only while holding the Lease.
@@ -29,7 +29,10 @@ export interface WatcherOptions {
   client: Client;
   /** Task queue the entity workflows are started on. */
   taskQueue: string;
-  /** Namespace scope; '' or absent = all namespaces (the reference's cache scope, operator-shell §3). */
+  /**
+   * Namespace scope; '' or absent = all namespaces (the reference's cache scope,
+   * docs/configuration.md#notes-on-some-settings).
+   */
   namespace?: string;
   log: Logger;
   /** Replaces the Temporal delivery (tests). Default: temporalSignaller(client, taskQueue). */

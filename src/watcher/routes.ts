@@ -1,14 +1,14 @@
 /**
- * The event → signal mapping (DESIGN.md §2 "Watcher"), pure and synchronous: a {@link Router} runs a list
- * of {@link Route}s over each informer event and passes their candidate signals through one relevance
+ * The event → signal mapping (docs/architecture.md#the-watcher), pure and synchronous: a {@link Router} runs
+ * a list of {@link Route}s over each informer event and passes their candidate signals through one relevance
  * filter. No I/O; the dispatcher delivers what comes out.
  *
  * Relevance: per (workflow, signal, object) the router remembers the last trimmed payload it let through
  * and drops a candidate whose payload is JSON-equal to it, ignoring `resourceVersion`. The payloads are
  * the trimmed observations (src/api/observe.ts), which carry only fields a gate, a builder or a status
  * reads, so churn in anything else is dropped here. This fixes the reference's pod predicate, which lets
- * every pod update through (spec/hibernation.md §2.2). The memory is per process: after a restart
- * everything is sent once, which is the resync a fresh workflow needs.
+ * every pod update through (docs/hibernation.md#watches-and-the-fan-out). The memory is per process: after a
+ * restart everything is sent once, which is the resync a fresh workflow needs.
  */
 import type { KubernetesObject, V1Pod } from '@kubernetes/client-node';
 import { cocoonSetWorkflowId, vmWorkflowId } from '../api/ids.js';

@@ -1,17 +1,19 @@
 /**
  * The CocoonSet entity workflow: one per CocoonSet (`cocoonset/<namespace>/<name>`). It serializes the
- * set's reconcile passes (the work queue's "never one key twice" of spec/cocoonset-core.md §4), holds their
- * durable timers (requeue-after, rebuild backoff, error backoff) and executes each pass's I/O as activities.
+ * set's reconcile passes (the controller-runtime work queue's "never one key twice";
+ * docs/architecture.md#entity-workflows), holds their durable timers (requeue-after, rebuild backoff, error
+ * backoff) and executes each pass's I/O as activities.
  *
  * Protocol: signals cocoonSetObserved / ownedPodObserved (src/watcher/cocoonset-signals.ts), query `state`.
  * The body is a loop: read the CocoonSet and its pods, drive `planPass` (src/cocoonset/plan.ts) batch by
- * batch until it is done, honour its result (§4 "Result semantics", §19), sleep until a signal or the
- * next timer; continue as new before the history grows large (events or bytes: a restarted worker replays
- * it); complete when the CocoonSet is gone.
+ * batch until it is done, honour its result (requeue, requeue-after or error backoff, as controller-runtime
+ * does), sleep until a signal or the next timer; continue as new before the history grows large (events or
+ * bytes: a restarted worker replays it); complete when the CocoonSet is gone.
  *
- * Extension points (not implemented here; spec/cocoonset-flows.md): suspend and release-suspend are
+ * Extension points (not implemented here; docs/cocoonset.md#not-built-yet): suspend and release-suspend are
  * logged and end the pass; migration and the released-seat wake decline ("not handled"), so the pass goes
- * on past their step, as the planner's contract allows. Deletion (§17) is implemented below.
+ * on past their step, as the planner's contract allows. Deletion (docs/cocoonset.md#deletion-and-registry-gc)
+ * is implemented below.
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import {
@@ -61,14 +63,14 @@ export interface CocoonSetWorkflowInput {
   historyLimit?: number;
   /** Continue as new past this many history bytes (default 512 KiB; tests may lower it). */
   historyBytesLimit?: number;
-  /** False when no registry is configured: restore is a no-op, migration/wake are off (§20.6). Default true. */
+  /** False when no registry is configured: restore is a no-op, migration/wake are off. Default true. */
   registryConfigured?: boolean;
 }
 
 /** Current state of a CocoonSet workflow, for `temporal workflow query --type state`. */
 export const cocoonSetStateQuery = defineQuery<unknown>('state');
 
-/** Error backoff of a failed pass: 1 s doubling to 5 min (controller-runtime: 5 ms × 2ⁿ to 1000 s, §4). */
+/** Error backoff of a failed pass: 1 s doubling to 5 min (controller-runtime: 5 ms × 2ⁿ to 1000 s). */
 const BACKOFF_BASE_MS = 1_000;
 const BACKOFF_MAX_MS = 300_000;
 /** `Requeue: true` runs the next pass at once this many times in a row, then backs off (rate limit). */
@@ -219,8 +221,8 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
 }
 
 /**
- * One reconcile (§5): read, drive the planner, record the result and schedule the next pass.
- * Returns true when the CocoonSet is gone (the workflow completes).
+ * One reconcile (docs/cocoonset.md#a-pass-in-order): read, drive the planner, record the result and schedule
+ * the next pass. Returns true when the CocoonSet is gone (the workflow completes).
  */
 async function runPass(
   state: CocoonSetState,
@@ -320,7 +322,7 @@ async function drive(
       switch (step.flow) {
         case 'migration':
         case 'wake':
-          // Extension point (spec/cocoonset-flows.md §4.3, §5): the flow is not implemented yet, so it
+          // Extension point (docs/cocoonset.md#not-built-yet): the flow is not implemented yet, so it
           // answers "not handled" and the pass continues past its step.
           log.info(`cocoonset ${step.flow} flow not implemented yet: declined`, { name: state.name });
           passInput.declined = { ...passInput.declined, [step.flow]: true };
@@ -334,7 +336,7 @@ async function drive(
           );
         case 'suspend':
         case 'suspendRelease':
-          // Extension point (spec/cocoonset-flows.md §3–§4): suspend is not implemented yet. The pass ends
+          // Extension point (docs/cocoonset.md#not-built-yet): suspend is not implemented yet. The pass ends
           // here, as the reference's does once it enters suspend (nothing past step 8 runs), and the user
           // is told on the CocoonSet itself: a Warning Event (folded, so one Event whose count grows).
           log.warn(`cocoonset ${step.flow} flow not implemented yet: pass ends here`, { name: state.name });
@@ -465,9 +467,10 @@ async function execute(
 }
 
 /**
- * Deletion (§17): stash the VM names on the CocoonSet, delete every owned pod, wait (5 s requeue) until
- * they are gone, then drop the registry tags (best effort; `:latest` per the snapshot policy) and remove
- * the finalizer. Without a registry (`registry` undefined) the GC is skipped with a warning.
+ * Deletion (docs/cocoonset.md#deletion-and-registry-gc): stash the VM names on the CocoonSet, delete every
+ * owned pod, wait (5 s requeue) until they are gone, then drop the registry tags (best effort; `:latest` per
+ * the snapshot policy) and remove the finalizer. Without a registry (`registry` undefined) the GC is skipped
+ * with a warning.
  */
 async function deletionFlow(
   state: CocoonSetState,
@@ -520,7 +523,7 @@ async function deletionFlow(
     log.info(`cocoonset deletion waiting for ${remaining} pods`, { name: state.name });
     return { requeue: false, requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS };
   }
-  // The code-side default (§1.4): an empty policy is `always` too.
+  // The code-side default (docs/wire-contract.md#defaults): an empty policy is `always` too.
   const policy = snapshotPolicyOf(cs);
   if (!registry) log.warn('no registry configured: skipping snapshot GC', { name: state.name });
   for (const vmName of registry ? sorted : []) {

@@ -2,10 +2,11 @@
  * The VM entity workflow: one per pod (`vm/<namespace>/<pod>`). Every effect on that VM's hibernate
  * annotation and `:hibernate` tag happens here, one step at a time, so two CocoonHibernations (or a
  * deleting one and a live one) can never interleave their annotation writes or registry calls: the
- * serialization the Go operator gets from its striped per-VM mutex holds by construction (DESIGN.md §2).
+ * serialization the Go operator gets from its striped per-VM mutex holds by construction
+ * (docs/architecture.md#why-serialization-holds).
  *
  * Protocol: signals podObserved / hibernationObserved / resync, query `state`. The body is a loop:
- * reconcile every CocoonHibernation targeting the pod (spec/hibernation.md §3, rules in
+ * reconcile every CocoonHibernation targeting the pod (docs/hibernation.md#one-pass, rules in
  * src/hibernation/rules.ts), then sleep until a signal, a deadline or the slow fallback re-read; continue
  * as new before the history grows large; complete when no CocoonHibernation targets the pod any more.
  */
@@ -400,7 +401,10 @@ async function passUntilSettled(state: VMState, name: string, registry: Registry
   }
 }
 
-/** One reconcile pass for CR `name` (spec §3). Returns true to run another pass right away. */
+/**
+ * One reconcile pass for CR `name` (docs/hibernation.md#one-pass). Returns true to run another pass right
+ * away.
+ */
 async function pass(state: VMState, name: string, registry: RegistryActivities): Promise<boolean> {
   const cr = state.crs[name];
   if (!cr?.exists) {
@@ -541,8 +545,8 @@ function eventBase(cr: TrackedCR): Pick<EventInput, 'namespace' | 'involved'> {
 }
 
 /**
- * Phase-exit announcement (spec §9.2): one event per attempt (keyed by the attempt's Ready transition
- * time), and the phase-duration metric when the phase being left is Hibernating/Waking.
+ * Phase-exit announcement (docs/hibernation.md#events): one event per attempt (keyed by the attempt's Ready
+ * transition time), and the phase-duration metric when the phase being left is Hibernating/Waking.
  */
 async function announce(
   cr: TrackedCR,
@@ -587,9 +591,9 @@ function steady(cr: TrackedCR, phase: HibernationPhase, vmName: string): boolean
 }
 
 /**
- * A transition past its deadline (spec §3.1 step 4, §3.2 step 4): the timeout announcement (event +
- * histogram), then Failed with the attempt's start kept as lastTransitionTime; the retry comes
- * FAILED_RETRY_MS later (or at once on a spec edit).
+ * A transition past its deadline (docs/hibernation.md#hibernate, docs/hibernation.md#wake): the timeout
+ * announcement (event + histogram), then Failed with the attempt's start kept as lastTransitionTime; the
+ * retry comes FAILED_RETRY_MS later (or at once on a spec edit).
  */
 async function failAtDeadline(
   state: VMState,
@@ -603,7 +607,7 @@ async function failAtDeadline(
   failed.retryAt = Date.now() + FAILED_RETRY_MS;
 }
 
-/** HIBERNATE path (spec §3.1). */
+/** HIBERNATE path (docs/hibernation.md#hibernate). */
 async function hibernatePath(
   state: VMState,
   name: string,
@@ -615,7 +619,8 @@ async function hibernatePath(
   await retryRequested(cr, 'Hibernate');
   const pod = hibernateAnnotated(state.podObs!) ? state.podObs! : await patchHibernate(state, 'true');
   if (hibernateGateOpen(pod)) {
-    // A steady Hibernated CR does not re-probe on every pod event (the reference does; spec §3.1).
+    // A steady Hibernated CR does not re-probe on every pod event (the reference does;
+    // docs/hibernation.md#hibernate).
     if (steady(cr, 'Hibernated', vmName)) return;
     let present = false;
     let probeError: string | undefined;
@@ -687,7 +692,7 @@ async function probeUntilDeadline(
   }
 }
 
-/** WAKE path (spec §3.2). */
+/** WAKE path (docs/hibernation.md#wake). */
 async function wakePath(
   state: VMState,
   name: string,
@@ -700,7 +705,8 @@ async function wakePath(
   cr = await writeStatus(state, cr, probeFailingPatch(cr, undefined, Date.now())); // a hibernate's leftover
   const pod = hibernateAnnotated(state.podObs!) ? await patchHibernate(state, null) : state.podObs!;
   if (wakeGateOpen(pod)) {
-    // A steady Active CR does not DELETE the tag on every pod event (the reference does; spec §3.2).
+    // A steady Active CR does not DELETE the tag on every pod event (the reference does;
+    // docs/hibernation.md#wake).
     if (steady(cr, 'Active', vmName)) return;
     try {
       await registry.deleteManifest({ vmName, tag: Tags.hibernate });
@@ -730,10 +736,11 @@ async function wakePath(
 }
 
 /**
- * Deletion (spec §8): unless another live CR holds the VM, drop the `:hibernate` tag of the VM this CR
- * recorded (best effort), then remove the finalizer. Deliberate addition: while vk-cocoon is in the middle
- * of a hibernate round for this VM (hibernate requested, lifecycle `hibernating`), wait — dropping the tag
- * now would race the push — for at most DELETE_ROUND_WAIT_MS after the deletion started.
+ * Deletion (docs/hibernation.md#deletion-and-tag-gc): unless another live CR holds the VM, drop the
+ * `:hibernate` tag of the VM this CR recorded (best effort), then remove the finalizer. Deliberate addition:
+ * while vk-cocoon is in the middle of a hibernate round for this VM (hibernate requested, lifecycle
+ * `hibernating`), wait — dropping the tag now would race the push — for at most DELETE_ROUND_WAIT_MS after
+ * the deletion started.
  */
 async function deletionFlow(state: VMState, cr: TrackedCR, registry: RegistryActivities): Promise<void> {
   const vmName = cr.status?.vmName ?? '';

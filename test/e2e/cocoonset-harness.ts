@@ -20,7 +20,7 @@ export interface Placement {
 }
 
 /**
- * The realistic shape every test set has (spec/cocoonset-core.md §2.1): a main and 2 sub-agents on the
+ * The realistic shape every test set has (docs/cocoonset.md#the-resource): a main and 2 sub-agents on the
  * clone-mode agent image `image`, a run-mode toolbox `tools` on `toolboxImage`, a static toolbox `vnc`
  * (pre-assigned id/ip/VNC port), snapshotPolicy main-only, and the simulator node's pool and CPU class.
  */
@@ -135,7 +135,8 @@ export class CocoonSets {
 
 /**
  * Pushes a snapshot artifact as `<repo>:<tag>` to the plain-HTTP registry `registry` (the format the
- * simulator pushes, spec/vk-contract.md §7.4), e.g. to make a tag's later deletion observable with HEAD.
+ * simulator pushes, docs/wire-contract.md#snapshot-artifacts), e.g. to make a tag's later deletion observable
+ * with HEAD.
  */
 export async function pushSnapshotTag(
   registry: string,

@@ -1,8 +1,9 @@
 /**
  * The CocoonSet controller's steady-state cost, counted on the wire against the real local stack
- * (spec/cocoonset-core.md §14 restore intent, §16.3 no-op status diff, §21.5 `restore_intent_test.go`;
- * DESIGN.md §4 "a steady CocoonSet pass lists no CocoonHibernations and calls no registry; a pass that
- * must build pods looks restore intent up exactly once"; the seed PR's lazy memo).
+ * (restore intent, docs/cocoonset.md#restore-from-hibernation; the no-op status diff,
+ * docs/cocoonset.md#status-roll-up; the reference's `restore_intent_test.go`;
+ * docs/cocoonset.md#a-pass-in-order: "a steady pass lists no CocoonHibernations and calls no registry", and a
+ * pass that must build pods looks restore intent up exactly once; the seed PR's lazy memo).
  *
  * The real operator process (`src/worker.ts`) runs as the ServiceAccount the shipped ClusterRole is bound
  * to (a TokenRequest kubeconfig), with that kubeconfig's server pointed at a counting HTTPS proxy in front
@@ -287,7 +288,7 @@ function describeWindow(
   return text;
 }
 
-describe('CocoonSet steady-state cost on the real apiserver and registry (§14, §16.3, §21.5)', () => {
+describe('CocoonSet steady-state cost on the real apiserver and registry', () => {
   beforeAll(async () => {
     fileStart = Date.now();
     const stack = await stackEnv();
@@ -445,7 +446,7 @@ describe('CocoonSet steady-state cost on the real apiserver and registry (§14, 
     console.log(`[cocoonset-steady] file wall time ${((Date.now() - fileStart) / 1000).toFixed(1)} s`);
   });
 
-  it('a steady pass keeps every pod, lists no CocoonHibernation, calls no registry and writes nothing (§14.2, §16.3)', async () => {
+  it('a steady pass keeps every pod, lists no CocoonHibernation, calls no registry and writes nothing', async () => {
     const start = await settled('steady before the poke');
     const before = await podsByName();
     expect(PODS.every((n) => upAndReady(before.get(n)))).toBe(true);
@@ -487,7 +488,7 @@ describe('CocoonSet steady-state cost on the real apiserver and registry (§14, 
     ]);
   });
 
-  it('a pass with a missing sub-agent and a missing toolbox looks restore intent up exactly once and probes only the pod with intent (§14)', async () => {
+  it('a pass with a missing sub-agent and a missing toolbox looks restore intent up exactly once and probes only the pod with intent', async () => {
     const tbVM = vmNameForPod(ns, TB);
     // Restore intent for the toolbox: a CocoonHibernation hibernates it for real (the :hibernate tag is
     // pushed by the simulator and confirmed by the VM workflow); the sub-agent has none.
@@ -566,7 +567,8 @@ describe('CocoonSet steady-state cost on the real apiserver and registry (§14, 
     expect(pass[0]!.seq, text).toBe(first.seq);
     // The pass that saw both pods missing read the world, looked restore intent up once (the List shared
     // by the sub-agent and toolbox paths), created the sub-agent (no intent: no probe), probed the
-    // toolbox's :hibernate tag (intent) and created the toolbox; nothing else (no status write: §5 step 19).
+    // toolbox's :hibernate tag (intent) and created the toolbox; nothing else (no status write: the status
+    // did not change).
     expect(
       pass.map((r) =>
         `${r.target === 'registry' ? 'registry ' : ''}${r.template} ${r.status} ${r.detail ?? ''}`.trim(),

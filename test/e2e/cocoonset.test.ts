@@ -1,5 +1,5 @@
 /**
- * CocoonSet end to end on the real local stack (spec/cocoonset-core.md; spec/vk-contract.md): the operator
+ * CocoonSet end to end on the real local stack (docs/cocoonset.md; docs/wire-contract.md): the operator
  * process (`src/worker.ts`) against the kube-apiserver with the CRDs, the Temporal dev server and the
  * distribution registry, with a vk-cocoon simulator (test/vksim) that runs in this test process on a node
  * of its own. That node carries the pool and snapshot CPU class labels the sets select (the stack's shared
@@ -311,7 +311,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     console.log(`[cocoonset e2e] file wall time ${((Date.now() - fileStart) / 1000).toFixed(1)} s`);
   });
 
-  it('brings a set up: all five pods created on the simulator node and Ready; status rolled up as §16 says', async () => {
+  it('brings a set up: all five pods created on the simulator node and Ready; status rolled up to Running with every agent and toolbox listed', async () => {
     const name = 'roll';
     const created = await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
     const { cs, pods } = await waitRunning(name);
@@ -322,7 +322,8 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
 
     const main = pods.get(`${name}-0`)!;
     for (const [podName, pod] of pods) {
-      // Placement (§6.1): the pool and class selector put every pod on the simulator's node.
+      // Placement (docs/cocoonset.md#pods): the pool and class selector put every pod on the simulator's
+      // node.
       expect(pod.spec?.nodeSelector, podName).toEqual({
         [Labels.nodePool]: place.pool,
         [Labels.snapshotCPUClass]: place.cpuClass,
@@ -430,7 +431,8 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     }
     for (const tb of ['tools', 'vnc']) {
       expect(after[`${name}-${tb}`], `toolbox ${tb} kept`).toBe(before[`${name}-${tb}`]);
-      // Kept, but stamped with the new generation (§9), and never asked to terminate.
+      // Kept, but stamped with the new generation (docs/cocoonset.md#generation-stamp), and never asked to
+      // terminate.
       expect(pods.get(`${name}-${tb}`)!.metadata?.annotations?.[Annotations.cocoonSetGeneration]).toBe(
         String(gen),
       );
@@ -480,7 +482,8 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     expect(deletedUids.size).toBe(4);
     expect(deletedUids.has(deadLettered.metadata!.uid!)).toBe(false);
 
-    // The backoff, from the rebuild history the operator persisted before each delete (§12.2, §12.3):
+    // The backoff, from the rebuild history the operator persisted before each delete
+    // (docs/cocoonset.md#sub-agent-rebuild-and-dead-letter):
     // counts 1..4, each rebuild at least 0/1/5/30 s after the previous one.
     const entries: { count: number; at: number }[] = [];
     for (const s of rec.cocoonSetHistory(name)) {
@@ -502,7 +505,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     expect(rebuilding.map((e) => [e.type, e.message, e.count]).sort()).toEqual(
       [1, 2, 3, 4].map((k) => ['Normal', `slot 2 attempt ${k}/4`, 1]),
     );
-    // The Warning follows the pod patch and the metric (§12.2 step 2).
+    // The Warning follows the pod patch and the metric (docs/cocoonset.md#sub-agent-rebuild-and-dead-letter).
     const dead = await waitFor(
       'the SubAgentDeadLetter event',
       async () => {
@@ -647,7 +650,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     expect(uidsOf(pods)).toEqual(before);
   }, 300_000);
 
-  it('adopts pods written by the reference operator (built from the §6 construction rules) without recreating them', async () => {
+  it('adopts pods written by the reference operator (built by its construction rules) without recreating them', async () => {
     const name = 'adopt';
     // The Go operator made this set and its pods; then the cluster switches to this operator.
     await stopOp();
@@ -658,8 +661,9 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     expect(gen).toBe(1);
 
     /**
-     * A pod exactly as the reference builds it, written out from spec/cocoonset-core.md §6 (the §6.1
-     * skeleton, the §6.2/§6.3 rows, §6.4 storage, cf. the §6.5 worked example), not from src/cocoonset.
+     * A pod exactly as the reference builds it, written out from its construction rules
+     * (docs/cocoonset.md#pods: the managed-pod skeleton, the agent and toolbox rows, the storage mirror; cf.
+     * the worked example in test/unit/cocoonset-pods.test.ts), not from src/cocoonset.
      */
     const referencePod = (
       podName: string,
@@ -820,7 +824,8 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     const history = rec.cocoonSetHistory(name);
     expect(history.some((s) => s.deleting && s.finalizers.includes(Finalizers.cocoonSet))).toBe(true);
     const sortedVMs = members.map((m) => vmOf(name, m)).sort();
-    // §17 step 2: the VM names were stashed on the set before its pods went.
+    // Deletion step 1 (docs/cocoonset.md#deletion-and-registry-gc): the VM names were stashed on the set
+    // before its pods went.
     expect(history.some((s) => s.annotations[Annotations.deleteVMNames] === sortedVMs.join(','))).toBe(true);
     for (const m of members) {
       expect(await headTag(registry, vmOf(name, m), Tags.hibernate), `${m}:hibernate`).toBe(404);

@@ -1,9 +1,10 @@
 /**
- * CocoonHibernation end to end on the real local stack (spec/hibernation.md §3, §8, §9): the operator
- * process (`src/worker.ts`, one per file) against the kube-apiserver with the CRDs, the Temporal dev
- * server, the distribution registry and the vk-cocoon simulator. The operator reaches the registry through
- * a proxy (test/support/registry-proxy.ts) so the registry can be "down" for the operator alone; the
- * simulator and these tests use the real registry. A registry failing through the 3-minute deadline is
+ * CocoonHibernation end to end on the real local stack (docs/hibernation.md#one-pass,
+ * docs/hibernation.md#deletion-and-tag-gc, docs/hibernation.md#events): the operator process
+ * (`src/worker.ts`, one per file) against the kube-apiserver with the CRDs, the Temporal dev server, the
+ * distribution registry and the vk-cocoon simulator. The operator reaches the registry through a proxy
+ * (test/support/registry-proxy.ts) so the registry can be "down" for the operator alone; the simulator and
+ * these tests use the real registry. A registry failing through the 3-minute deadline is
  * test/e2e/hibernation-faults.test.ts's.
  *
  * Scope: the operator watches only this file's namespace (WATCH_NAMESPACE), on its own task queue and

@@ -1,8 +1,9 @@
 /**
- * Leader election between real operator processes on the local stack (spec/operator-shell.md §3): two
- * processes, exactly one watches; kill -9 of the leader hands over after the 15 s lease expires (plus at
- * most one 2 s retry with jitter); a graceful stop releases the Lease so the standby takes over at its next
- * retry. Each test run uses its own namespace for the Lease and the watch scope, and its own task queue.
+ * Leader election between real operator processes on the local stack
+ * (docs/configuration.md#notes-on-some-settings): two processes, exactly one watches; kill -9 of the leader
+ * hands over after the 15 s lease expires (plus at most one 2 s retry with jitter); a graceful stop releases
+ * the Lease so the standby takes over at its next retry. Each test run uses its own namespace for the Lease
+ * and the watch scope, and its own task queue.
  */
 import { randomUUID } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

@@ -1,6 +1,6 @@
 /**
- * The shipped ClusterRole, proven on the real local stack (issue 4; spec/operator-shell.md §7.1; DESIGN.md
- * §5 "with RBAC on, so the shipped ClusterRole is proven sufficient"):
+ * The shipped ClusterRole, proven on the real local stack (issue 4; the local stack runs with RBAC on,
+ * docs/development.md#local-stack, so the shipped ClusterRole is proven sufficient):
  * - sufficient: config/crd and config/rbac are applied with kubectl, the real operator process
  *   (src/worker.ts) runs as system:serviceaccount:cocoon-system:cocoon-operator (a TokenRequest
  *   kubeconfig) with leader election in cocoon-system, and drives a CocoonHibernation hibernate →

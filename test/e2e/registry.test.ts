@@ -1,7 +1,7 @@
 /**
  * OCIRegistryClient against the real distribution registry of the local stack (OCI_REGISTRY, plain
  * HTTP on loopback, deletes enabled): a manifest pushed here is seen, deleted by tag, not seen, and a
- * second delete is tolerated (spec/operator-shell.md §9.5).
+ * second delete is tolerated (docs/wire-contract.md#oci-registry).
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';

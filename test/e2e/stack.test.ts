@@ -1,7 +1,7 @@
 /**
- * The local stack's components are real and configured as the project needs (DESIGN.md §5, issue "The real
- * local stack"): kube-apiserver ready with RBAC enforced and the project's CRDs established; Temporal
- * serving with the custom search attributes; the registry deleting by tag.
+ * The local stack's components are real and configured as the project needs (docs/development.md#local-stack,
+ * issue "The real local stack"): kube-apiserver ready with RBAC enforced and the project's CRDs established;
+ * Temporal serving with the custom search attributes; the registry deleting by tag.
  */
 import { execFile } from 'node:child_process';
 import { randomBytes } from 'node:crypto';

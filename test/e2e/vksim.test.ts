@@ -2,9 +2,9 @@
  * Smoke test of the vk-cocoon simulator on the real local stack (kube-apiserver + etcd, distribution
  * registry, the simulator started by `npm run stack -- up`). It plays the operator's part by hand: a pod
  * carrying the annotations the operator writes, then the hibernate / wake / delete annotations, and
- * checks what vk-cocoon promises (spec/vk-contract.md §3, §4, §7): binding, Running/Ready + VM id +
- * lifecycle `ready`, the `:hibernate` tag pushed before `hibernated`, wake with a new VM id, the generation
- * echo, `:latest` on delete, and two injected faults (push failure, VM crash).
+ * checks what vk-cocoon promises (docs/wire-contract.md#vk-cocoon, docs/development.md#simulator): binding,
+ * Running/Ready + VM id + lifecycle `ready`, the `:hibernate` tag pushed before `hibernated`, wake with a new
+ * VM id, the generation echo, `:latest` on delete, and two injected faults (push failure, VM crash).
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { CoreV1Api, type KubeConfig, type V1Pod, Watch } from '@kubernetes/client-node';
@@ -229,7 +229,7 @@ describe('vk-cocoon simulator on the local stack', () => {
     });
     expect(settled.status?.podIP).toBeUndefined();
 
-    // The artifact is a cocoonstack snapshot (spec/vk-contract.md §7.4).
+    // The artifact is a cocoonstack snapshot (docs/wire-contract.md#snapshot-artifacts).
     const res = await fetch(`http://${registry}/v2/${vm}/manifests/hibernate`, {
       headers: { accept: MANIFEST_ACCEPT },
     });

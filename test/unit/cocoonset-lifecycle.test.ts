@@ -1,5 +1,5 @@
 /**
- * Generation stamping on owned pods (port of lifecycle_test.go, spec/cocoonset-core.md §9, §21.7), run
+ * Generation stamping on owned pods (port of lifecycle_test.go, docs/cocoonset.md#generation-stamp), run
  * through the pass planner against the in-memory world, whose patch rejects an empty body.
  */
 import { describe, expect, it } from 'vitest';

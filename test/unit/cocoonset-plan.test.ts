@@ -1,7 +1,7 @@
 /**
  * The reconcile order as a pure pass planner (the pure parts of reconciler_test.go and
- * restore_intent_test.go, spec/cocoonset-core.md §5, §10–§13, §15.1, §16.2, §21.1, §21.5), driven
- * against the in-memory world of plan-world.ts.
+ * restore_intent_test.go; docs/cocoonset.md#a-pass-in-order), driven against the in-memory world of
+ * plan-world.ts.
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';

@@ -1,6 +1,6 @@
 /**
- * Pod builders, classification and drift (port of the reference's pods_test.go, spec/cocoonset-core.md
- * §21.2), plus the §6.5 worked example written out literally: the exact objects the Go operator sends,
+ * Pod builders, classification and drift (port of the reference's pods_test.go; docs/cocoonset.md#pods),
+ * plus a worked example written out literally: the exact objects the Go operator sends,
  * and the same pods as the apiserver returns them (defaults filled, vk runtime annotations added),
  * which must be adopted without drift.
  */
@@ -26,7 +26,7 @@ function clone<T>(v: T): T {
   return JSON.parse(JSON.stringify(v)) as T;
 }
 
-describe('§6.5 worked example, byte-compatible with the Go operator', () => {
+describe('a main, a sub-agent and a toolbox built byte-compatible with the Go operator', () => {
   const cs: CocoonSet = {
     metadata: { name: 'demo', namespace: 'ns', uid: 'U', generation: 3 },
     spec: {
@@ -692,7 +692,7 @@ describe('resourcesMatch', () => {
     const served = pod({ requests: { cpu: '2', memory: '1Gi' }, limits: { cpu: '2', memory: '1Gi' } });
     expect(resourcesMatch(served, { limits: { cpu: '2', memory: '1Gi' } })).toBe(true);
     expect(resourcesMatch(served, { limits: { cpu: '2', memory: '1Gi' }, requests: {} })).toBe(true);
-    // Partial requests do not fall back (the reference's latent quirk, §20.10).
+    // Partial requests do not fall back (the reference's latent quirk, kept).
     expect(resourcesMatch(served, { limits: { cpu: '2' }, requests: { memory: '1Gi' } })).toBe(false);
   });
 

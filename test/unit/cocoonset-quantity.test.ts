@@ -1,5 +1,5 @@
 /**
- * resource.Quantity parity with Go (spec/cocoonset-core.md §3.2). Every expected value below was produced
+ * resource.Quantity parity with Go (docs/cocoonset.md#pods). Every expected value below was produced
  * by k8s.io/apimachinery v0.34.4 itself (`resource.ParseQuantity(s)` then `.String()` / `.Format` /
  * `.Cmp`), run over these inputs; the same implementation was also diffed against it on ~9,800
  * generated inputs (signs, leading zeros, fractions, every suffix, exponents, overflow) with no

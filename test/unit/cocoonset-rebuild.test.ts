@@ -1,6 +1,6 @@
 /**
  * Rebuild history, backoff and sub-agent triage (port of rebuild_test.go plus the triage rules,
- * spec/cocoonset-core.md §12, §21.6).
+ * docs/cocoonset.md#sub-agent-rebuild-and-dead-letter).
  */
 import { describe, expect, it } from 'vitest';
 import { Annotations } from '../../src/api/keys.js';

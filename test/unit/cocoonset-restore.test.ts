@@ -1,6 +1,6 @@
 /**
  * Restore intent (port of restore_test.go and the pure parts of restore_intent_test.go,
- * spec/cocoonset-core.md §14, §21.4, §21.5).
+ * docs/cocoonset.md#restore-from-hibernation).
  */
 import { describe, expect, it } from 'vitest';
 import { Annotations } from '../../src/api/keys.js';

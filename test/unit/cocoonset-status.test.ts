@@ -1,6 +1,6 @@
 /**
  * Status roll-up, phase derivation, condition merge and the no-op diff (port of status_test.go,
- * spec/cocoonset-core.md §16, §21.3).
+ * docs/cocoonset.md#status-roll-up).
  */
 import { describe, expect, it } from 'vitest';
 import { Annotations } from '../../src/api/keys.js';

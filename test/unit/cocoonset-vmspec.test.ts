@@ -1,6 +1,6 @@
 /**
  * VMSpec / VMRuntime annotation codec, defaults and connection type (cocoon-common meta/vmspec.go,
- * vmruntime.go, hibernate.go; spec/cocoonset-core.md §1.4, §3.2, §3.3, §3.5).
+ * vmruntime.go, hibernate.go; docs/wire-contract.md#defaults, docs/cocoonset.md#pods).
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';

@@ -1,5 +1,6 @@
 /**
- * docker-compose.yml (Temporal dev server + the operator, DESIGN.md §5) and the image it builds
+ * docker-compose.yml (Temporal dev server + the operator,
+ * docs/installation.md#next-to-a-temporal-server-docker-compose) and the image it builds
  * (Dockerfile, .dockerignore): services, ports, the Temporal search attributes the workflows upsert
  * (src/api/keys.ts SearchAttributes), and an operator environment drawn only from src/config.ts
  * ENV_SETTINGS with every required setting present. When a compose CLI is installed (`docker compose`

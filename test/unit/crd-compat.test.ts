@@ -1,10 +1,10 @@
 /**
  * The project's CRD manifests (config/crd/) must stay wire-compatible with the upstream ones
- * (../shared/reference/crds/, cocoon-common v0.3.0; spec/cocoonset-core.md §2, spec/hibernation.md §1.1):
- * same names, scope, versions, schema (types, formats, enums, defaults, required lists, bounds, patterns,
- * x-kubernetes-* markers, CEL rules and messages), subresources and printer columns. Only `description`
- * texts and metadata other than the name (controller-gen annotations, our labels) may differ.
- * The comparator is itself tested with mutations so that it is known to bite.
+ * (../shared/reference/crds/, cocoon-common v0.3.0; docs/cocoonset.md#the-resource,
+ * docs/hibernation.md#the-resource): same names, scope, versions, schema (types, formats, enums, defaults,
+ * required lists, bounds, patterns, x-kubernetes-* markers, CEL rules and messages), subresources and printer
+ * columns. Only `description` texts and metadata other than the name (controller-gen annotations, our labels)
+ * may differ. The comparator is itself tested with mutations so that it is known to bite.
  */
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';

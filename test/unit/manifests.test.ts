@@ -1,8 +1,8 @@
 /**
  * The install manifests (config/default = namespace + CRDs + RBAC + manager) render with kustomize and say
- * what the operator needs (spec/operator-shell.md §7): the namespace, the service account, a binding to
- * the ClusterRole, a Deployment whose environment uses only settings src/config.ts knows, and samples that
- * validate against our own CRD schemas.
+ * what the operator needs (docs/installation.md#in-a-cluster-kustomize): the namespace, the service account,
+ * a binding to the ClusterRole, a Deployment whose environment uses only settings src/config.ts knows, and
+ * samples that validate against our own CRD schemas.
  *
  * kubectl is found as $KUBECTL, else the project's built kubectl (scripts/tools.sh path kube), else
  * `kubectl` on PATH. Without one this suite fails: it must not pass without rendering.
@@ -129,7 +129,7 @@ function crdSchema(file: string): Obj {
   return crd.spec.versions[0].schema.openAPIV3Schema as Obj;
 }
 
-/** The Deployment's environment, exactly as this assignment fixes it (operator-shell §2, §7.2). */
+/** The Deployment's environment, exactly as this project fixes it (docs/configuration.md#settings). */
 const EXPECTED_ENV: Record<string, string> = {
   OCI_REGISTRY: '',
   TEMPORAL_ADDRESS: 'temporal-frontend.temporal:7233',

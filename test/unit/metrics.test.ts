@@ -6,7 +6,7 @@ import {
   registerWatcherSyncedGauge,
 } from '../../src/metrics.js';
 
-// The monitoring contract, transcribed from spec/operator-shell.md §4.1.
+// The monitoring contract, transcribed from docs/observability.md#metrics.
 const CONTRACT = [
   { name: 'cocoon_operator_subagent_rebuild_total', type: 'counter', labels: ['namespace', 'cocoonset'] },
   { name: 'cocoon_operator_subagent_dead_letter_total', type: 'counter', labels: ['namespace', 'cocoonset'] },

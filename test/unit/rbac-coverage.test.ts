@@ -1,6 +1,7 @@
 /**
- * Static RBAC inventory (issue 4; spec/operator-shell.md §7.1): every Kubernetes API request the operator's
- * code (src/**\/*.ts) can make, classified as (apiGroup, resource, verb), against config/rbac/role.yaml.
+ * Static RBAC inventory (issue 4; docs/installation.md#in-a-cluster-kustomize): every Kubernetes API request
+ * the operator's code (src/**\/*.ts) can make, classified as (apiGroup, resource, verb), against
+ * config/rbac/role.yaml.
  *
  * How the inventory is taken (TypeScript syntax trees, no type checker):
  * - every import from `@kubernetes/client-node` must be a typed `*Api` client, `Watch`, or an inert helper
@@ -348,7 +349,7 @@ function scanSources(files: Map<string, string>, ownerKinds: KindMap = new Map()
   /**
    * An owner reference with `blockOwnerDeletion` (any value but a literal false): the
    * OwnerReferencesPermissionEnforcement admission plugin lets the creator set it only with `update` on the
-   * owner's `finalizers` subresource (spec/operator-shell.md §7.1). The owner is the literal's `kind`.
+   * owner's `finalizers` subresource. The owner is the literal's `kind`.
    */
   function classifyOwnerReference(prop: ts.PropertyAssignment): void {
     if (prop.initializer.kind === ts.SyntaxKind.FalseKeyword) return;

@@ -2,7 +2,7 @@
  * Registry auth through the real client and keychains against in-process servers: Bearer token
  * exchange and caching, scope refresh on 401, Basic auth from a docker config, identity/registry
  * tokens, credential helpers on PATH, realm validation, and that no secret reaches an error or a log
- * line (spec/operator-shell.md §9.3, §9.4).
+ * line (docs/wire-contract.md#oci-registry).
  */
 import { chmodSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';

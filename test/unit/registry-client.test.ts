@@ -1,7 +1,7 @@
 /**
  * OCIRegistryClient against in-process HTTP(S) servers: anonymous HEAD/DELETE outcomes, the 200-header
  * checks, retries, timeouts, abort, the HTTPS→HTTP scheme heuristic, URL building and redirects
- * (spec/operator-shell.md §9).
+ * (docs/wire-contract.md#oci-registry).
  */
 import { createServer, type Socket } from 'node:net';
 import { afterEach, describe, expect, it } from 'vitest';

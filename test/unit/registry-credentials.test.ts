@@ -1,7 +1,7 @@
 /**
  * Keychains on their own: docker config discovery and lookup, credential helpers, the multi-keychain
  * order, and the Google keychain (host list, real google-auth-library ADC against a fake token
- * endpoint) — spec/operator-shell.md §9.3.
+ * endpoint) — docs/wire-contract.md#oci-registry.
  */
 import { chmodSync, mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';

@@ -1,7 +1,7 @@
 /**
  * Pure naming rules of the registry client: OCI_REGISTRY parsing, repository/reference validation,
  * the HTTP-fallback host list, private-address literals and WWW-Authenticate parsing
- * (spec/operator-shell.md §9.1, §9.4).
+ * (docs/wire-contract.md#oci-registry).
  */
 import { describe, expect, it } from 'vitest';
 import { challengeScopes, parseChallenges, pickChallenge } from '../../src/registry/challenge.js';

@@ -24,7 +24,7 @@ const intent = (state: Intent['state'], gen: number, uid = 'u1', message = ''): 
   message,
 });
 
-describe('judgeIntent (spec/vk-contract.md §5)', () => {
+describe('judgeIntent (docs/wire-contract.md#vk-cocoon)', () => {
   it('accepts the first write for the tracked incarnation', () => {
     expect(judgeIntent(undefined, intent('creating', 1), 'u1')).toBe('accept');
   });
@@ -175,7 +175,7 @@ describe('placement', () => {
   });
 });
 
-describe('cpuClassRejection (spec/vk-contract.md §2)', () => {
+describe('cpuClassRejection (docs/wire-contract.md#on-pods)', () => {
   const pod = (cls?: string, phase?: string): Pick<V1Pod, 'metadata' | 'spec' | 'status'> => ({
     metadata: { namespace: 'ns', name: 'p' },
     spec: { containers: [], nodeSelector: cls ? { [Labels.snapshotCPUClass]: cls } : {} },

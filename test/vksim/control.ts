@@ -1,5 +1,5 @@
 /**
- * The simulator's control API (node:http), for tests and humans (spec/vk-contract.md §7.5):
+ * The simulator's control API (node:http), for tests and humans (docs/development.md#simulator):
  *   GET    /healthz  → 200 "ok" once started and while its pod informers are synced (a list or watch failing
  *                      over 15 s is not), else 503 with the reason
  *   GET    /state    → SimState JSON (VMs, local snapshots, intents, tracked pods, fault rules)

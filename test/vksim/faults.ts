@@ -1,5 +1,5 @@
 /**
- * Failure and delay injection for the vk-cocoon simulator (spec/vk-contract.md §7.5). Pure: a rule book
+ * Failure and delay injection for the vk-cocoon simulator (docs/development.md#simulator). Pure: a rule book
  * that the simulator consults at each injection point. No I/O.
  *
  * A rule is `{vm?, op, mode?, count?, delayMs?}`. `op` names an injection point, optionally suffixed with
@@ -8,7 +8,7 @@
  * (absent = until cleared). `delayMs` is required for `delay` rules.
  */
 
-/** Injection points the simulator consults, and where (spec/vk-contract.md §4, §7.5). */
+/** Injection points the simulator consults, and where. */
 export const FAULT_POINTS = [
   /** CreatePod bring-up (clone/run/restore): delay = time in `creating`; fail = CreateBringUpFailed. */
   'create',

@@ -1,5 +1,5 @@
 /**
- * Minimal OCI distribution client for the vk-cocoon simulator (spec/vk-contract.md §7.1 item 4, §7.4):
+ * Minimal OCI distribution client for the vk-cocoon simulator (docs/development.md#simulator):
  * blob HEAD/GET/upload (POST + monolithic PUT), manifest PUT/GET/HEAD/DELETE, and the snapshot artifact
  * push/pull that mimics cocoon-common snapshot.Push (v1 wire format). Plain HTTP for loopback registries
  * (`host:port`), HTTPS when the base carries an explicit `https://`.
@@ -195,10 +195,10 @@ export class OciClient {
   }
 
   /**
-   * Pushes a snapshot artifact (spec/vk-contract.md §7.4): two small layer blobs (`config.json`,
-   * `state.json`), the snapshot config blob, then the manifest PUT under `tag`. `beforeManifestPut` runs
-   * after the blobs and before the PUT (delay/failure injection), so the tag appears only with the PUT.
-   * Returns the manifest digest.
+   * Pushes a snapshot artifact (docs/wire-contract.md#snapshot-artifacts): two small layer blobs
+   * (`config.json`, `state.json`), the snapshot config blob, then the manifest PUT under `tag`.
+   * `beforeManifestPut` runs after the blobs and before the PUT (delay/failure injection), so the tag appears
+   * only with the PUT. Returns the manifest digest.
    */
   async pushSnapshot(
     repo: string,
@@ -296,7 +296,7 @@ export class OciClient {
 /**
  * Seeds a clone-mode base image `repo[:tag]` in the registry, in the same artifact format, so a
  * CocoonSet in `clone` mode (the agent default) can be brought up by the simulator, which pulls the image
- * like vk-cocoon does (spec/vk-contract.md §2 `cocoonset.cocoonstack.io/image`). Returns the digest.
+ * like vk-cocoon does for `cocoonset.cocoonstack.io/image`. Returns the digest.
  */
 export async function pushBaseImage(
   registry: string,

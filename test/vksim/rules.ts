@@ -1,8 +1,8 @@
 /**
  * Pure decisions of the vk-cocoon simulator, kept free of I/O so they are unit tested on their own:
- * lifecycle intent rules (spec/vk-contract.md §5), snapshot policy and role (§2, cocoon-common
- * meta.ShouldSnapshotVM / meta.RoleForPod), placement (§1.1, §7.1 item 2), the CPU-class gate (§2),
- * the framework's "running" test for deletions and its retry backoff (§1.2).
+ * lifecycle intent rules (docs/wire-contract.md#vk-cocoon), snapshot policy and role (cocoon-common
+ * meta.ShouldSnapshotVM / meta.RoleForPod), placement, the CPU-class gate,
+ * the framework's "running" test for deletions and its retry backoff.
  */
 import type { V1OwnerReference, V1Pod, V1Taint, V1Toleration } from '@kubernetes/client-node';
 import {
@@ -16,7 +16,7 @@ import {
 } from '../../src/api/keys.js';
 import { extractAgentSlot, lifecycleOf, type PodLike } from '../../src/api/pod.js';
 
-/** Byte caps of vk-cocoon (spec/vk-contract.md §6): event messages and lifecycle messages. */
+/** Byte caps of vk-cocoon: event messages and lifecycle messages. */
 export const EVENT_MESSAGE_MAX_BYTES = 512;
 export const LIFECYCLE_MESSAGE_MAX_BYTES = 4096;
 
@@ -24,7 +24,7 @@ export const LIFECYCLE_MESSAGE_MAX_BYTES = 4096;
 export interface Intent {
   uid: string;
   state: LifecycleState;
-  /** Observed generation (the max stamp seen, §5). */
+  /** Observed generation (the max stamp seen). */
   gen: number;
   /** Non-empty only for `failed`. */
   message: string;
@@ -33,7 +33,7 @@ export interface Intent {
 export type IntentVerdict = 'accept' | 'old-incarnation' | 'lower-generation' | 'sticky-failed';
 
 /**
- * Whether a lifecycle write may replace the current intent (spec/vk-contract.md §5):
+ * Whether a lifecycle write may replace the current intent:
  * writes for another pod incarnation (uid ≠ the tracked uid) are dropped; a lower generation than the
  * current intent is dropped; at the same generation a `failed` intent can only be replaced by
  * `creating`, `hibernating` or another `failed`.
@@ -57,7 +57,7 @@ export function judgeIntent(current: Intent | undefined, next: Intent, trackedUi
 const KNOWN_STATES = new Set<string>(Object.values(LifecycleStates));
 
 /**
- * Re-seeds an intent from the pod's own lifecycle annotations (what vk-cocoon does at restart, §5), or
+ * Re-seeds an intent from the pod's own lifecycle annotations (what vk-cocoon does at restart), or
  * undefined when the pod carries no valid state.
  */
 export function seedIntent(pod: PodLike & { metadata?: { uid?: string } }): Intent | undefined {
@@ -165,7 +165,7 @@ export function podFitsNode(
 }
 
 /**
- * The CPU-class gate of CreatePod and UpdatePod (spec/vk-contract.md §2): a pod selecting
+ * The CPU-class gate of CreatePod and UpdatePod (docs/wire-contract.md#on-pods): a pod selecting
  * `cocoonstack.io/snapshot-cpu-class` runs only on a node of exactly that class. Returns the provider
  * error message, or undefined when allowed. Terminal pods are exempt.
  */
@@ -185,7 +185,7 @@ export function cpuClassRejection(
 }
 
 /**
- * virtual-kubelet's test for "running" at deletion time (spec/vk-contract.md §1.2): at least one container
+ * virtual-kubelet's test for "running" at deletion time: at least one container
  * status that is neither terminated nor waiting. No container statuses → not running.
  */
 export function podRunningForDeletion(pod: Pick<V1Pod, 'status'>): boolean {
@@ -232,7 +232,7 @@ const OWN_ANNOTATIONS = new Set<string>([
 
 /**
  * A fingerprint of what the framework compares to decide that a pod changed in a way the provider must
- * see (spec/vk-contract.md §1.2: labels, annotations, containers, tolerations, deletion), minus the
+ * see (labels, annotations, containers, tolerations, deletion), minus the
  * simulator's own annotation writes. A changed fingerprint lets a retry run before its backoff expires,
  * like an informer event re-enqueueing the key.
  */
@@ -251,7 +251,7 @@ export function operatorFingerprint(pod: Pick<V1Pod, 'metadata' | 'spec'>): stri
   ]);
 }
 
-/** Splits a registry-relative image reference `repo[:tag]` (tag default `latest`, §1.3). A leading
+/** Splits a registry-relative image reference `repo[:tag]` (tag default `latest`). A leading
  * `<registry>/` equal to `registryBase` is stripped. */
 export function parseImageRef(image: string, registryBase: string): { repo: string; tag: string } {
   let ref = image;

@@ -1,19 +1,19 @@
 /**
- * The vk-cocoon simulator (spec/vk-contract.md §7): registers a virtual Node, binds matching pods itself
- * (no scheduler in the test cluster), watches the pods on its node and drives a level-triggered per-pod
- * state machine that mirrors vk-cocoon's CreatePod (§4.1), hibernate (§4.2), wake (§4.3), DeletePod
- * (§4.4) and VM-crash eviction (§4.5), writing the same annotations, pod status and events and pushing
+ * The vk-cocoon simulator (docs/development.md#simulator, docs/wire-contract.md#vk-cocoon): registers a
+ * virtual Node, binds matching pods itself (no scheduler in the test cluster), watches the pods on its node
+ * and drives a level-triggered per-pod state machine that mirrors vk-cocoon's CreatePod, hibernate, wake,
+ * DeletePod and VM-crash eviction, writing the same annotations, pod status and events and pushing
  * real OCI artifacts to the registry.
  *
  * Choices worth knowing (see docs/development.md#simulator):
- * - Status is written with uid-guarded merge patches to `/status` (the "kind" mode of §8.1); the
+ * - Status is written with uid-guarded merge patches to `/status` (the mode vk-cocoon uses on kind); the
  *   framework-faithful full-object status mode is not implemented.
- * - DeletePod snapshot failure (§8 item 4): the newest behaviour — the error is returned, the VM is kept,
+ * - DeletePod snapshot failure: the newest behaviour — the error is returned, the VM is kept,
  *   the pod stays Terminating and the delete is retried.
  * - Provider errors retry with 5 ms doubling backoff capped at `backoffCapMs` (default 2 s, the framework's
  *   cap is 1000 s) and without the framework's 20-retry limit.
  * - Level-triggered: a pod created with `hibernate=true` is hibernated right after bring-up (slightly
- *   more eager than vk-cocoon, §2).
+ *   more eager than vk-cocoon).
  * - All state (VMs, local snapshots, intents) is in memory; a restarted simulator re-seeds intents from
  *   pod annotations but has no VMs, so pods that had one are brought up again.
  */
@@ -82,10 +82,10 @@ import {
   truncateBytes,
 } from './rules.js';
 
-/** Lifecycle / runtime annotation patch attempts and spacing (spec/vk-contract.md §3.1, §6). */
+/** Lifecycle / runtime annotation patch attempts and spacing (docs/wire-contract.md#on-pods). */
 const PATCH_ATTEMPTS = 3;
 const PATCH_RETRY_MS = 500;
-/** Eviction delete attempts and the wait between them (§4.5, §6). */
+/** Eviction delete attempts and the wait between them. */
 const EVICT_ATTEMPTS = 2;
 const EVICT_RETRY_MS = 200;
 /** Node heartbeat (Ready condition) period; there is no node-lifecycle controller, so this is cosmetic. */
@@ -166,7 +166,7 @@ export interface SimState {
   faults: FaultRule[];
 }
 
-/** A provider error: the framework writes ProviderFailed status and retries (spec/vk-contract.md §1.2). */
+/** A provider error: the framework writes ProviderFailed status and retries. */
 class ProviderError extends Error {}
 /** The pod incarnation the work was for is gone (NotFound / uid Conflict / Invalid): drop it quietly. */
 class Superseded extends Error {}
@@ -178,13 +178,13 @@ interface Tracked {
   uid: string;
   /** Latest informer copy of this incarnation (vk's tracked copy picks up annotations from it). */
   pod: V1Pod;
-  /** Highest generation stamp seen on any copy (§5 max rule). */
+  /** Highest generation stamp seen on any copy. */
   maxStamp: number;
   /** CreatePod succeeded: the provider knows the pod. */
   created: boolean;
   intent?: Intent;
   flushed: boolean;
-  /** Pending async ready (§4.1 step 9 / §4.3 step 7), epoch ms. */
+  /** Pending async ready, epoch ms. */
   readyAt?: number;
   failures: number;
   notBefore: number;
@@ -279,7 +279,7 @@ export class VkSimulator {
       [Labels.nodePool]: this.pool,
       [Labels.nodeRoleCocoonVM]: '',
       // Not in vk-cocoon's documented label set, but every kubelet-registered node has it and the operator
-      // pins a main with a required `kubernetes.io/hostname` affinity (spec/cocoonset-core.md §5).
+      // pins a main with a required `kubernetes.io/hostname` affinity (docs/cocoonset.md#pods).
       [Labels.hostname]: this.nodeName,
       ...(this.cpuClass ? { [Labels.snapshotCPUClass]: this.cpuClass } : {}),
     };
@@ -425,7 +425,7 @@ export class VkSimulator {
   }
 
   /**
-   * The VM of pod `<namespace>/<name>` dies (spec/vk-contract.md §4.5): the VM is gone; unless the pod has
+   * The VM of pod `<namespace>/<name>` dies: the VM is gone; unless the pod has
    * `hibernate=true` or is being deleted, the pod is deleted (UID precondition, 2 attempts) and its status
    * set Failed with container reason VMGone. Returns false when the pod has no VM on this node.
    */
@@ -487,7 +487,7 @@ export class VkSimulator {
     };
   }
 
-  /** Create or update the Node (labels, taint), then write its status (§1.1). */
+  /** Create or update the Node (labels, taint), then write its status. */
   private async registerNode(): Promise<void> {
     const taint = { ...VK_PROVIDER_TAINT };
     try {
@@ -536,7 +536,7 @@ export class VkSimulator {
 
   // ---------------------------------------------------------------- informers, scheduling, queueing
 
-  /** Binds an unbound pod to this node when its nodeSelector/affinity match and it tolerates the taint (§7.1). */
+  /** Binds an unbound pod to this node when its nodeSelector/affinity match and it tolerates the taint. */
   private async tryBind(pod: V1Pod): Promise<void> {
     const uid = pod.metadata?.uid ?? '';
     if (!this.running || !uid || pod.spec?.nodeName || pod.metadata?.deletionTimestamp) return;
@@ -660,7 +660,7 @@ export class VkSimulator {
     t.maxStamp = Math.max(t.maxStamp, cocoonSetGenerationOf(pod));
     const fp = operatorFingerprint(pod);
     if (fp !== t.fingerprint) {
-      // An operator change re-enqueues the key immediately, whatever the backoff (§1.2).
+      // An operator change re-enqueues the key immediately, whatever the backoff.
       t.fingerprint = fp;
       t.notBefore = 0;
     }
@@ -698,7 +698,7 @@ export class VkSimulator {
     }
   }
 
-  /** Framework behaviour on a Create/UpdatePod error (§1.2): ProviderFailed status, Warning event, backoff. */
+  /** Framework behaviour on a Create/UpdatePod error: ProviderFailed status, Warning event, backoff. */
   private async providerFailed(t: Tracked, op: 'create' | 'update', err: unknown): Promise<void> {
     const message = errMessage(err);
     t.failures += 1;
@@ -726,7 +726,7 @@ export class VkSimulator {
     );
   }
 
-  // ---------------------------------------------------------------- CreatePod (§4.1)
+  // ---------------------------------------------------------------- CreatePod
 
   private async createPod(t: Tracked, pod: V1Pod): Promise<void> {
     const vmName = vmNameOf(pod);
@@ -835,7 +835,7 @@ export class VkSimulator {
   }
 
   /**
-   * The evidence check (§4.1 step 4): GET `<vm>:hibernate`. Returns true to restore. Registry errors,
+   * The evidence check: GET `<vm>:hibernate`. Returns true to restore. Registry errors,
    * an explicit clone source or a base-image mismatch fail the create (HibernateEvidenceFailed).
    */
   private async evidenceCheck(t: Tracked, pod: V1Pod, vmName: string): Promise<boolean> {
@@ -886,7 +886,7 @@ export class VkSimulator {
     return `fork ${name}`;
   }
 
-  /** Clone mode: the base image must be local or pullable from the registry (`repo[:tag]`, §1.3). */
+  /** Clone mode: the base image must be local or pullable from the registry (`repo[:tag]`). */
   private async ensureBaseImage(image: string): Promise<string> {
     if (!image) throw new Error(`no ${Annotations.image} annotation`);
     if (!this.localImages.has(image)) {
@@ -898,7 +898,7 @@ export class VkSimulator {
     return `clone ${image}`;
   }
 
-  // ---------------------------------------------------------------- UpdatePod (§4.2, §4.3, generation echo)
+  // ---------------------------------------------------------------- UpdatePod (generation echo)
 
   private async updatePod(t: Tracked, pod: V1Pod): Promise<void> {
     const gate = cpuClassRejection(pod, this.cpuClass);
@@ -1000,7 +1000,7 @@ export class VkSimulator {
   }
 
   /**
-   * Wake source (§4.3 step 3): the local snapshot `<vm>` when its id matches the registry's `:hibernate`
+   * Wake source: the local snapshot `<vm>` when its id matches the registry's `:hibernate`
    * config; else a pull of `<vm>:hibernate`. Registry errors fail closed. Returns a description.
    * The `wake.pull` fault fires before either source is tried. Peer restore is not simulated.
    */
@@ -1022,7 +1022,7 @@ export class VkSimulator {
     return `${this.opts.registry}/${vmName}:hibernate`;
   }
 
-  /** Async ready (§4.1 step 9, §4.3 step 7): when due, unless hibernate was requested or the VM changed. */
+  /** Async ready: when due, unless hibernate was requested or the VM changed. */
   private async syncReady(t: Tracked): Promise<void> {
     if (t.readyAt === undefined) return;
     if (Date.now() < t.readyAt) {
@@ -1045,7 +1045,7 @@ export class VkSimulator {
     await this.publishReady(t);
   }
 
-  // ---------------------------------------------------------------- deletion (§4.4) and eviction (§4.5)
+  // ---------------------------------------------------------------- deletion and eviction
 
   private async handleDeletion(t: Tracked, pod: V1Pod): Promise<void> {
     if (t.deleteDone) {
@@ -1125,7 +1125,7 @@ export class VkSimulator {
   }
 
   /**
-   * DeletePod (§4.4): for a VM of a managed pod, push `:latest` when ShouldSnapshotVM(policy, role) says so
+   * DeletePod: for a VM of a managed pod, push `:latest` when ShouldSnapshotVM(policy, role) says so
    * (local save first), remove the VM, then drop local snapshots `<vm>` and `fork-<vm>` unless
    * keep-snapshot-on-delete. Unmanaged pods are only forgotten. Throws to keep the VM and retry.
    */
@@ -1181,7 +1181,7 @@ export class VkSimulator {
     }
   }
 
-  /** Eviction (§4.5): delete with UID precondition (2 attempts), then status Failed with `reason`. */
+  /** Eviction: delete with UID precondition (2 attempts), then status Failed with `reason`. */
   private async evict(t: Tracked, reason: string, message: string): Promise<void> {
     for (let i = 1; i <= EVICT_ATTEMPTS; i++) {
       try {
@@ -1208,8 +1208,9 @@ export class VkSimulator {
   // ---------------------------------------------------------------- lifecycle intent and annotations
 
   /**
-   * L(state): stage the intent per §5 (dropped writes are logged and skipped), then flush it as ONE
-   * uid-guarded strategic-merge patch of the triple (message null unless failed).
+   * L(state): stage the intent per the lifecycle intent rules (test/vksim/rules.ts; dropped writes are logged
+   * and skipped), then flush it as ONE uid-guarded strategic-merge patch of the triple (message null unless
+   * failed).
    */
   private async lifecycle(t: Tracked, state: LifecycleState, message = ''): Promise<void> {
     const next: Intent = {
@@ -1260,7 +1261,7 @@ export class VkSimulator {
   }
 
   /**
-   * Stage `ready` in memory → status Running/Ready=True (direct, uid-guarded) → L(ready) (§4.1 step 9).
+   * Stage `ready` in memory → status Running/Ready=True (direct, uid-guarded) → L(ready).
    * If the status write fails the annotation is not written; the re-flush retries both.
    */
   private async publishReady(t: Tracked): Promise<void> {
@@ -1352,7 +1353,7 @@ export class VkSimulator {
     throw new ProviderError(message);
   }
 
-  // ---------------------------------------------------------------- pod status (§3.2)
+  // ---------------------------------------------------------------- pod status
 
   private desiredStatus(t: Tracked): V1PodStatus | undefined {
     if (t.terminal || t.providerError || !t.created) return undefined;
@@ -1489,7 +1490,7 @@ export class VkSimulator {
     return `snap-${randomBytes(8).toString('hex')}`;
   }
 
-  /** core/v1 Event on the pod, source vk-cocoon (§3.3). Fire and forget. */
+  /** core/v1 Event on the pod, source vk-cocoon. Fire and forget. */
   private event(t: Tracked, type: 'Normal' | 'Warning', reason: string, message: string): void {
     const now = new Date();
     this.core
@@ -1513,7 +1514,7 @@ export class VkSimulator {
   }
 }
 
-/** virtual-kubelet's message on containers it marks terminated after DeletePod (§1.2). */
+/** virtual-kubelet's message on containers it marks terminated after DeletePod. */
 const CONTAINER_TERMINATED_MESSAGE =
   'Container was terminated. The exit code may not reflect the real exit code';
 

@@ -1,5 +1,5 @@
 /**
- * The reference operator's CocoonSet test catalogue (spec/cocoonset-core.md §21.1–§21.7) at workflow
+ * The reference operator's CocoonSet test catalogue (its Go test files, listed below) at workflow
  * level: what a reconcile pass of the real CocoonSet workflow does to the world (creates, deletes,
  * patches, events, metrics, status, requeue timing) on the time-skipping test server, through the
  * in-memory CocoonSetWorld (cocoonset-world.ts). Pure builders, drift and the rest of the pure core are
@@ -9,7 +9,7 @@
  * Files: U-plan = test/unit/cocoonset-plan.test.ts, U-pods = …-pods, U-status = …-status,
  * U-restore = …-restore, U-rebuild = …-rebuild, U-life = …-lifecycle, U-config = test/unit/config.test.ts,
  * W = test/workflow/cocoonset.test.ts, C = this file. "later issue (flows)": suspend / un-suspend
- * (spec/cocoonset-flows.md §7.4), out of scope here.
+ * (docs/cocoonset.md#not-built-yet), out of scope here.
  *
  * Where the reference's seams differ from ours: its tests call internal functions (ensureToolboxes,
  * reconcileDelete, …) on a fake client; here the same behaviour is driven through whole passes of the
@@ -17,7 +17,7 @@
  * case starts the workflow on a CocoonSet that already has its deletionTimestamp. A nil Registry is our
  * `registryConfigured: false`. Two cases name a deliberate difference (rows marked so).
  *
- * §21.1 reconciler_test.go
+ * reconciler_test.go
  * | ApplyUnsuspendClearsHibernateAnnotation | later issue (flows); planner pin today: U-plan "clears leftover hibernate annotations and leaves other pods alone" |
  * | ApplyUnsuspendNoopOnCleanSet | later issue (flows); planner pin today: U-plan "is free on a clean set: no List, no patch" |
  * | EnsureToolboxesCollisionReturnsError | U-plan "rejects a toolbox named like an agent slot before any write ("0" and "1")"; C "a toolbox named like an agent slot ("0", "1") or a repeated name fails every pass before any toolbox write, …" |
@@ -37,14 +37,14 @@
  * | EnsureSubAgentsTreatsLifecycleFailedAsTerminal | U-plan "treats lifecycle failed as terminal while the phase is Running"; C "a sub-agent vk reports lifecycle failed is rebuilt although the kubelet still says Running" |
  * | EnsureToolboxesReplacesTerminalPod | U-plan "replaces a terminal or drifted toolbox (no backoff)"; C "a terminal toolbox is replaced every time it fails, with no rebuild history, event, metric or dead letter" |
  * | ReconcileDeleteSkipsUnownedPods | C "deletion leaves a pod with the name label but no controller reference alone; …" |
- * | ReconcileDeleteSnapshotPolicyGC (4) | C "deletion GC, policy %s: …" (never / always / main-only / main-only with toolbox db-0, plus an empty policy read as `always`, §1.4); W "deletes the pods, drops the registry tags per snapshot policy …" |
+ * | ReconcileDeleteSnapshotPolicyGC (4) | C "deletion GC, policy %s: …" (never / always / main-only / main-only with toolbox db-0, plus an empty policy read as `always`, the code-side default); W "deletes the pods, drops the registry tags per snapshot policy …" |
  * | ReconcileDeleteStashesPodVMNamesEvenWhenStatusIsEmpty | C "deletion stashes the VM names of owned pods when status lists none, …" |
  * | ReconcileDeleteCleansTagsAfterPodsGone | C "deletion takes the GC names from status when no pod is left: …"; W "deletion waits (5 s requeue) while owned pods are still terminating, then collects" |
  * | ApplyUnsuspendSkipsPodHibernatedByCR | later issue (flows); planner pin today: U-plan "skips pods a CocoonHibernation holds (…)" |
  * | ApplyUnsuspendSkipsPodMidHibernateOnReverseDesire | later issue (flows); planner pin today: same test |
  * | SetupWithManagerRejectsInvalidConcurrency | deliberate difference — U-config "rejects %s below 1 with the reference wording, and non-integers too (deliberate: …)": the knob is the registry activity slots, validated at start (non-integers too, where Go falls back to 4), not in SetupWithManager |
  *
- * §21.2 pods_test.go (all U-pods)
+ * pods_test.go (all U-pods)
  * | BuildAgentPodSlot0IsMain | "slot 0 is the main: demo-0, role main, slot "0", VM vk-ns-demo-0, no fork-from" |
  * | BuildAgentPodSubAgentForksFromMain | "sub-agent forks from the main and is bound to its node" |
  * | BuildAgentPodAppliesAgentDefaults | "applies code-side defaults on an un-defaulted spec (clone, linux, managed)" |
@@ -79,7 +79,8 @@
  * | BuildAgentPodSubAgentIgnoresNodeNameAffinity | "sub-agent follows its bind and ignores spec.nodeName" |
  * | PodSpecMatchesAgentIgnoresAffinity | "ignores affinity and nodeName (pinning is a migration, not a drift)" |
  *
- * §21.3 status_test.go (U-status; reconcile level: C §21.3 and W "creates the main first, …; rolls status up")
+ * status_test.go (U-status; reconcile level: C status_test.go and W "creates the main first, …; rolls status
+ * up")
  * | BuildStatusPendingWhenNoMain | "is Pending when there is no main" |
  * | BuildStatusScalingWhenSubsMissing | "is Scaling when sub-agents are missing" |
  * | BuildStatusRunningWhenAllReady | "is Running when all are Ready" |
@@ -91,29 +92,29 @@
  * | BuildConditionsNotReadyWhenToolboxesPending | "Ready=False while toolboxes are pending, Progressing while Scaling" |
  * | BuildStatusScalingWhenToolboxesPending | "is Scaling while a toolbox is pending"; C "a toolbox stuck Pending keeps the set Scaling with Ready=False …" |
  *
- * §21.4 restore_test.go
+ * restore_test.go
  * | MarkRestoreIfHibernated (table a–d) | U-restore "without intent: …", "with intent: asks for the probe …", "with intent and the tag absent: …", "with intent and a probe error: fails closed, not marked"; C "a failing restore probe creates nothing (fail closed) …" |
  * | MarkRestoreIfHibernatedNoRegistry | U-restore "without a registry: no error, not marked, no probe" (our nil registry is `registryConfigured: false`) |
  * | PodsRestorableByCR | U-restore "only Hibernated and Waking CRs give restore intent, whatever the desire" |
  * | EnsureToolboxesRestoresHibernated | U-restore "restores a hibernated toolbox on recreate (no UID, empty classification)"; W "a pass with a missing sub-agent and a missing toolbox looks restore intent up exactly once" |
  *
- * §21.5 restore_intent_test.go
+ * restore_intent_test.go
  * | ReconcileSteadyStateSkipsHibernationList | U-plan "lists no CocoonHibernations and probes nothing in steady state"; W "a steady pass keeps every pod and makes no CocoonHibernation list and no registry call" |
  * | ReconcileMissingPodsListsHibernationsOnce | U-plan "lists CocoonHibernations exactly once when sub-agents and toolboxes are both missing"; W "a pass with a missing sub-agent and a missing toolbox looks restore intent up exactly once" |
  * | ReconcileUnrelatedKeyProgressesWhileProbeBlocks | deliberate difference (architecture) — C "an unrelated CocoonSet progresses while another set's registry probe is wedged (one entity workflow per set; …)": no reconcile worker pool, one workflow per set on one worker; the wedged probe holds one of the COCOONSET_CONCURRENCY registry activity slots (the two sets sit in two namespaces only so the fake world can route them) |
  *
- * §21.6 rebuild_test.go (U-rebuild; reconcile level: C §21.6)
+ * rebuild_test.go (U-rebuild; reconcile level: C rebuild_test.go)
  * | RebuildHistoryRoundTrip | "round-trips counts" |
  * | RebuildHistoryGarbageCollectsStaleSlots | "garbage-collects slots above replicas on encode, mutating the map"; C "rebuild history as written drops slots above replicas …" |
  * | BackoffDelaySchedule | "follows the schedule 0, 1 s, 5 s, 30 s, 30 s"; W rebuild test (timeline) |
  * | ReadRebuildHistoryHandlesCorruptAnnotation | "reads a corrupt annotation as empty"; C "a corrupt rebuild history reads as empty: …" |
  * | ReadRebuildHistoryHandlesNullPayload | "reads null as an empty, writable map" |
  *
- * §21.7 lifecycle_test.go
+ * lifecycle_test.go
  * | SyncCocoonSetGenerationStampsAllOwnedPods | U-life "stamps every owned pod whose stamp differs, in name order, before anything else"; C "stamps the generation on every owned pod whose stamp differs, before any other write, …" |
  * | SyncCocoonSetGenerationNoOpWhenAlreadyCurrent | U-life "sends no patch when the stamp is already current"; C same test (second half) |
  *
- * §21.8 (benchmark) is not a test here; `npm run bench` measures the CocoonHibernation side.
+ * The reference's benchmark is not a test here; `npm run bench` measures the CocoonHibernation side.
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
@@ -190,7 +191,7 @@ const eventsOf = (w: CocoonSetWorld, reason: string) => w.events.filter((e) => e
 const registryDeletes = (w: CocoonSetWorld) =>
   w.calls.filter((c) => c.startsWith('registry-delete ')).map((c) => c.slice('registry-delete '.length));
 
-describe('§21.1 reconciler_test.go at workflow level', () => {
+describe("the reference operator's reconciler_test.go cases at workflow level", () => {
   it('a toolbox named like an agent slot ("0", "1") or a repeated name fails every pass before any toolbox write, retries with backoff, and the fixed spec creates it', async () => {
     const world = new CocoonSetWorld(set(toolboxes('0')), converged(set()));
     const mainUID = uidOf(world, 'demo-0');
@@ -481,7 +482,7 @@ describe('§21.1 reconciler_test.go at workflow level', () => {
       tbs('db-0'),
       ['vk-ns-demo-0:hibernate', 'vk-ns-demo-db-0:hibernate', 'vk-ns-demo-db-0:latest'],
     ],
-    ['empty (the code-side default, always: §1.4)', '', agents(0), [], ['vk-ns-demo-0:hibernate']],
+    ['empty (the code-side default, always)', '', agents(0), [], ['vk-ns-demo-0:hibernate']],
   ])(
     'deletion GC, policy %s: deletes exactly these tags in this order, then the finalizer',
     async (_n, policy, a, t, want) => {
@@ -546,7 +547,7 @@ describe('§21.1 reconciler_test.go at workflow level', () => {
   });
 });
 
-describe('§21.3 status_test.go at workflow level', () => {
+describe("the reference operator's status_test.go cases at workflow level", () => {
   it('a toolbox stuck Pending keeps the set Scaling with Ready=False and Progressing=True, and the pass waits for events; Ready, it turns Running', async () => {
     const cs = set(replicas(1), toolboxes('tb'));
     const pods = converged(cs);
@@ -580,7 +581,7 @@ describe('§21.3 status_test.go at workflow level', () => {
   });
 });
 
-describe('§21.4 restore_test.go at workflow level', () => {
+describe("the reference operator's restore_test.go cases at workflow level", () => {
   it('a failing restore probe creates nothing (fail closed) and fails the pass; once the registry answers, the main is created restoring from :hibernate', async () => {
     const world = new CocoonSetWorld(set());
     world.crs = [hibernation('demo-0', 'Hibernate', 'Hibernated')];
@@ -611,7 +612,7 @@ describe('§21.4 restore_test.go at workflow level', () => {
   });
 });
 
-describe('§21.5 restore_intent_test.go at workflow level', () => {
+describe("the reference operator's restore_intent_test.go cases at workflow level", () => {
   it("an unrelated CocoonSet progresses while another set's registry probe is wedged (one entity workflow per set; the wedged call holds one registry slot, no global lock)", async () => {
     const inNamespace = (ns: string, uid: string) => (c: CocoonSet) => {
       c.metadata.namespace = ns;
@@ -649,7 +650,7 @@ describe('§21.5 restore_intent_test.go at workflow level', () => {
   });
 });
 
-describe('§21.6 rebuild_test.go at workflow level', () => {
+describe("the reference operator's rebuild_test.go cases at workflow level", () => {
   it.each([
     [
       'rebuild history as written drops slots above replicas (a scale-down leftover), and counts on from the kept entry',
@@ -679,7 +680,7 @@ describe('§21.6 rebuild_test.go at workflow level', () => {
   });
 });
 
-describe('§21.7 lifecycle_test.go at workflow level', () => {
+describe("the reference operator's lifecycle_test.go cases at workflow level", () => {
   it('stamps the generation on every owned pod whose stamp differs, before any other write, and sends no patch once it is current', async () => {
     const cs = set(replicas(1), (c) => {
       c.metadata.generation = 7;

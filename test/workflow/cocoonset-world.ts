@@ -3,7 +3,7 @@
  * registry tags behind the exact activity interfaces the product registers (CocoonSetActivities,
  * RegistryActivities). It plays the watcher too (every pod change is delivered to the CocoonSet workflow as
  * the `ownedPodObserved` signal) and, minimally, vk-cocoon: pods it is told to fail come up Failed.
- * Semantics follow §20.17 of spec/cocoonset-core.md: synchronous deletes, AlreadyExists on duplicate
+ * Semantics follow the fake client of the reference's tests: synchronous deletes, AlreadyExists on duplicate
  * creates, NotFound, merge-patch annotations with null deleting a key, a separate status write.
  */
 import type { V1Pod } from '@kubernetes/client-node';

@@ -1,5 +1,5 @@
 /**
- * The seed's concurrency tests (spec/hibernation.md §13.4, seed PR #16), made to bite: a recording
+ * The seed's concurrency tests (the reference operator's, seed PR #16), made to bite: a recording
  * registry that detects overlapping calls per VM (annotation writes count too) and a probe that blocks
  * until released. Serialization is the VM workflow's own construction, so the per-VM peak must stay 1;
  * removing it (running the CR passes of one VM concurrently) makes tests (b) and (c) fail — checked by hand.

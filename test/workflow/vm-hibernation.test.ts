@@ -1,6 +1,7 @@
 /**
- * The CocoonHibernation catalogue (spec/hibernation.md §13) at workflow level, on the time-skipping test
- * server: each test drives the VM workflow through the VMWorld (activities + watcher signals).
+ * The CocoonHibernation test catalogue (the reference operator's, docs/hibernation.md) at workflow level, on
+ * the time-skipping test server: each test drives the VM workflow through the VMWorld (activities + watcher
+ * signals).
  */
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
