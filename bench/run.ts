@@ -1,7 +1,7 @@
 /**
  * `npm run bench [-- --quick] [--only seed,scale,idle,latency,history,crash] [--reps N] [--scale-n N]
  *  [--idle-s S] [--idle-sets N] [--sub-agents N] [--edits N] [--cycles N] [--trials N] [--seed N]
- *  [--budget-s S] [--out FILE]`
+ *  [--budget-s S] [--crash-scenarios hibernate,wake,delete,delete-held] [--out FILE]`
  *
  * Benchmarks of the operator against the real local stack (`npm run stack -- up`): Temporal dev server,
  * kube-apiserver + etcd, the OCI registry behind a latency-injecting proxy (test/support/registry-proxy.ts).
@@ -14,7 +14,8 @@
  *
  * `--only crash` (not part of the default run): the crash test of bench/scenarios/crash.ts, `--trials`
  * SIGKILLs of the real operator process (default 100) at random points of hibernate, wake and deletion,
- * plans drawn from `--seed` (default: random, printed), no new trial started after `--budget-s`.
+ * plans drawn from `--seed` (default: random, printed) over `--crash-scenarios` (default all four), no
+ * new trial started after `--budget-s`.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
@@ -23,7 +24,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { openBenchEnv } from './lib/env.js';
 import { printCrash, printFleet, printHistory, printLatency, printMachine, printSeed } from './lib/report.js';
-import { runCrash } from './scenarios/crash.js';
+import { CRASH_SCENARIOS, type CrashScenario, runCrash } from './scenarios/crash.js';
 import { runFleet } from './scenarios/fleet.js';
 import { runHistory } from './scenarios/history.js';
 import { runLatency } from './scenarios/latency.js';
@@ -61,6 +62,7 @@ async function main(): Promise<void> {
       trials: { type: 'string' },
       seed: { type: 'string' },
       'budget-s': { type: 'string' },
+      'crash-scenarios': { type: 'string' },
       out: { type: 'string' },
     },
   });
@@ -74,6 +76,14 @@ async function main(): Promise<void> {
     }
   }
   const want = (s: Scenario) => only.includes(s);
+  const crashScenarios = (values['crash-scenarios'] ?? CRASH_SCENARIOS.join(','))
+    .split(',')
+    .map((s) => s.trim());
+  for (const s of crashScenarios) {
+    if (!(CRASH_SCENARIOS as readonly string[]).includes(s)) {
+      throw new Error(`unknown crash scenario ${s} (known: ${CRASH_SCENARIOS.join(', ')})`);
+    }
+  }
   const sizes = {
     seedReps: int(values.reps, 'reps') ?? (quick ? 2 : 5),
     seedConcurrencies: quick ? [1, 4, 32] : [1, 4, 8, 16, 32],
@@ -86,6 +96,7 @@ async function main(): Promise<void> {
     trials: int(values.trials, 'trials') ?? 100,
     seed: int(values.seed, 'seed', 0) ?? Math.floor(Math.random() * 2 ** 31),
     budgetS: int(values['budget-s'], 'budget-s'),
+    crashScenarios,
   };
   const started = new Date();
   const result: Record<string, unknown> = {
@@ -159,6 +170,7 @@ async function main(): Promise<void> {
         trials: sizes.trials,
         seed: sizes.seed,
         budgetMs: sizes.budgetS === undefined ? undefined : sizes.budgetS * 1000,
+        scenarios: sizes.crashScenarios as CrashScenario[],
         progress: log,
       });
       save();

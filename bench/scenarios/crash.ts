@@ -139,8 +139,11 @@ const PREPARE_MS = 60_000;
 const CONVERGE_MS = 150_000;
 /** Deadline for a new operator's /readyz, ms. */
 const READY_MS = 120_000;
-/** Upper bound of a `delay` kill point, ms (a transition with the simulator takes about 1–3 s here). */
-const MAX_DELAY_MS = 3_000;
+/**
+ * Upper bound of a `delay` kill point, ms: a transition with the simulator takes about 0.5–2 s here, so
+ * most delays land inside it (a later kill is still a valid trial, counted as "killed after convergence").
+ */
+const MAX_DELAY_MS = 1_500;
 /** Upper bound of the gap between the kill and the restart, ms (vk-cocoon's part goes on meanwhile). */
 const MAX_DOWN_MS = 2_000;
 /** Changes (CR + pod versions) a transition makes, about: the `change` point picks k in 1..this. */
