@@ -390,7 +390,10 @@ export class CrashRig {
       convergeMs: Number.NaN,
     };
     try {
-      // 1. Preparation, operator alive.
+      // 1. Preparation, operator alive (a previous trial whose restart failed left none).
+      if (!this.op || this.op.child.exitCode !== null || this.op.child.signalCode !== null) {
+        await this.startOperator();
+      }
       await this.runningVM(pod);
       if (plan.scenario !== 'hibernate') {
         for (const n of names) await this.crs.create(n, pod, 'Hibernate');
