@@ -140,14 +140,23 @@ const CONVERGE_MS = 150_000;
 /** Deadline for a new operator's /readyz, ms. */
 const READY_MS = 120_000;
 /**
- * Upper bound of a `delay` kill point, ms: a transition with the simulator takes about 0.5–2 s here, so
- * most delays land inside it (a later kill is still a valid trial, counted as "killed after convergence").
+ * Upper bound of a `delay` kill point per scenario, ms: about the trigger → convergence time of a clean
+ * transition with the simulator on this machine (hibernate and wake 0.3–0.7 s, a deletion 0.2–0.4 s), so
+ * most delays land inside it; a later kill is still a valid trial, counted as "killed after convergence".
  */
-const MAX_DELAY_MS = 1_500;
+const MAX_DELAY_MS: Record<CrashScenario, number> = {
+  hibernate: 900,
+  wake: 900,
+  delete: 450,
+  'delete-held': 450,
+};
 /** Upper bound of the gap between the kill and the restart, ms (vk-cocoon's part goes on meanwhile). */
 const MAX_DOWN_MS = 2_000;
-/** Changes (CR + pod versions) a transition makes, about: the `change` point picks k in 1..this. */
-const CHANGES: Record<CrashScenario, number> = { hibernate: 7, wake: 5, delete: 2, 'delete-held': 2 };
+/**
+ * Changes (CR + pod versions) a transition makes before it converges, about: the `change` point picks k in
+ * 1..this. A deletion's first is the trigger's own deletionTimestamp, its second the end.
+ */
+const CHANGES: Record<CrashScenario, number> = { hibernate: 6, wake: 4, delete: 1, 'delete-held': 1 };
 /** A `change` or `registry` point not reached this long after convergence is given up (kill then), ms. */
 const POINT_GRACE_MS = 1_000;
 
@@ -172,7 +181,7 @@ export function randomPlan(rnd: () => number, scenarios: readonly CrashScenario[
     scenario === 'delete-held' ? ['delay', 'change'] : ['delay', 'change', 'registry'];
   const kind = kinds[Math.floor(rnd() * kinds.length)]!;
   let point: KillPoint;
-  if (kind === 'delay') point = { kind, ms: Math.floor(rnd() * MAX_DELAY_MS) };
+  if (kind === 'delay') point = { kind, ms: Math.floor(rnd() * MAX_DELAY_MS[scenario]) };
   else if (kind === 'change') point = { kind, k: 1 + Math.floor(rnd() * CHANGES[scenario]) };
   else point = { kind, verdict: rnd() < 0.5 ? 'forward' : 'drop' };
   return { scenario, point, downMs: Math.floor(rnd() * MAX_DOWN_MS) };
