@@ -398,6 +398,8 @@ export class CrashRig {
       restartMs: Number.NaN,
       convergeMs: Number.NaN,
     };
+    // Settles a parked registry request; also in `finally`, so a trial that fails never leaves one parked.
+    let release: ((v: 'forward' | 'drop') => void) | undefined;
     try {
       // 1. Preparation, operator alive (a previous trial whose restart failed left none).
       if (!this.op || this.op.child.exitCode !== null || this.op.child.signalCode !== null) {
@@ -410,7 +412,6 @@ export class CrashRig {
       }
       // 3. Arm the kill point before the trigger.
       let parked: Promise<string> | undefined;
-      let release!: (v: 'forward' | 'drop') => void;
       if (plan.point.kind === 'registry') {
         const verdict = new Promise<'forward' | 'drop'>((r) => {
           release = r;
@@ -442,7 +443,7 @@ export class CrashRig {
       result.killedMidTransition = (await this.notConverged(pod, plan.scenario)) !== undefined;
       if (plan.point.kind === 'registry') {
         this.park = undefined;
-        release(plan.point.verdict);
+        release?.(plan.point.verdict);
       }
       await new Promise((r) => setTimeout(r, plan.downMs));
       const readyAt = await this.startOperator();
@@ -473,6 +474,7 @@ export class CrashRig {
       result.problem = (err as Error).message;
     } finally {
       this.park = undefined;
+      release?.('forward');
     }
     result.lost.push(...(this.violations.get(pod) ?? []));
     if (!result.converged && (await this.requiredTagMissing(pod, plan.scenario))) {
