@@ -141,15 +141,17 @@ const CONVERGE_MS = 150_000;
 const READY_MS = 120_000;
 /**
  * Upper bound of a `delay` kill point per scenario, ms: about the trigger → convergence time of a clean
- * transition with the simulator on this machine (hibernate and wake 0.3–0.7 s, a deletion 0.2–0.4 s), so
+ * transition with the simulator on this machine (hibernate and wake 0.3–0.7 s plus the wake's WAKE_PULL_MS, a deletion 0.2–0.4 s), so
  * most delays land inside it; a later kill is still a valid trial, counted as "killed after convergence".
  */
 const MAX_DELAY_MS: Record<CrashScenario, number> = {
   hibernate: 900,
-  wake: 900,
+  wake: 900 + 1_000,
   delete: 450,
   'delete-held': 450,
 };
+/** How long the simulator's wake pulls the snapshot in `wake` trials (a fault rule), ms. */
+const WAKE_PULL_MS = 1_000;
 /** Upper bound of the gap between the kill and the restart, ms (vk-cocoon's part goes on meanwhile). */
 const MAX_DOWN_MS = 2_000;
 /**
@@ -409,6 +411,16 @@ export class CrashRig {
       if (plan.scenario !== 'hibernate') {
         for (const n of names) await this.crs.create(n, pod, 'Hibernate');
         for (const n of names) await this.crs.waitPhase(n, 'Hibernated', PREPARE_MS);
+      }
+      if (plan.scenario === 'wake') {
+        // vk-cocoon pulls the snapshot for seconds; the simulator would be back in milliseconds, too soon
+        // for a tag DELETE issued before the VM runs to be told from a correct one.
+        await this.sim.addFault({
+          vm: `^${this.vmOf(pod)}$`,
+          op: 'wake.pull.delay',
+          delayMs: WAKE_PULL_MS,
+          count: 1,
+        });
       }
       // 3. Arm the kill point before the trigger.
       let parked: Promise<string> | undefined;
