@@ -1,6 +1,7 @@
 /**
- * `npm run bench [-- --quick] [--only seed,scale,idle,latency,history] [--reps N] [--scale-n N]
- *  [--idle-s S] [--idle-sets N] [--sub-agents N] [--edits N] [--cycles N] [--out FILE]`
+ * `npm run bench [-- --quick] [--only seed,scale,idle,latency,history,crash] [--reps N] [--scale-n N]
+ *  [--idle-s S] [--idle-sets N] [--sub-agents N] [--edits N] [--cycles N] [--trials N] [--seed N]
+ *  [--budget-s S] [--crash-scenarios hibernate,wake,delete,delete-held] [--out FILE]`
  *
  * Benchmarks of the operator against the real local stack (`npm run stack -- up`): Temporal dev server,
  * kube-apiserver + etcd, the OCI registry behind a latency-injecting proxy (test/support/registry-proxy.ts).
@@ -10,6 +11,11 @@
  * Default (full): all five scenarios at the sizes of the "Benchmarks" issue. `--quick`: the seed shape
  * only, 2 repetitions, C ∈ {1,4,32} (slot-bound, the default, saturated), both L — under 3 minutes on the
  * 2-core development machine; other scenarios named with --only run at reduced sizes (printed).
+ *
+ * `--only crash` (not part of the default run): the crash test of bench/scenarios/crash.ts, `--trials`
+ * SIGKILLs of the real operator process (default 100) at random points of hibernate, wake and deletion,
+ * plans drawn from `--seed` (default: random, printed) over `--crash-scenarios` (default all four), no
+ * new trial started after `--budget-s`.
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
@@ -17,15 +23,18 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { openBenchEnv } from './lib/env.js';
-import { printFleet, printHistory, printLatency, printMachine, printSeed } from './lib/report.js';
+import { printCrash, printFleet, printHistory, printLatency, printMachine, printSeed } from './lib/report.js';
+import { CRASH_SCENARIOS, type CrashScenario, runCrash } from './scenarios/crash.js';
 import { runFleet } from './scenarios/fleet.js';
 import { runHistory } from './scenarios/history.js';
 import { runLatency } from './scenarios/latency.js';
 import { runSeed } from './scenarios/seed.js';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
-const SCENARIOS = ['seed', 'scale', 'idle', 'latency', 'history'] as const;
+const SCENARIOS = ['seed', 'scale', 'idle', 'latency', 'history', 'crash'] as const;
 type Scenario = (typeof SCENARIOS)[number];
+/** What a run without --only does (the crash test is asked for by name). */
+const DEFAULT_SCENARIOS: readonly Scenario[] = ['seed', 'scale', 'idle', 'latency', 'history'];
 
 function log(msg: string): void {
   process.stderr.write(`[bench ${new Date().toISOString().slice(11, 19)}] ${msg}\n`);
@@ -50,17 +59,31 @@ async function main(): Promise<void> {
       'sub-agents': { type: 'string' },
       edits: { type: 'string' },
       cycles: { type: 'string' },
+      trials: { type: 'string' },
+      seed: { type: 'string' },
+      'budget-s': { type: 'string' },
+      'crash-scenarios': { type: 'string' },
       out: { type: 'string' },
     },
   });
   const quick = values.quick ?? false;
-  const only = (values.only ?? (quick ? 'seed' : SCENARIOS.join(','))).split(',').map((s) => s.trim());
+  const only = (values.only ?? (quick ? 'seed' : DEFAULT_SCENARIOS.join(',')))
+    .split(',')
+    .map((s) => s.trim());
   for (const s of only) {
     if (!(SCENARIOS as readonly string[]).includes(s)) {
       throw new Error(`unknown scenario ${s} (known: ${SCENARIOS.join(', ')})`);
     }
   }
   const want = (s: Scenario) => only.includes(s);
+  const crashScenarios = (values['crash-scenarios'] ?? CRASH_SCENARIOS.join(','))
+    .split(',')
+    .map((s) => s.trim());
+  for (const s of crashScenarios) {
+    if (!(CRASH_SCENARIOS as readonly string[]).includes(s)) {
+      throw new Error(`unknown crash scenario ${s} (known: ${CRASH_SCENARIOS.join(', ')})`);
+    }
+  }
   const sizes = {
     seedReps: int(values.reps, 'reps') ?? (quick ? 2 : 5),
     seedConcurrencies: quick ? [1, 4, 32] : [1, 4, 8, 16, 32],
@@ -70,6 +93,10 @@ async function main(): Promise<void> {
     subAgents: int(values['sub-agents'], 'sub-agents', 0) ?? 1,
     edits: int(values.edits, 'edits') ?? (quick ? 50 : 200),
     cycles: int(values.cycles, 'cycles') ?? (quick ? 100 : 1000),
+    trials: int(values.trials, 'trials') ?? 100,
+    seed: int(values.seed, 'seed', 0) ?? Math.floor(Math.random() * 2 ** 31),
+    budgetS: int(values['budget-s'], 'budget-s'),
+    crashScenarios,
   };
   const started = new Date();
   const result: Record<string, unknown> = {
@@ -138,6 +165,16 @@ async function main(): Promise<void> {
       });
       save();
     }
+    if (want('crash')) {
+      result.crash = await runCrash(env, {
+        trials: sizes.trials,
+        seed: sizes.seed,
+        budgetMs: sizes.budgetS === undefined ? undefined : sizes.budgetS * 1000,
+        scenarios: sizes.crashScenarios as CrashScenario[],
+        progress: log,
+      });
+      save();
+    }
   } finally {
     await env.close();
     (result.machine as Record<string, unknown>).loadavgAtEnd = loadavg();
@@ -150,6 +187,7 @@ async function main(): Promise<void> {
   if (result.fleet) printFleet(result.fleet as Parameters<typeof printFleet>[0]);
   if (result.latency) printLatency(result.latency as Parameters<typeof printLatency>[0]);
   if (result.history) printHistory(result.history as Parameters<typeof printHistory>[0]);
+  if (result.crash) printCrash(result.crash as Parameters<typeof printCrash>[0]);
   // The registry worker is activity-only; the SDK says so once per worker (expected, JSON only).
   const notable = [...env.sdkWarnings].filter(([msg]) => !msg.includes('No workflows registered'));
   if (notable.length) {

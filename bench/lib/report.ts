@@ -1,6 +1,7 @@
 /**
  * Plain-text reports of benchmark results: Markdown pipe tables, so they paste into docs/performance.md as-is.
  */
+import { type CrashResult, clean, describePlan, describeTrial } from '../scenarios/crash.js';
 import type { FleetResult } from '../scenarios/fleet.js';
 import type { HistoryResult } from '../scenarios/history.js';
 import type { LatencyResult } from '../scenarios/latency.js';
@@ -260,4 +261,67 @@ export function printHistory(h: HistoryResult): void {
   write(
     `\nStalled transitions (nudged with a resync signal after 10 s): ${h.stalls.length}; wall ${fmt(h.wallMs / 1000)} s.`,
   );
+}
+
+/**
+ * Prints the crash-test table (trials, converged, lost, duplicate and missing completion Events, time
+ * from the restarted operator's readiness to convergence), a row per scenario × kill point, and one line
+ * per trial that is not clean.
+ */
+export function printCrash(r: CrashResult): void {
+  write(`\n### Crash: the operator SIGKILLed at random points, seed ${r.seed}\n`);
+  write(
+    table(
+      [
+        'trials',
+        'converged',
+        'lost',
+        'duplicate completion events',
+        'missing completion events',
+        'killed mid-transition',
+        'ready → converged median / max (ms)',
+        'kill → ready median (ms)',
+      ],
+      [
+        [
+          String(r.trials.length),
+          String(r.converged),
+          String(r.lost),
+          String(r.duplicateEvents),
+          String(r.missingEvents),
+          String(r.killedMidTransition),
+          `${fmt(r.convergeMedianMs)} / ${fmt(r.convergeMaxMs)}`,
+          fmt(r.restartMedianMs),
+        ],
+      ],
+    ),
+  );
+  const groups = new Map<string, CrashResult['trials']>();
+  for (const t of r.trials) {
+    const key = `${t.plan.scenario} | ${t.plan.point.kind}`;
+    groups.set(key, [...(groups.get(key) ?? []), t]);
+  }
+  write('');
+  write(
+    table(
+      ['scenario', 'kill point', 'trials', 'converged', 'mid-transition', 'ready → converged max (ms)'],
+      [...groups.entries()]
+        .sort(([a], [b]) => a.localeCompare(b))
+        .map(([key, ts]) => {
+          const conv = ts.filter((t) => t.converged).map((t) => t.convergeMs);
+          return [
+            ...key.split(' | '),
+            String(ts.length),
+            String(conv.length),
+            String(ts.filter((t) => t.killedMidTransition).length),
+            fmt(conv.length ? Math.max(...conv) : Number.NaN),
+          ];
+        }),
+    ),
+  );
+  const bad = r.trials.filter((t) => !clean(t));
+  if (bad.length) {
+    write('\nTrials that are not clean:');
+    for (const t of bad) write(`- #${t.index} ${describePlan(t.plan)}: ${describeTrial(t)}`);
+  }
 }
