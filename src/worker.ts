@@ -97,6 +97,14 @@ const HERE = dirname(fileURLToPath(import.meta.url));
 export const VERSION = process.env.COCOON_OPERATOR_VERSION ?? 'dev';
 /** How long a graceful shutdown may take beyond the activity grace period before the process gives up. */
 const SHUTDOWN_SLACK_MS = 5_000;
+/**
+ * How long a workflow task waits on the sticky queue of the worker that last ran the workflow before the
+ * server hands it to any worker of the task queue (the SDK's default is 10 s). A worker killed with -9 never
+ * says it is gone, so each of its workflows' next task (an activity's result, a signal) waited that long;
+ * with 3 s a transition resumes on the new worker within seconds. A live worker takes its sticky tasks
+ * within milliseconds, so the shorter wait costs nothing in steady state.
+ */
+const STICKY_QUEUE_TIMEOUT = '3s';
 /** Bound of one Temporal health check done for /readyz. */
 const TEMPORAL_HEALTH_TIMEOUT_MS = 2_000;
 /** Wait between attempts to reach Temporal at startup. */
@@ -373,6 +381,7 @@ export async function run(config: Config, log: Logger): Promise<number> {
             taskQueue: queues.workflows,
             workflowBundle: { codePath: bundle.codePath },
             activities: kubeActivities,
+            stickyQueueScheduleToStartTimeout: STICKY_QUEUE_TIMEOUT,
           }),
           await Worker.create({
             ...common,
