@@ -44,6 +44,15 @@ import {
 export const IDLE_CONNECTION_TIMEOUT_MS = 30_000;
 /** Retries of a request that failed on a reused connection before the server read it. */
 export const STALE_CONNECTION_RETRIES = 2;
+/**
+ * Retries of a request the apiserver answered 429 with a Retry-After header, as client-go does (its
+ * `maxRetries` is 10): the server rejected it before acting on it (API Priority and Fairness, or a
+ * resource whose storage is still initializing, e.g. the first list of a custom resource in a namespace
+ * created a moment ago), so the retry is safe for every method.
+ */
+export const TOO_MANY_REQUESTS_RETRIES = 10;
+/** Longest wait honoured from one Retry-After (seconds above it are cut to this), ms. */
+export const MAX_RETRY_AFTER_MS = 5_000;
 /** Distinct TLS option sets kept (each one agent); beyond it the least recently used agent is dropped. */
 const MAX_AGENTS = 8;
 /** Errors that mean "the connection was already closed by the peer" when seen on a reused socket. */
@@ -66,6 +75,8 @@ export interface TransportStats {
   requests: number;
   /** Requests retried because their reused connection had been closed by the server. */
   staleRetries: number;
+  /** Requests sent again after a 429 with Retry-After ({@link TOO_MANY_REQUESTS_RETRIES}). */
+  throttledRetries: number;
   /** Requests left to client-node's own fetch library (proxied clusters). */
   passthrough: number;
   /** Keep-alive agents created (one per distinct TLS option set seen). */
@@ -104,6 +115,37 @@ function keepAliveAgent(template: http.Agent): http.Agent {
   return template.constructor === https.Agent
     ? new https.Agent({ ...tls, ...common })
     : new http.Agent(common);
+}
+
+/**
+ * The wait a 429 response asks for, in ms (Retry-After in whole seconds, capped at
+ * {@link MAX_RETRY_AFTER_MS}), or undefined when the response is not a 429 with a usable Retry-After.
+ * HTTP dates are not honoured (the apiserver sends seconds).
+ */
+export function retryAfterMs(res: ResponseContext): number | undefined {
+  if (res.httpStatusCode !== 429) return undefined;
+  const raw = res.headers['retry-after'] ?? res.headers['Retry-After'];
+  if (raw === undefined || !/^\s*\d+\s*$/.test(raw)) return undefined;
+  return Math.min(Number(raw) * 1000, MAX_RETRY_AFTER_MS);
+}
+
+/** Resolves after `ms`, or rejects with the signal's reason when it aborts first. */
+function pause(ms: number, signal: AbortSignal | undefined): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) {
+      reject(signal.reason);
+      return;
+    }
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal?.reason);
+    };
+    const timer = setTimeout(() => {
+      signal?.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener('abort', onAbort, { once: true });
+  });
 }
 
 function flatHeaders(h: http.IncomingHttpHeaders): Record<string, string> {
@@ -189,7 +231,13 @@ export class KeepAliveTransport {
   private readonly agents = new Map<string, http.Agent>();
   private readonly chosen = new WeakMap<RequestContext, http.Agent>();
   private readonly fallback = new IsomorphicFetchHttpLibrary();
-  private readonly counters: TransportStats = { requests: 0, staleRetries: 0, passthrough: 0, agents: 0 };
+  private readonly counters: TransportStats = {
+    requests: 0,
+    staleRetries: 0,
+    throttledRetries: 0,
+    passthrough: 0,
+    agents: 0,
+  };
 
   /**
    * `requestTimeoutMs`: bound of one API call, retries included (aborted with a TimeoutError after it);
@@ -231,13 +279,28 @@ export class KeepAliveTransport {
     this.chosen.set(ctx, agent);
   }
 
-  /** Sends the request (client-node's PromiseHttpLibrary interface). */
+  /**
+   * Sends the request (client-node's PromiseHttpLibrary interface). A 429 with Retry-After is sent again
+   * after the wait it asks for, up to {@link TOO_MANY_REQUESTS_RETRIES} times; the last answer is returned
+   * as is. Rejects with the transport error, or the abort reason of the request's signal.
+   */
   async send(ctx: RequestContext): Promise<ResponseContext> {
     if (this.opts.requestTimeoutMs) {
       const own = ctx.getSignal();
       const timeout = AbortSignal.timeout(this.opts.requestTimeoutMs);
       ctx.setSignal(own ? AbortSignal.any([own, timeout]) : timeout);
     }
+    for (let throttled = 0; ; throttled++) {
+      const res = await this.sendOnce(ctx);
+      const wait = retryAfterMs(res);
+      if (wait === undefined || throttled >= TOO_MANY_REQUESTS_RETRIES) return res;
+      await res.body.binary(); // drain the 429's body before the request is sent again
+      this.counters.throttledRetries++;
+      await pause(wait, ctx.getSignal());
+    }
+  }
+
+  private async sendOnce(ctx: RequestContext): Promise<ResponseContext> {
     const agent = this.chosen.get(ctx);
     const body = ctx.getBody();
     if (!agent || (body !== undefined && typeof body !== 'string')) {

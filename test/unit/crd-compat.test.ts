@@ -1,6 +1,6 @@
 /**
  * The project's CRD manifests (config/crd/) must stay wire-compatible with the upstream ones
- * (../shared/reference/crds/, cocoon-common v0.3.0; docs/cocoonset.md#the-resource,
+ * (test/fixtures/upstream-crds/, cocoon-common v0.3.0; docs/cocoonset.md#the-resource,
  * docs/hibernation.md#the-resource): same names, scope, versions, schema (types, formats, enums, defaults,
  * required lists, bounds, patterns, x-kubernetes-* markers, CEL rules and messages), subresources and printer
  * columns. Only `description` texts and metadata other than the name (controller-gen annotations, our labels)
@@ -14,7 +14,7 @@ import { parseAllDocuments } from 'yaml';
 
 const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const OURS_DIR = join(REPO_ROOT, 'config/crd');
-const REFERENCE_DIR = resolve(REPO_ROOT, '../shared/reference/crds');
+const REFERENCE_DIR = join(REPO_ROOT, 'test/fixtures/upstream-crds');
 const FILES = [
   'cocoonset.cocoonstack.io_cocoonsets.yaml',
   'cocoonset.cocoonstack.io_cocoonhibernations.yaml',
@@ -123,12 +123,16 @@ function clone(o: Obj): Obj {
 }
 
 describe('CRD manifests are schema-compatible with the reference CRDs', () => {
-  it('finds the reference directory beside the repository', () => {
+  it('finds the upstream CRDs in test/fixtures/upstream-crds', () => {
     expect(
       existsSync(REFERENCE_DIR),
-      `reference CRDs not found at ${REFERENCE_DIR} (shared/ must sit beside the repo)`,
+      `reference CRDs not found at ${REFERENCE_DIR} (test/fixtures/upstream-crds/)`,
     ).toBe(true);
-    expect(readdirSync(REFERENCE_DIR).sort()).toEqual([...FILES].sort());
+    expect(
+      readdirSync(REFERENCE_DIR)
+        .filter((f) => f.endsWith('.yaml'))
+        .sort(),
+    ).toEqual([...FILES].sort());
   });
 
   for (const file of FILES) {

@@ -14,6 +14,7 @@ import {
   EventReasons,
   Finalizers,
   GROUP,
+  Labels,
   PLURAL_COCOONSETS,
   VERSION,
   WorkflowAnnotations,
@@ -106,6 +107,9 @@ describe('CocoonSet activities on a real apiserver', () => {
       const pod = buildAgentPod(cs, slot, `vk-${NS}-demo-0`, '');
       // Something large that no pass reads (kubectl apply leaves such annotations).
       pod.metadata!.annotations!['kubectl.kubernetes.io/last-applied-configuration'] = 'x'.repeat(2000);
+      // A pool no simulated node serves: the pods stay unbound and unwritten, so the page read below and
+      // the GET after it see the same pod.
+      pod.spec!.nodeSelector = { ...pod.spec!.nodeSelector, [Labels.nodePool]: 'unserved' };
       await kube.core.createNamespacedPod({ namespace: NS, body: pod });
     }
     const first = await paged.cocoonSetReadWorld({ namespace: NS, name: 'demo' });
