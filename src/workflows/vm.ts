@@ -16,6 +16,7 @@ import {
   condition,
   continueAsNew,
   log,
+  patched,
   proxyActivities,
   setHandler,
   workflowInfo,
@@ -78,6 +79,8 @@ const BACKOFF_BASE_MS = 1_000;
 const BACKOFF_MAX_MS = 60_000;
 /** Deleting CRs wait for an in-flight vk hibernate round at most this long before dropping the tag. */
 const DELETE_ROUND_WAIT_MS = HIBERNATE_TIMEOUT_MS;
+/** Deleting CRs wait for an in-flight vk wake (which pulls the tag) at most this long, then keep the tag. */
+const DELETE_WAKE_WAIT_MS = WAKE_TIMEOUT_MS;
 /** Continue as new past this many history events (well under Temporal's 51,200 limit). */
 const MAX_HISTORY_EVENTS = 5_000;
 
@@ -736,14 +739,34 @@ async function wakePath(
 }
 
 /**
+ * True while vk-cocoon may still need the `:hibernate` tag of `vmName` to bring that VM back: the pod
+ * exists and carries that VM name, no hibernate is requested, and the VM does not run yet (no VM id or no
+ * running container: wake gate closed). vk reads the tag on wake and at a restore-marked create
+ * (vk contract §4.1, §4.3); a failed pull is retried on the framework's backoff, so `failed` counts too.
+ */
+function wakeInFlight(pod: PodObservation, vmName: string): boolean {
+  return (
+    pod.exists &&
+    !hibernateAnnotated(pod) &&
+    (pod.annotations?.[Annotations.vmName] ?? '') === vmName &&
+    !wakeGateOpen(pod)
+  );
+}
+
+/**
  * Deletion (docs/hibernation.md#deletion-and-tag-gc): unless another live CR holds the VM, drop the
- * `:hibernate` tag of the VM this CR recorded (best effort), then remove the finalizer. Deliberate addition:
- * while vk-cocoon is in the middle of a hibernate round for this VM (hibernate requested, lifecycle
- * `hibernating`), wait — dropping the tag now would race the push — for at most DELETE_ROUND_WAIT_MS after
- * the deletion started.
+ * `:hibernate` tag of the VM this CR recorded (best effort), then remove the finalizer. Deliberate
+ * additions, so a deletion never races vk-cocoon over the tag:
+ * - while vk is in the middle of a hibernate round for this VM (hibernate requested, lifecycle
+ *   `hibernating`), wait — dropping the tag now would race the push — for at most DELETE_ROUND_WAIT_MS
+ *   after the deletion started;
+ * - while vk is waking this VM (`wakeInFlight`: the tag is the only copy and vk is pulling it), wait until
+ *   the VM runs (then the tag is spent and goes), for at most DELETE_WAKE_WAIT_MS; past that, keep the tag:
+ *   a wake vk still retries must find it. The reference deletes at once and loses the VM.
  */
 async function deletionFlow(state: VMState, cr: TrackedCR, registry: RegistryActivities): Promise<void> {
   const vmName = cr.status?.vmName ?? '';
+  let keepTag = false;
   if (vmName) {
     const pod = state.podObs;
     const roundInFlight =
@@ -756,8 +779,19 @@ async function deletionFlow(state: VMState, cr: TrackedCR, registry: RegistryAct
       cr.retryAt = Math.min(since + DELETE_ROUND_WAIT_MS, Date.now() + FALLBACK_RESYNC_MS);
       return;
     }
-    const others = await kube.listHibernations({ namespace: cr.namespace });
-    if (heldByAnother({ uid: cr.uid, podRef: cr.podRef, vmName }, others)) {
+    if (pod && wakeInFlight(pod, vmName) && patched('deletion-waits-for-wake')) {
+      if (Date.now() - since < DELETE_WAKE_WAIT_MS) {
+        cr.retryAt = Math.min(since + DELETE_WAKE_WAIT_MS, Date.now() + FALLBACK_RESYNC_MS);
+        return;
+      }
+      keepTag = true;
+    }
+    const others = keepTag ? [] : await kube.listHibernations({ namespace: cr.namespace });
+    if (keepTag) {
+      log.warn(
+        `keeping hibernate snapshot ${vmName}: vk-cocoon has not finished waking it within ${goDuration(DELETE_WAKE_WAIT_MS)}`,
+      );
+    } else if (heldByAnother({ uid: cr.uid, podRef: cr.podRef, vmName }, others)) {
       log.info(`keeping hibernate snapshot ${vmName}: another live CocoonHibernation still tracks it`);
     } else {
       try {

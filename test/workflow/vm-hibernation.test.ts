@@ -336,6 +336,50 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     });
   });
 
+  /** A hibernated VM with its tag, a Wake CR, and vk not yet done waking: the CR is Waking, the pod has no VM. */
+  async function wakingVM(world: VMWorld): Promise<void> {
+    world.tags.add(`${VM}:hibernate`);
+    await world.putPod(NS, 'demo-0', { annotations: hibernatedPodAnnotations(VM) });
+    await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
+    await waitFor('Waking', () => phase(world) === 'Waking');
+    expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBeUndefined();
+    // vk has started the wake (lifecycle creating) and is pulling the tag.
+    await world.annotatePod(NS, 'demo-0', { [Annotations.lifecycleState]: 'creating' });
+  }
+
+  it('a CR deleted while vk wakes its VM keeps the tag until the VM runs, then drops it (deliberate fix: the reference deletes it under the pull and the VM is lost)', async () => {
+    await withWorld(env, async (world) => {
+      await wakingVM(world);
+      await world.deleteCR(NS, 'hib');
+      await env.sleep(20_000);
+      expect((await settled(world)).hibernations[0]).toMatchObject({ deleting: true });
+      expect(world.calls.some((c) => c.startsWith('DELETE'))).toBe(false);
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+      // vk finishes the wake: the VM runs, the snapshot is spent, the deletion completes.
+      await world.annotatePod(
+        NS,
+        'demo-0',
+        { [Annotations.lifecycleState]: 'ready', [Annotations.vmID]: 'vmid-2' },
+        { containerRunning: true },
+      );
+      await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
+    });
+  });
+
+  it('a CR deleted while vk wakes its VM keeps the tag for good when the wake does not finish within 5m0s (the VM has no other copy)', async () => {
+    await withWorld(env, async (world) => {
+      await wakingVM(world);
+      // The pull fails; vk retries on its backoff, and needs the tag each time.
+      await world.annotatePod(NS, 'demo-0', { [Annotations.lifecycleState]: 'failed' });
+      await world.deleteCR(NS, 'hib');
+      const skipped = await skipUntil(env, 'CR gone', () => world.cr(NS, 'hib') === undefined, 400_000, 10_000);
+      expect(skipped).toBeGreaterThanOrEqual(290_000);
+      expect(world.calls.some((c) => c.startsWith('DELETE'))).toBe(false);
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+    });
+  });
+
   it('a desire edit that overtakes the response of its own status patch is not lost (benchmark finding)', async () => {
     await withWorld(env, async (world) => {
       world.tags.add(`${VM}:hibernate`);
