@@ -8,7 +8,7 @@
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import { Annotations } from '../api/keys.js';
-import { vmNameOf } from '../api/pod.js';
+import { vmNameForPod, vmNameOf } from '../api/pod.js';
 import type { CocoonHibernation } from '../api/types.js';
 
 /**
@@ -36,6 +36,32 @@ export function podsHibernatedByCR(crs: readonly CocoonHibernation[]): Set<strin
   for (const cr of crs) {
     const name = cr.spec?.podRef?.name ?? '';
     if (name !== '' && (cr.spec?.desire === 'Hibernate' || cr.status?.phase === 'Hibernating')) out.add(name);
+  }
+  return out;
+}
+
+/**
+ * VM names whose `:hibernate` tag a live CocoonHibernation of `namespace` still needs: CRs not being deleted
+ * with `spec.desire == Hibernate` or `status.phase` in Hibernating / Hibernated / Waking, by their recorded
+ * `status.vmName` and by the VM name of their pod (`vk-<ns>-<podRef>`). The CocoonSet's deletion GC keeps
+ * these tags (docs/cocoonset.md#deletion-and-registry-gc): a deliberate deviation, the reference drops
+ * every `:hibernate`, and a set re-applied later can no longer restore a VM its CR still shows Hibernated.
+ * The CR's own deletion drops the tag later.
+ */
+export function vmsHeldByCR(namespace: string, crs: readonly CocoonHibernation[]): Set<string> {
+  const out = new Set<string>();
+  for (const cr of crs) {
+    if (cr.metadata?.deletionTimestamp) continue;
+    const phase = cr.status?.phase;
+    const wants =
+      cr.spec?.desire === 'Hibernate' ||
+      phase === 'Hibernating' ||
+      phase === 'Hibernated' ||
+      phase === 'Waking';
+    if (!wants) continue;
+    if (cr.status?.vmName) out.add(cr.status.vmName);
+    const pod = cr.spec?.podRef?.name ?? '';
+    if (pod !== '') out.add(vmNameForPod(namespace, pod));
   }
   return out;
 }

@@ -22,6 +22,7 @@ import {
   continueAsNew,
   defineQuery,
   log,
+  patched,
   proxyActivities,
   setHandler,
   workflowInfo,
@@ -42,6 +43,7 @@ import {
   planPass,
   REQUEUE_WAIT_FOR_MAIN_MS,
 } from '../cocoonset/plan.js';
+import { vmsHeldByCR } from '../cocoonset/restore.js';
 import { snapshotPolicyOf } from '../cocoonset/vmspec.js';
 import type { CocoonSetObservation } from '../watcher/cocoonset-signals.js';
 import { cocoonSetObservedSignal, ownedPodObservedSignal } from '../watcher/cocoonset-signals.js';
@@ -526,9 +528,27 @@ async function deletionFlow(
   // The code-side default (docs/wire-contract.md#defaults): an empty policy is `always` too.
   const policy = snapshotPolicyOf(cs);
   if (!registry) log.warn('no registry configured: skipping snapshot GC', { name: state.name });
+  // Deliberate deviation: a `:hibernate` tag a live CocoonHibernation still needs is kept (vmsHeldByCR).
+  // A failed List fails the pass (retried): a tag is never dropped on a guess.
+  let held = new Set<string>();
+  if (registry && sorted.length > 0 && patched('set-gc-keeps-held-hibernate')) {
+    try {
+      held = vmsHeldByCR(namespace, await kube.cocoonSetListHibernations({ namespace }));
+    } catch (err) {
+      return {
+        requeue: false,
+        requeueAfterMs: 0,
+        error: `list cocoonhibernations in ${namespace}: ${errorMessage(err)}`,
+      };
+    }
+  }
   for (const vmName of registry ? sorted : []) {
     if (!registry) break;
     for (const tag of [Tags.hibernate, Tags.latest]) {
+      if (tag === Tags.hibernate && held.has(vmName)) {
+        log.info(`keeping ${vmName}:${tag}: a live CocoonHibernation still holds it`, { name: state.name });
+        continue;
+      }
       if (
         tag === Tags.latest &&
         (policy === 'always' ||

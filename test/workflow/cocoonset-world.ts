@@ -101,6 +101,8 @@ export class CocoonSetWorld {
   readonly rejectCreate = new Map<string, { type: string; message: string }>();
   /** When set, every registry probe fails with this text. */
   probeError?: string;
+  /** When set, the CocoonHibernation List throws it. */
+  listHibernationsError?: Error;
   /** VM names whose probe blocks until released (see `blockProbe`). */
   private readonly blocked = new Map<string, { enter: () => void; released: Promise<void> }>();
   client?: WorkflowClient;
@@ -357,6 +359,7 @@ export class CocoonSetWorld {
       cocoonSetListHibernations: async () => {
         this.calls.push('list-hibernations');
         this.lists++;
+        if (this.listHibernationsError) throw this.listHibernationsError;
         return clone(this.crs);
       },
       cocoonSetEmitEvent: async (e) => {

@@ -293,4 +293,47 @@ describe('CocoonSet workflow', () => {
       await handle.result();
     });
   });
+
+  it('deletion keeps the :hibernate tag a live CocoonHibernation still holds, drops the rest (deliberate: the reference drops it and a re-applied set cannot restore the VM)', async () => {
+    const cs = demoSet(withFinalizer);
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    for (const vm of [MAIN_VM, 'vk-ns-demo-1', 'vk-ns-demo-2']) world.tags.add(`${vm}:hibernate`);
+    // The main is hibernated by a live CR; demo-1's CR woke it (Active, desire Wake); demo-2's is deleting.
+    const deleting = hibernation('demo-2', 'Hibernate', 'Hibernated');
+    deleting.metadata!.deletionTimestamp = new Date('2026-01-01T00:00:00Z');
+    world.crs = [
+      hibernation('demo-0', 'Hibernate', 'Hibernated'),
+      hibernation('demo-1', 'Wake', 'Active'),
+      deleting,
+    ];
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      await w.markDeleted();
+      await waitFor('gone', () => w.cs === null);
+      expect([...w.tags].sort()).toEqual([`${MAIN_VM}:hibernate`]);
+    });
+  });
+
+  it('deletion with a failing CocoonHibernation List drops no :hibernate tag and keeps the finalizer until the List works', async () => {
+    const cs = demoSet(withFinalizer);
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    world.tags.add(`${MAIN_VM}:hibernate`);
+    world.crs = [hibernation('demo-0', 'Hibernate', 'Hibernated')];
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      w.listHibernationsError = new Error('apiserver unavailable');
+      await w.markDeleted();
+      await waitFor('the List attempted', () => w.calls.includes('list-hibernations'));
+      await waitFor('pods gone', () => w.pods.size === 0);
+      await env.sleep(5_000);
+      await w.settled(env);
+      expect(w.hasFinalizer()).toBe(true);
+      expect(w.tags.has(`${MAIN_VM}:hibernate`)).toBe(true);
+      w.listHibernationsError = undefined;
+      await skipUntil(env, 'finalizer removed', () => w.cs === null, 120_000, 5_000);
+      expect(w.tags.has(`${MAIN_VM}:hibernate`)).toBe(true);
+    });
+  });
 });

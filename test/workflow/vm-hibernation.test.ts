@@ -373,7 +373,13 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       // The pull fails; vk retries on its backoff, and needs the tag each time.
       await world.annotatePod(NS, 'demo-0', { [Annotations.lifecycleState]: 'failed' });
       await world.deleteCR(NS, 'hib');
-      const skipped = await skipUntil(env, 'CR gone', () => world.cr(NS, 'hib') === undefined, 400_000, 10_000);
+      const skipped = await skipUntil(
+        env,
+        'CR gone',
+        () => world.cr(NS, 'hib') === undefined,
+        400_000,
+        10_000,
+      );
       expect(skipped).toBeGreaterThanOrEqual(290_000);
       expect(world.calls.some((c) => c.startsWith('DELETE'))).toBe(false);
       expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
