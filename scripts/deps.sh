@@ -23,6 +23,7 @@ stale=$(node -e '
   }
 ')
 if [ -n "$stale" ]; then
-  echo "[deps] npm ci ($stale)" >&2
+  echo "[deps] npm ci ($stale); a few minutes, quiet until done" >&2
+  echo "[deps] a warning that npm did not run esbuild's postinstall script is harmless: its binary comes as a platform package" >&2
   npm ci --no-audit --no-fund >&2
 fi

@@ -100,9 +100,16 @@ export function temporalLevelFor(level: LogLevelName): TemporalLogLevel {
  * Adapts a pino logger to Temporal's Logger interface (Runtime.install({logger})). Metadata becomes
  * fields of the JSON line; Temporal's `sdkComponent` field tells core/worker/workflow/activity apart.
  */
-export function temporalLogger(log: Logger): TemporalLogger {
+export function temporalLogger(log: Logger, opts: { quietSdk?: boolean } = {}): TemporalLogger {
   const emit = (level: TemporalLogLevel, message: string, meta?: LogMetadata) => {
-    const method = LEVEL_MAP[level] ?? 'info';
+    // `quietSdk` (a person reading LOG_FORMAT=pretty at info): the SDK's own info lines (worker states, a
+    // workflow bundle's webpack report) are noise there; the workflows' lines (their transitions) are not.
+    const low = level === 'INFO' || level === 'DEBUG' || level === 'TRACE';
+    if (opts.quietSdk && low && meta?.sdkComponent !== 'workflow') return;
+    // The SDK warns "No workflows registered, not polling" for every activity-only worker; this process runs
+    // two by design (the registry task queues), so the warning says nothing wrong: keep it at debug.
+    const expected = message.startsWith('No workflows registered');
+    const method = expected ? 'debug' : (LEVEL_MAP[level] ?? 'info');
     const fields: Record<string, unknown> = {};
     if (meta) {
       for (const [k, v] of Object.entries(meta)) {

@@ -264,12 +264,11 @@ export async function run(config: Config, log: Logger): Promise<number> {
 
   const { registry: metricsRegistry, metrics } = createMetricsRegistry();
   const temporalMetrics = runsWorker ? await temporalMetricsAddress(config.temporal.metricsAddr) : null;
-  // Read by a person (LOG_FORMAT=pretty): the SDK's info lines (worker states, a workflow bundle's webpack
-  // report) are noise there; its warnings and errors still show. An explicit debug/trace keeps them all.
-  const temporalLevel =
-    config.logFormat === 'pretty' && config.logLevel === 'info' ? 'warn' : config.logLevel;
+  // Read by a person (LOG_FORMAT=pretty at info): only the workflows' info lines and the SDK's warnings and
+  // errors show. An explicit debug/trace keeps them all.
+  const quietSdk = config.logFormat === 'pretty' && config.logLevel === 'info';
   Runtime.install({
-    logger: temporalLogger(log.child({ component: 'temporal' }, { level: temporalLevel })),
+    logger: temporalLogger(log.child({ component: 'temporal' }, { level: config.logLevel }), { quietSdk }),
     shutdownSignals: [], // this process orders its own shutdown (watcher, lease, then workers)
     telemetryOptions: {
       logging: { filter: { core: temporalLevelFor(config.logLevel), other: 'WARN' }, forward: {} },

@@ -278,6 +278,21 @@ export function conflictPatch(
 }
 
 /**
+ * The status write of a CR that loses the VM to another CR (`conflictMessage`): the DesireConflict
+ * condition (`conflictPatch`), and a CR that has no phase yet also shows `Pending` with the same message, so
+ * `kubectl get` never shows it blank. Null when the condition is already set (nothing is written then, even
+ * for a blank phase: a workflow recorded before this rule made no write there, and replay must match).
+ */
+export function conflictWaitPatch(cr: CRView, conflictMessage: string, nowMs: number): StatusPatch | null {
+  const conflict = conflictPatch(cr, conflictMessage, nowMs);
+  if (!conflict || cr.status?.phase) return conflict;
+  const pending = markPendingPatch(cr, conflictMessage, nowMs);
+  if (!pending) return conflict;
+  const both = conflictPatch(applyStatusPatch(cr, pending), conflictMessage, nowMs);
+  return { status: { ...pending.status, ...(both ?? conflict).status } };
+}
+
+/**
  * The SnapshotProbeFailing condition this port adds (not in the reference, whose status only says
  * `Hibernating` while its probes fail): True with the probe's error while HEAD of the snapshot fails,
  * removed by the next probe that answers. Null when nothing changes.

@@ -32,6 +32,7 @@ import {
   applyStatusPatch,
   conflicting,
   conflictPatch,
+  conflictWaitPatch,
   deadlineExceeded,
   deadlineOf,
   goDuration,
@@ -460,7 +461,7 @@ async function pass(state: VMState, name: string, registry: RegistryActivities):
   const holder = holderOf(state);
   if (holder && holder.cr.name !== cr.name && holder.path !== path) {
     const msg = `VM ${vmName} is held by cocoonhibernation ${holder.cr.name} (desire ${holder.cr.desire}, ${holder.why}); desire ${cr.desire} waits until that one is deleted`;
-    await writeStatus(state, cr, conflictPatch(cr, msg, Date.now()));
+    await writeStatus(state, cr, conflictWaitPatch(cr, msg, Date.now()));
     return false;
   }
   await writeStatus(state, cr, conflictPatch(cr, undefined, Date.now()));
@@ -518,6 +519,9 @@ function track(state: VMState, obs: HibernationObservation): TrackedCR | undefin
 async function writeStatus(state: VMState, cr: TrackedCR, patch: StatusPatch | null): Promise<TrackedCR> {
   if (!patch) return cr;
   const obs = await kube.patchHibernationStatus({ namespace: cr.namespace, name: cr.name, patch });
+  const from = cr.status?.phase || '(none)';
+  const to = patch.status.phase;
+  if (to && to !== from) log.info(`cocoonhibernation ${cr.namespace}/${cr.name}: ${from} → ${to}`);
   // The response is authoritative; fall back to a local apply if it somehow lacks the status.
   return track(state, obs.status ? obs : applyStatusPatch({ ...obs }, patch)) ?? cr;
 }
@@ -802,6 +806,7 @@ async function deletionFlow(state: VMState, cr: TrackedCR, registry: RegistryAct
     }
   }
   if ((cr.finalizers ?? []).includes(Finalizers.cocoonHibernation)) {
+    log.info(`cocoonhibernation ${cr.namespace}/${cr.name}: deleted, finalizer removed`);
     const obs = await kube.setHibernationFinalizer({
       namespace: cr.namespace,
       name: cr.name,

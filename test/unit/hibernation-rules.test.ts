@@ -10,6 +10,7 @@ import {
   applyStatusPatch,
   type CRView,
   conflictPatch,
+  conflictWaitPatch,
   deadlineExceeded,
   deadlineOf,
   goDuration,
@@ -357,6 +358,20 @@ describe('DesireConflict condition (ours)', () => {
     expect(
       conflictPatch(cr({ conditions: [ready('True', 'Done', 'Hibernated')] }), undefined, LATER),
     ).toBeNull();
+  });
+
+  it('a CR with no phase yet also shows Pending with the conflict message (found by a new-user run: PHASE was blank)', () => {
+    expect(conflictWaitPatch(cr(undefined), 'held', T0)).toEqual({
+      status: {
+        observedGeneration: 1,
+        phase: 'Pending',
+        conditions: [ready('False', 'Pending', 'held'), conflict('held')],
+      },
+    });
+    // A CR with a phase keeps it; a condition already set writes nothing (replay of older histories).
+    const st: Status = { phase: 'Hibernated', conditions: [ready('True', 'Done', 'Hibernated')] };
+    expect(conflictWaitPatch(cr(st), 'held', T0)).toEqual(conflictPatch(cr(st), 'held', T0));
+    expect(conflictWaitPatch(cr({ conditions: [conflict('held')] }), 'held', LATER)).toBeNull();
   });
 
   it('removes it once the CR no longer conflicts', () => {

@@ -1,6 +1,6 @@
 /** Log formats: JSON lines by default, readable lines with LOG_FORMAT=pretty (src/log.ts). */
 import { describe, expect, it } from 'vitest';
-import { createLogger, prettyLine } from '../../src/log.js';
+import { createLogger, prettyLine, temporalLogger } from '../../src/log.js';
 
 function capture(format: 'json' | 'pretty') {
   const lines: string[] = [];
@@ -33,6 +33,26 @@ describe('log formats', () => {
     const { log, lines } = capture('pretty');
     log.error({ err: new Error('boom') }, 'startup failed');
     expect(lines[0]).toMatch(/^\S+ ERROR startup failed\n {4}Error: boom\n +at /);
+  });
+
+  it("keeps the SDK's activity-only-worker warning at debug, other SDK warnings at warn (found by a new-user run)", () => {
+    const { log, lines } = capture('json');
+    const sdk = temporalLogger(log);
+    sdk.warn('No workflows registered, not polling', { sdkComponent: 'worker' });
+    sdk.warn('Activity heartbeat timed out', { sdkComponent: 'worker' });
+    expect(lines.map((l) => JSON.parse(l).msg)).toEqual(['Activity heartbeat timed out']);
+  });
+
+  it("with quietSdk (pretty at info) drops the SDK's own info lines but keeps the workflows' (their transitions)", () => {
+    const { log, lines } = capture('json');
+    const sdk = temporalLogger(log, { quietSdk: true });
+    sdk.info('Worker state changed', { sdkComponent: 'worker' });
+    sdk.info('cocoonhibernation ns/hib: Hibernating → Hibernated', { sdkComponent: 'workflow' });
+    sdk.warn('Activity heartbeat timed out', { sdkComponent: 'worker' });
+    expect(lines.map((l) => JSON.parse(l).msg)).toEqual([
+      'cocoonhibernation ns/hib: Hibernating → Hibernated',
+      'Activity heartbeat timed out',
+    ]);
   });
 
   it('passes a line that is not JSON through', () => {
