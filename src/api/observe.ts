@@ -22,7 +22,9 @@ export interface PodObservation {
   containerRunning?: boolean;
   ready?: boolean;
   nodeName?: string;
+  /** The controller owner reference's uid and kind (`CocoonSet` for a set's pod). */
   ownerUID?: string;
+  ownerKind?: string;
 }
 
 /** What the VM workflow knows about one CocoonHibernation targeting its pod. */
@@ -60,6 +62,7 @@ export function observePod(pod: V1Pod): PodObservation {
     ready: (pod.status?.conditions ?? []).some((c) => c.type === 'Ready' && c.status === 'True'),
     nodeName: pod.spec?.nodeName,
     ownerUID: owner?.uid,
+    ownerKind: owner?.kind,
   };
 }
 

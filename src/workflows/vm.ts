@@ -80,8 +80,11 @@ const BACKOFF_BASE_MS = 1_000;
 const BACKOFF_MAX_MS = 60_000;
 /** Deleting CRs wait for an in-flight vk hibernate round at most this long before dropping the tag. */
 const DELETE_ROUND_WAIT_MS = HIBERNATE_TIMEOUT_MS;
-/** Deleting CRs wait for an in-flight vk wake (which pulls the tag) at most this long, then keep the tag. */
-const DELETE_WAKE_WAIT_MS = WAKE_TIMEOUT_MS;
+/**
+ * Deleting CRs wait for an in-flight vk wake (which pulls the tag) at most this long after the deletion
+ * started, then keep the tag: room for a hibernate round to finish and the wake that follows it.
+ */
+const DELETE_WAKE_WAIT_MS = HIBERNATE_TIMEOUT_MS + WAKE_TIMEOUT_MS;
 /** Continue as new past this many history events (well under Temporal's 51,200 limit). */
 const MAX_HISTORY_EVENTS = 5_000;
 
@@ -743,6 +746,22 @@ async function wakePath(
 }
 
 /**
+ * True for a CocoonSet's pod whose VM `vmName` is hibernated (hibernate requested, the VM not running): once
+ * no CocoonHibernation holds it, the set clears the annotation and vk wakes the VM from its `:hibernate`
+ * tag (docs/cocoonset.md#a-pass-in-order, un-suspend), so a deleting CR must not drop that tag first.
+ */
+function setVMHibernated(pod: PodObservation, vmName: string): boolean {
+  return (
+    pod.exists &&
+    !pod.deleting &&
+    pod.ownerKind === 'CocoonSet' &&
+    hibernateAnnotated(pod) &&
+    (pod.annotations?.[Annotations.vmName] ?? '') === vmName &&
+    !wakeGateOpen(pod)
+  );
+}
+
+/**
  * True while vk-cocoon may still need the `:hibernate` tag of `vmName` to bring that VM back: the pod
  * exists and carries that VM name, no hibernate is requested, and the VM does not run yet (no VM id or no
  * running container: wake gate closed). vk reads the tag on wake and at a restore-marked create
@@ -764,9 +783,11 @@ function wakeInFlight(pod: PodObservation, vmName: string): boolean {
  * - while vk is in the middle of a hibernate round for this VM (hibernate requested, lifecycle
  *   `hibernating`), wait — dropping the tag now would race the push — for at most DELETE_ROUND_WAIT_MS
  *   after the deletion started;
+ * - a CocoonSet's VM left hibernated (`setVMHibernated`, no other live CR holding it): its set would wake it
+ *   from the tag right after the CR goes, so wake it here first (clear the hibernate annotation);
  * - while vk is waking this VM (`wakeInFlight`: the tag is the only copy and vk is pulling it), wait until
- *   the VM runs (then the tag is spent and goes), for at most DELETE_WAKE_WAIT_MS; past that, keep the tag:
- *   a wake vk still retries must find it. The reference deletes at once and loses the VM.
+ *   the VM runs (then the tag is spent and goes), until DELETE_WAKE_WAIT_MS after the deletion started; past
+ *   that, keep the tag: a wake vk still retries must find it. The reference deletes at once and loses the VM.
  */
 async function deletionFlow(state: VMState, cr: TrackedCR, registry: RegistryActivities): Promise<void> {
   const vmName = cr.status?.vmName ?? '';
@@ -783,14 +804,27 @@ async function deletionFlow(state: VMState, cr: TrackedCR, registry: RegistryAct
       cr.retryAt = Math.min(since + DELETE_ROUND_WAIT_MS, Date.now() + FALLBACK_RESYNC_MS);
       return;
     }
+    const waitForWake = () => {
+      cr.retryAt = Math.min(since + DELETE_WAKE_WAIT_MS, Date.now() + FALLBACK_RESYNC_MS);
+    };
+    let others: HibernationObservation[] | undefined;
+    if (pod && setVMHibernated(pod, vmName) && patched('deletion-wakes-set-vm')) {
+      others = await kube.listHibernations({ namespace: cr.namespace });
+      if (!heldByAnother({ uid: cr.uid, podRef: cr.podRef, vmName }, others)) {
+        log.info(`waking ${vmName} before dropping its snapshot: its CocoonSet would wake it from that tag`);
+        await patchHibernate(state, null);
+        waitForWake();
+        return;
+      }
+    }
     if (pod && wakeInFlight(pod, vmName) && patched('deletion-waits-for-wake')) {
       if (Date.now() - since < DELETE_WAKE_WAIT_MS) {
-        cr.retryAt = Math.min(since + DELETE_WAKE_WAIT_MS, Date.now() + FALLBACK_RESYNC_MS);
+        waitForWake();
         return;
       }
       keepTag = true;
     }
-    const others = keepTag ? [] : await kube.listHibernations({ namespace: cr.namespace });
+    others ??= keepTag ? [] : await kube.listHibernations({ namespace: cr.namespace });
     if (keepTag) {
       log.warn(
         `keeping hibernate snapshot ${vmName}: vk-cocoon has not finished waking it within ${goDuration(DELETE_WAKE_WAIT_MS)}`,

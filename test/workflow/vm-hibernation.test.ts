@@ -367,7 +367,45 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     });
   });
 
-  it('a CR deleted while vk wakes its VM keeps the tag for good when the wake does not finish within 5m0s (the VM has no other copy)', async () => {
+  it("a CR deleted mid-hibernate of a CocoonSet's VM wakes the VM after the round, then drops the tag (deliberate fix: the reference drops it and the set's un-suspend wakes from nothing)", async () => {
+    await withWorld(env, async (world) => {
+      await world.putPod(NS, 'demo-0', {
+        annotations: podAnnotations({ [Annotations.vmID]: 'vmid-1' }),
+        containerRunning: true,
+        ownerKind: 'CocoonSet',
+        ownerUID: 'set-uid',
+      });
+      await hibernateCR(world);
+      await waitFor('Hibernating', () => phase(world) === 'Hibernating');
+      await world.annotatePod(NS, 'demo-0', { [Annotations.lifecycleState]: 'hibernating' });
+      await world.deleteCR(NS, 'hib');
+      // vk finishes the round: the tag is pushed, the VM is gone.
+      world.tags.add(`${VM}:hibernate`);
+      await world.annotatePod(
+        NS,
+        'demo-0',
+        { [Annotations.lifecycleState]: 'hibernated', [Annotations.vmID]: null },
+        { containerRunning: false },
+      );
+      await waitFor(
+        'the deletion wakes the VM',
+        () => world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate] === undefined,
+      );
+      expect((await settled(world)).hibernations[0]).toMatchObject({ deleting: true });
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+      await world.annotatePod(NS, 'demo-0', { [Annotations.lifecycleState]: 'creating' });
+      await world.annotatePod(
+        NS,
+        'demo-0',
+        { [Annotations.lifecycleState]: 'ready', [Annotations.vmID]: 'vmid-2' },
+        { containerRunning: true },
+      );
+      await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
+    });
+  });
+
+  it('a CR deleted while vk wakes its VM keeps the tag for good when the wake does not finish within 8m0s of the deletion (the VM has no other copy)', async () => {
     await withWorld(env, async (world) => {
       await wakingVM(world);
       // The pull fails; vk retries on its backoff, and needs the tag each time.
@@ -377,10 +415,10 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
         env,
         'CR gone',
         () => world.cr(NS, 'hib') === undefined,
-        400_000,
+        600_000,
         10_000,
       );
-      expect(skipped).toBeGreaterThanOrEqual(290_000);
+      expect(skipped).toBeGreaterThanOrEqual(470_000);
       expect(world.calls.some((c) => c.startsWith('DELETE'))).toBe(false);
       expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
     });
