@@ -556,7 +556,9 @@ function eventBase(cr: TrackedCR): Pick<EventInput, 'namespace' | 'involved'> {
 
 /**
  * Phase-exit announcement (docs/hibernation.md#events): one event per attempt (keyed by the attempt's Ready
- * transition time), and the phase-duration metric when the phase being left is Hibernating/Waking.
+ * transition time), and the phase-duration metric: since the phase began when the phase being left is
+ * Hibernating/Waking, else since `startedMs` (epoch ms) when the transition began and ended within this
+ * pass (vk-cocoon finished while the annotation patch was in flight, so the phase was never written).
  */
 async function announce(
   cr: TrackedCR,
@@ -565,9 +567,11 @@ async function announce(
   reason: string,
   type: 'Normal' | 'Warning',
   message: string,
+  startedMs?: number,
 ): Promise<void> {
   const ltt = readyTransitionMs(cr.status);
   const inPhase = cr.status?.phase === (kind === 'hibernate' ? 'Hibernating' : 'Waking');
+  const since = inPhase ? ltt : startedMs;
   await kube.emitEvent({
     ...eventBase(cr),
     type,
@@ -575,9 +579,7 @@ async function announce(
     message,
     key: `${cr.uid}/${reason}/${ltt ?? 'none'}/${cr.generation ?? 0}`,
     phaseDuration:
-      inPhase && ltt !== undefined
-        ? { kind, result, seconds: Math.max(0, (Date.now() - ltt) / 1000) }
-        : undefined,
+      since !== undefined ? { kind, result, seconds: Math.max(0, (Date.now() - since) / 1000) } : undefined,
   });
 }
 
@@ -627,7 +629,8 @@ async function hibernatePath(
   let cr = state.crs[name]!;
   if (cr.status?.phase === 'Failed' && (cr.retryAt ?? 0) > Date.now()) return; // waiting out FAILED_RETRY_MS
   await retryRequested(cr, 'Hibernate');
-  const pod = hibernateAnnotated(state.podObs!) ? state.podObs! : await patchHibernate(state, 'true');
+  const startedMs = hibernateAnnotated(state.podObs!) ? undefined : Date.now();
+  const pod = startedMs === undefined ? state.podObs! : await patchHibernate(state, 'true');
   if (hibernateGateOpen(pod)) {
     // A steady Hibernated CR does not re-probe on every pod event (the reference does;
     // docs/hibernation.md#hibernate).
@@ -659,6 +662,7 @@ async function hibernatePath(
         EventReasons.hibernated,
         'Normal',
         `snapshot ${vmName} pushed to the registry`,
+        startedMs,
       );
       await writeStatus(state, cr, setPhasePatch(cr, 'Hibernated', vmName, Date.now()));
       return;
@@ -713,7 +717,8 @@ async function wakePath(
   if (cr.status?.phase === 'Failed' && (cr.retryAt ?? 0) > Date.now()) return; // waiting out FAILED_RETRY_MS
   await retryRequested(cr, 'Wake');
   cr = await writeStatus(state, cr, probeFailingPatch(cr, undefined, Date.now())); // a hibernate's leftover
-  const pod = hibernateAnnotated(state.podObs!) ? await patchHibernate(state, null) : state.podObs!;
+  const startedMs = hibernateAnnotated(state.podObs!) ? Date.now() : undefined;
+  const pod = startedMs !== undefined ? await patchHibernate(state, null) : state.podObs!;
   if (wakeGateOpen(pod)) {
     // A steady Active CR does not DELETE the tag on every pod event (the reference does;
     // docs/hibernation.md#wake).
@@ -730,6 +735,7 @@ async function wakePath(
       EventReasons.wokenActive,
       'Normal',
       `pod ${cr.namespace}/${pod.name} is running`,
+      startedMs,
     );
     await writeStatus(state, cr, setPhasePatch(cr, 'Active', vmName, Date.now()));
     return;

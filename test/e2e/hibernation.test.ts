@@ -307,6 +307,40 @@ describe('CocoonHibernation end to end (operator process, local stack)', () => {
     expect(await eventCount('t3', EventReasons.wokenActive)).toBe(1);
   }, 90_000);
 
+  it('deleted while waking: the wake completes from the tag (new VM id, not failed), and the tag goes only after the VM runs', async () => {
+    const { vm, id: firstId } = await runningVM('t8');
+    await crs.create('t8', 't8', 'Hibernate');
+    await crs.waitPhase('t8', 'Hibernated', QUICK_MS);
+    // A slow pull keeps the wake in flight while the CR is deleted.
+    await sim.addFault({ vm: `^${vm}$`, op: 'wake.pull.delay', delayMs: 4_000, count: 1 });
+    await crs.setDesire('t8', 'Wake');
+    await crs.waitPhase('t8', 'Waking', QUICK_MS);
+    await crs.delete('t8');
+
+    const violations: string[] = [];
+    await waitFor(
+      't8 gone',
+      async () => {
+        const gone = (await crs.get('t8')) === undefined;
+        const tag = await headTag(registry, vm, Tags.hibernate);
+        const pod = await readPod('t8');
+        if (tag === 404 && !(containerRunning(pod) && vmIDOf(pod) !== '')) {
+          violations.push(`tag absent, VM not running (pod ${lifecycleOf(pod).state})`);
+        }
+        return gone;
+      },
+      QUICK_MS,
+      { intervalMs: 50 },
+    );
+    expect(violations).toEqual([]);
+    const pod = await readPod('t8');
+    expect(lifecycleOf(pod).state).not.toBe(LifecycleStates.failed);
+    expect(containerRunning(pod)).toBe(true);
+    expect(vmIDOf(pod)).not.toBe('');
+    expect(vmIDOf(pod)).not.toBe(firstId);
+    expect(await headTag(registry, vm, Tags.hibernate)).toBe(404);
+  }, 90_000);
+
   it('delete: the tag is GCed and the finalizer removed; with two live CRs the tag stays until the last goes', async () => {
     // One CR.
     const single = await runningVM('t4a');

@@ -200,6 +200,24 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     });
   });
 
+  it('a wake that vk finishes while the annotation patch is in flight (never Waking) still records its phase duration (found by the observability e2e)', async () => {
+    await withWorld(env, async (world) => {
+      world.tags.add(`${VM}:hibernate`);
+      await world.putPod(NS, 'demo-0', { annotations: hibernatedPodAnnotations(VM) });
+      world.duringPodPatch = async (patched) => {
+        world.duringPodPatch = undefined;
+        await world.putPod(NS, patched.name, {
+          annotations: { ...patched.annotations, [Annotations.vmID]: 'vmid-new' },
+          containerRunning: true,
+        });
+      };
+      await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
+      await waitFor('Active', () => phase(world) === 'Active');
+      expect(world.calls.some((c) => c.startsWith('status hib') && c.includes('Waking'))).toBe(false);
+      expect(world.phaseDurations).toEqual([{ kind: 'wake', result: 'ok' }]);
+    });
+  });
+
   it('fails a wake after 5m0s (test 28)', async () => {
     await withWorld(env, async (world) => {
       await world.putPod(NS, 'demo-0', {

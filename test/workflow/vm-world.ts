@@ -59,6 +59,8 @@ export class VMWorld {
   taskQueue = '';
   /** Runs once inside the next CR status patch, before its (then older) response is returned. */
   duringStatusPatch?: (patched: HibernationObservation) => Promise<void>;
+  /** Runs inside the pod annotation patch, after the write, before the response (vk acting meanwhile). */
+  duringPodPatch?: (patched: PodObservation) => Promise<void>;
   /** Runs once inside the next readVMWorld, after its answer is taken and before it is returned. */
   duringRead?: () => Promise<void>;
   /** Extra fields of the VM workflow's start argument (e.g. historyLimit). */
@@ -296,6 +298,7 @@ export class VMWorld {
             resourceVersion: this.nextRV(),
           };
           this.pods.set(`${namespace}/${pod}`, next);
+          await this.duringPodPatch?.(next);
           return next;
         });
       },
