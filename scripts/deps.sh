@@ -24,6 +24,6 @@ stale=$(node -e '
 ')
 if [ -n "$stale" ]; then
   echo "[deps] npm ci ($stale); a few minutes, quiet until done" >&2
-  echo "[deps] a warning that npm did not run esbuild's postinstall script is harmless: its binary comes as a platform package" >&2
+  echo "[deps] warnings that npm did not run install scripts (esbuild, protobufjs, @swc/core) are harmless: nothing here needs them" >&2
   npm ci --no-audit --no-fund >&2
 fi

@@ -63,6 +63,15 @@ function kubectl(env: NodeJS.ProcessEnv, args: string[]): void {
   if (r.status !== 0) throw new Error(`kubectl ${args.join(' ')} failed (exit ${r.status})`);
 }
 
+/** True when the sample CocoonSet default/demo exists. */
+function sampleSetExists(env: NodeJS.ProcessEnv): boolean {
+  const r = spawnSync(kubectlBin(), ['get', 'cocoonset', 'demo', '-n', 'default', '-o', 'name'], {
+    env,
+    encoding: 'utf8',
+  });
+  return r.status === 0 && r.stdout.trim() !== '';
+}
+
 /** The sample CocoonSet's `status.phase`, `readyAgents/desiredAgents` and toolbox counts ('' when unread). */
 function sampleSetStatus(env: NodeJS.ProcessEnv): { phase: string; summary: string } {
   const r = spawnSync(
@@ -102,6 +111,8 @@ async function main(): Promise<void> {
   // Readable logs and UI links unless the caller chose otherwise.
   env.LOG_FORMAT ||= 'pretty';
   env.TEMPORAL_UI_URL ||= TEMPORAL_UI;
+  // Out of a cluster the Lease namespace cannot be discovered; say it, instead of a warning at every start.
+  env.LEADER_ELECTION_NAMESPACE ||= 'default';
 
   step('starting the operator (npm start)');
   const operator = spawn('npm', ['start', '--silent'], { cwd: ROOT, env, stdio: 'inherit', detached: true });
@@ -134,7 +145,10 @@ async function main(): Promise<void> {
       // Clone-mode VMs clone from a base image in the registry, as with the real vk-cocoon: seed the images
       // the samples name (idempotent), or the sample CocoonSet's pods fail with "image … not found".
       await seedSampleImages(samples, env.OCI_REGISTRY ?? '');
-      kubectl(env, ['apply', '-k', samples]);
+      // Applied once: a later start must not undo the user's edits to the sample set.
+      if (!sampleSetExists(env)) kubectl(env, ['apply', '-k', samples]);
+      else
+        console.log('    default/demo exists: not re-applied (kubectl apply -k config/samples to reset it)');
       step('waiting for the sample CocoonSet default/demo to report Running');
       console.log(`    demo: ${await waitForSampleSet(env, () => stopping)}`);
     }

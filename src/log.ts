@@ -96,6 +96,9 @@ export function temporalLevelFor(level: LogLevelName): TemporalLogLevel {
   }
 }
 
+/** The SDK's context fields of a workflow log line that `quietSdk` leaves out (the workflow id stays). */
+const WORKFLOW_CONTEXT = new Set(['sdkComponent', 'taskQueue', 'namespace', 'runId', 'workflowType']);
+
 /**
  * Adapts a pino logger to Temporal's Logger interface (Runtime.install({logger})). Metadata becomes
  * fields of the JSON line; Temporal's `sdkComponent` field tells core/worker/workflow/activity apart.
@@ -113,6 +116,8 @@ export function temporalLogger(log: Logger, opts: { quietSdk?: boolean } = {}): 
     const fields: Record<string, unknown> = {};
     if (meta) {
       for (const [k, v] of Object.entries(meta)) {
+        // Read by a person, a workflow's line names its workflow id; the rest of the SDK's context is noise.
+        if (opts.quietSdk && WORKFLOW_CONTEXT.has(k)) continue;
         // Core log records carry a bigint `timestampNanos`; JSON cannot hold bigints.
         fields[k === 'error' ? 'err' : k] = typeof v === 'bigint' ? v.toString() : v;
       }

@@ -583,7 +583,11 @@ function rollUp(
   pods: PassInput['pods'],
   phase: string | undefined,
 ): void {
+  const before = state.phase;
   state.phase = phase ?? cs.status?.phase ?? state.phase;
+  if (state.phase && state.phase !== before) {
+    log.info(`cocoonset ${state.namespace}/${state.name}: ${before || '(none)'} → ${state.phase}`);
+  }
   const main = classifyPods(ownedPods(cs, pods)).main;
   if (main && vmNameOf(main) !== '') state.mainVM = vmNameOf(main);
 }

@@ -836,7 +836,9 @@ async function deletionFlow(state: VMState, cr: TrackedCR, registry: RegistryAct
         `keeping hibernate snapshot ${vmName}: vk-cocoon has not finished waking it within ${goDuration(DELETE_WAKE_WAIT_MS)}`,
       );
     } else if (heldByAnother({ uid: cr.uid, podRef: cr.podRef, vmName }, others)) {
-      log.info(`keeping hibernate snapshot ${vmName}: another live CocoonHibernation still tracks it`);
+      log.info(
+        `not deleting ${vmName}:hibernate (if any): another live CocoonHibernation still tracks the VM`,
+      );
     } else {
       try {
         await registry.deleteManifest({ vmName, tag: Tags.hibernate });

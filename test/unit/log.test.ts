@@ -47,12 +47,23 @@ describe('log formats', () => {
     const { log, lines } = capture('json');
     const sdk = temporalLogger(log, { quietSdk: true });
     sdk.info('Worker state changed', { sdkComponent: 'worker' });
-    sdk.info('cocoonhibernation ns/hib: Hibernating → Hibernated', { sdkComponent: 'workflow' });
+    sdk.info('cocoonhibernation ns/hib: Hibernating → Hibernated', {
+      sdkComponent: 'workflow',
+      workflowId: 'vm/ns/demo-0',
+      runId: 'r1',
+      taskQueue: 'q',
+      workflowType: 'vmWorkflow',
+    });
     sdk.warn('Activity heartbeat timed out', { sdkComponent: 'worker' });
     expect(lines.map((l) => JSON.parse(l).msg)).toEqual([
       'cocoonhibernation ns/hib: Hibernating → Hibernated',
       'Activity heartbeat timed out',
     ]);
+    // The workflow's line keeps its workflow id and drops the rest of the SDK's context.
+    const line = JSON.parse(lines[0]!);
+    expect(line.workflowId).toBe('vm/ns/demo-0');
+    expect(line).not.toHaveProperty('runId');
+    expect(line).not.toHaveProperty('taskQueue');
   });
 
   it('passes a line that is not JSON through', () => {
