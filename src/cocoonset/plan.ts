@@ -86,6 +86,13 @@ export interface PassInput {
   registryConfigured: boolean;
   /** Delegated flows that answered "not handled" in this pass: continue past their step. */
   declined?: { migration?: boolean; wake?: boolean };
+  /**
+   * Deliberate addition (the workflow sets it behind `patched()`): missing sub-agents are not created while
+   * the main is asked to hibernate (its hibernate annotation, or a CocoonHibernation with desire
+   * Hibernate or phase Hibernating for it). They fork from the main's VM, which is about to go: created in
+   * that window they fail (`fork source … is not on node`) and use up rebuild attempts.
+   */
+  subAgentsWaitForHibernatingMain?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -467,6 +474,12 @@ function createMain(st: PassState): never {
  * `ensureSubAgents` (docs/cocoonset.md#a-pass-in-order); returns (changed, requeueAfterMs) or ends the pass
  * with an error.
  */
+/** The main is asked to hibernate: its annotation, or a CocoonHibernation that holds it (`podsHibernatedByCR`). */
+function mainHibernating(st: PassState, crs: readonly CocoonHibernation[]): boolean {
+  const main = st.c.main;
+  return hibernateRequested(main) || podsHibernatedByCR(crs).has(main?.metadata?.name ?? '');
+}
+
 function ensureSubAgents(
   st: PassState,
   mainVM: string,
@@ -549,6 +562,15 @@ function ensureSubAgents(
     }
   }
 
+  if (missing.length > 0) {
+    const crs = hibernations(st);
+    if ('error' in crs) fail(st, crs.error);
+    if (st.input.subAgentsWaitForHibernatingMain && mainHibernating(st, crs.items)) {
+      requeueAfterMs =
+        requeueAfterMs === 0 ? REQUEUE_WAIT_FOR_MAIN_MS : Math.min(requeueAfterMs, REQUEUE_WAIT_FOR_MAIN_MS);
+      missing.length = 0;
+    }
+  }
   if (missing.length > 0) {
     const crs = hibernations(st);
     if ('error' in crs) fail(st, crs.error);

@@ -312,6 +312,7 @@ async function drive(
     nowMs: Date.now(),
     registryConfigured: input.registryConfigured ?? true,
     declined: {},
+    subAgentsWaitForHibernatingMain: patched('sub-agents-wait-for-hibernating-main'),
   };
   const outcomes: Record<string, ActionOutcome> = {};
   for (let i = 0; i < MAX_STEPS; i++) {

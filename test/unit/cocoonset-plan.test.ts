@@ -79,6 +79,29 @@ describe('pass entry', () => {
     expect(w.statusPatches).toHaveLength(0);
   });
 
+  it('creates no sub-agent while a CocoonHibernation hibernates the Ready main, and waits 5 s (deliberate: the reference forks them from a VM about to go, found by a new-user run)', () => {
+    const cs = set(replicas(2));
+    const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
+    w.crs = [hibernation('demo-0', 'Hibernate', 'Hibernated')];
+    expect(done(w.pass()).result.requeueAfterMs).toBe(5_000);
+    expect(w.ids('createPod')).toEqual([]);
+    // The same wait while the main carries the annotation (the CR already gone), and the reference's
+    // behaviour without the flag (histories recorded before it).
+    w.crs = [];
+    w.pods.set('demo-0', annotate(w.pod('demo-0')!, { [Annotations.hibernate]: 'true' }));
+    expect(done(w.pass()).result.requeueAfterMs).toBe(5_000);
+    expect(w.ids('createPod')).toEqual([]);
+    w.crs = [hibernation('demo-0', 'Hibernate', 'Hibernated')];
+    w.pods.set('demo-0', readyPod(buildAgentPod(cs, 0, '', '')));
+    done(w.pass({ subAgentsWaitForHibernatingMain: false }));
+    expect(w.ids('createPod')).toEqual(['create:demo-1', 'create:demo-2']);
+    // A Wake CR does not hold the main back.
+    const woken = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
+    woken.crs = [hibernation('demo-0', 'Wake', 'Active')];
+    done(woken.pass());
+    expect(woken.ids('createPod')).toEqual(['create:demo-1', 'create:demo-2']);
+  });
+
   it('runs sub-agent creates as one concurrent batch of at most 8 in flight', () => {
     const cs = set(replicas(3));
     const input = { cs, pods: [readyPod(buildAgentPod(cs, 0, '', ''))], nowMs: T0, registryConfigured: true };

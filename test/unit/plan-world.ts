@@ -108,6 +108,7 @@ export class PlanWorld {
       registryConfigured?: boolean;
       view?: V1Pod[];
       declined?: PassInput['declined'];
+      subAgentsWaitForHibernatingMain?: boolean;
     } = {},
   ): Exclude<PassStep, { kind: 'run' }> {
     const input: PassInput = {
@@ -116,6 +117,7 @@ export class PlanWorld {
       nowMs: opts.nowMs ?? Date.parse('2026-05-14T01:00:00Z'),
       registryConfigured: opts.registryConfigured ?? true,
       declined: opts.declined,
+      subAgentsWaitForHibernatingMain: opts.subAgentsWaitForHibernatingMain ?? true,
     };
     const outcomes: Record<string, ActionOutcome> = {};
     for (let i = 0; i < 200; i++) {
