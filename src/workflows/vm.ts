@@ -771,7 +771,7 @@ function setVMHibernated(pod: PodObservation, vmName: string): boolean {
  * True while vk-cocoon may still need the `:hibernate` tag of `vmName` to bring that VM back: the pod
  * exists and carries that VM name, no hibernate is requested, and the VM does not run yet (no VM id or no
  * running container: wake gate closed). vk reads the tag on wake and at a restore-marked create
- * (vk contract §4.1, §4.3); a failed pull is retried on the framework's backoff, so `failed` counts too.
+ * (docs/wire-contract.md#vk-cocoon); a failed pull is retried on vk's backoff, so `failed` counts too.
  */
 function wakeInFlight(pod: PodObservation, vmName: string): boolean {
   return (
