@@ -195,9 +195,11 @@ export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
     if (info.continueAsNewSuggested || info.historyLength > (input.historyLimit ?? MAX_HISTORY_EVENTS)) {
       // A signal racing the continue-as-new can be lost to the carried state (the server rejects the
       // command, and on the retried task the SDK may finish the body before the handler runs), so the
-      // next run re-reads the world before acting: observations are never trusted across runs.
+      // next run re-reads the world before acting: observations are never trusted across runs. For the
+      // same reason a signal not yet acted on (`dirty`) need not hold the continue-as-new back: waiting for
+      // a quiet moment starved it while signals kept coming (the history grew past the limit under load).
       await condition(allHandlersFinished);
-      if (!dirty)
+      if (!dirty || patched('continue-as-new-while-dirty'))
         await continueAsNew<typeof vmWorkflow>({ ...input, carried: { ...state, needResync: true } });
     }
     const wakeAt = nextWake(state);
