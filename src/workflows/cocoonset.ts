@@ -128,6 +128,8 @@ export interface CocoonSetState {
   phase?: string;
   mainVM?: string;
   published?: string;
+  /** A signal not yet acted on when the run continued as new: the next run passes at once. */
+  pendingPass?: boolean;
   /** Signals handled so far (all runs), and the newest resourceVersion they carried: the query's barrier. */
   signals?: number;
   lastSignalRV?: string;
@@ -161,7 +163,10 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
   // Every run starts with a pass (observations are never trusted across runs), except a run carried over
   // during an error backoff: its pass is the backoff timer's, else a failure that outgrows the history
   // bound would pass, continue as new and pass again in a loop.
-  let dirty = !(state.failing && state.nextPassAt !== undefined && state.nextPassAt > Date.now());
+  let dirty =
+    state.pendingPass === true ||
+    !(state.failing && state.nextPassAt !== undefined && state.nextPassAt > Date.now());
+  state.pendingPass = undefined;
   /** True while a pass runs (between its first read and its result), for the `state` query. */
   let passing = false;
   /** A run continues as new only after a pass of its own, so runs can never chain without work. */
@@ -211,7 +216,12 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
         info.historySize > (input.historyBytesLimit ?? MAX_HISTORY_BYTES))
     ) {
       await condition(allHandlersFinished);
+      // A signal not yet acted on does not hold the continue-as-new back (it is carried as `pendingPass`):
+      // waiting for a quiet moment starved it while a large pass's own writes kept echoing back, and the
+      // history grew past 20,000 events (a 1000-pod scale-down), too long to replay under load.
       if (!dirty) await continueAsNew<typeof cocoonSetWorkflow>({ ...input, carried: state });
+      else if (patched('continue-as-new-while-dirty'))
+        await continueAsNew<typeof cocoonSetWorkflow>({ ...input, carried: { ...state, pendingPass: true } });
     }
     const at = state.nextPassAt;
     const signalled = await condition(
