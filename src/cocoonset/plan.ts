@@ -93,6 +93,13 @@ export interface PassInput {
    * that window they fail (`fork source … is not on node`) and use up rebuild attempts.
    */
   subAgentsWaitForHibernatingMain?: boolean;
+  /**
+   * Run the generation stamps and the deletes of extra sub-agents as one batch each (the workflow sets it
+   * behind `patched()`), not one step per pod: every step replays the pass from the top, so a 1000-pod
+   * scale-down took ~2000 steps, quadratic work that a cold replay could not finish within the workflow
+   * task timeout under load. All are attempted; the first error in name / slot order fails the pass.
+   */
+  batchPodLoops?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -474,6 +481,26 @@ function createMain(st: PassState): never {
  * `ensureSubAgents` (docs/cocoonset.md#a-pass-in-order); returns (changed, requeueAfterMs) or ends the pass
  * with an error.
  */
+/** Generation stamp of every classified pod that lacks it, as one batch (`PassInput.batchPodLoops`). */
+function stampAll(st: PassState, generation: number): void {
+  const pods = podsInNameOrder(st.c)
+    .filter((pod) => cocoonSetGenerationOf(pod) !== generation)
+    .map((pod) => pod.metadata?.name ?? '');
+  const outcomes = st.d.runAll(
+    pods.map(
+      (pod): PassAction => ({
+        id: `stamp:${pod}`,
+        type: 'patchPodAnnotations',
+        pod,
+        annotations: { [Annotations.cocoonSetGeneration]: String(generation) },
+      }),
+    ),
+  );
+  const firstErr = outcomes.findIndex((o) => o.kind === 'error');
+  if (firstErr >= 0)
+    fail(st, `patch cocoonset generation on ${st.ns}/${pods[firstErr]}: ${errText(outcomes[firstErr]!)}`);
+}
+
 /** The main is asked to hibernate: its annotation, or a CocoonHibernation that holds it (`podsHibernatedByCR`). */
 function mainHibernating(st: PassState, crs: readonly CocoonHibernation[]): boolean {
   const main = st.c.main;
@@ -590,8 +617,20 @@ function ensureSubAgents(
       fail(st, `create sub-agent slot ${missing[firstErr]}: ${errText(outcomes[firstErr]!)}`);
   }
 
-  for (const slot of subSlotsAscending(st.c)) {
-    if (slot <= replicas) continue;
+  const extra = subSlotsAscending(st.c).filter((slot) => slot > replicas);
+  if (st.input.batchPodLoops && extra.length > 0) {
+    const outcomes = st.d.runAll(
+      extra.map((slot): PassAction => {
+        const pod = st.c.sub.get(slot)!.metadata!.name!;
+        return { id: `delete:${pod}`, type: 'deletePod', pod };
+      }),
+    );
+    const firstErr = outcomes.findIndex((o) => o.kind === 'error');
+    if (firstErr >= 0)
+      fail(st, `delete extra sub-agent slot ${extra[firstErr]}: ${errText(outcomes[firstErr]!)}`);
+    if (outcomes.some((o) => o.kind !== 'notFound')) changed = true;
+  }
+  for (const slot of st.input.batchPodLoops ? [] : extra) {
     if (deletePod(st, st.c.sub.get(slot)!.metadata!.name!, `delete extra sub-agent slot ${slot}`))
       changed = true;
   }
@@ -703,7 +742,8 @@ function reconcile(st: PassState): never {
   if (invalid !== undefined) blockInvalidSpec(st, invalid);
   // 6. Generation stamp on every classified pod, in name order.
   const generation = cs.metadata.generation ?? 0;
-  for (const pod of podsInNameOrder(c)) {
+  if (st.input.batchPodLoops) stampAll(st, generation);
+  for (const pod of st.input.batchPodLoops ? [] : podsInNameOrder(c)) {
     if (cocoonSetGenerationOf(pod) === generation) continue;
     const podName = pod.metadata?.name ?? '';
     const o = d.run({

@@ -323,6 +323,7 @@ async function drive(
     registryConfigured: input.registryConfigured ?? true,
     declined: {},
     subAgentsWaitForHibernatingMain: patched('sub-agents-wait-for-hibernating-main'),
+    batchPodLoops: patched('batch-pod-loops'),
   };
   const outcomes: Record<string, ActionOutcome> = {};
   for (let i = 0; i < MAX_STEPS; i++) {

@@ -109,6 +109,7 @@ export class PlanWorld {
       view?: V1Pod[];
       declined?: PassInput['declined'];
       subAgentsWaitForHibernatingMain?: boolean;
+      batchPodLoops?: boolean;
     } = {},
   ): Exclude<PassStep, { kind: 'run' }> {
     const input: PassInput = {
@@ -118,6 +119,7 @@ export class PlanWorld {
       registryConfigured: opts.registryConfigured ?? true,
       declined: opts.declined,
       subAgentsWaitForHibernatingMain: opts.subAgentsWaitForHibernatingMain ?? true,
+      batchPodLoops: opts.batchPodLoops ?? true,
     };
     const outcomes: Record<string, ActionOutcome> = {};
     for (let i = 0; i < 200; i++) {
