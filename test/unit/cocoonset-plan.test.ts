@@ -102,6 +102,28 @@ describe('pass entry', () => {
     expect(woken.ids('createPod')).toEqual(['create:demo-1', 'create:demo-2']);
   });
 
+  it('a 1000-pod scale-down stamps and deletes in one batch each, not a planner step per pod (a step replays the pass from the top: quadratic)', () => {
+    const cs = set(replicas(999));
+    const pods = [readyPod(buildAgentPod(cs, 0, '', ''))];
+    for (let s = 1; s <= 999; s++) pods.push(readyPod(buildAgentPod(cs, s, 'vk-ns-demo-0', '')));
+    const w = new PlanWorld(cs, pods);
+    done(w.pass());
+    w.cs.spec.agent.replicas = 0;
+    w.cs.metadata.generation = 2;
+    const steps = w.steps;
+    done(w.pass());
+    expect(w.ids('patchPodAnnotations')).toHaveLength(1000);
+    expect(w.ids('deletePod')).toHaveLength(999);
+    expect(w.steps - steps).toBeLessThanOrEqual(5);
+    // Without the batch (histories recorded before it) the same pass is a step per pod.
+    const old = new PlanWorld(set(replicas(20)), []);
+    for (let s = 0; s <= 20; s++) old.pods.set(`demo-${s}`, readyPod(buildAgentPod(old.cs, s, '', '')));
+    old.cs.spec.agent.replicas = 0;
+    old.cs.metadata.generation = 2;
+    done(old.pass({ batchPodLoops: false }));
+    expect(old.steps).toBeGreaterThan(40);
+  });
+
   it('runs sub-agent creates as one concurrent batch of at most 8 in flight', () => {
     const cs = set(replicas(3));
     const input = { cs, pods: [readyPod(buildAgentPod(cs, 0, '', ''))], nowMs: T0, registryConfigured: true };

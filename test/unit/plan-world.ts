@@ -24,6 +24,8 @@ export class PlanWorld {
   cs: CocoonSet;
   readonly pods = new Map<string, V1Pod>();
   crs: CocoonHibernation[] = [];
+  /** Planner steps (planPass calls) so far, all passes. */
+  steps = 0;
   /** `"<vm>:<tag>"` present in the registry. */
   readonly tags = new Set<string>();
   /** When set, every probe fails with this text. */
@@ -123,6 +125,7 @@ export class PlanWorld {
     };
     const outcomes: Record<string, ActionOutcome> = {};
     for (let i = 0; i < 200; i++) {
+      this.steps++;
       const step = planPass(input, outcomes);
       if (step.kind !== 'run') return step;
       if (step.actions.length === 0) throw new Error('planner returned an empty batch');
