@@ -63,6 +63,23 @@ export function observeCocoonSet(cs: CocoonSet): CocoonSetObservation {
 }
 
 /** Trims an owned pod to the fields the CocoonSet predicate compares (pure). */
+/**
+ * The part of an owned pod's observation the CocoonSet workflow reads (identity and resourceVersion: a
+ * pass re-reads the pods itself). The signal carries only this; the watcher decides relevance on the full
+ * observation. Full observations in every signal made a 1000-pod pass's history ~6 MB (each annotation
+ * echoed back, `last-applied-configuration` included), too long to replay within a workflow task.
+ */
+export function ownedPodSignal(obs: OwnedPodObservation): OwnedPodObservation {
+  return {
+    exists: obs.exists,
+    namespace: obs.namespace,
+    name: obs.name,
+    uid: obs.uid,
+    resourceVersion: obs.resourceVersion,
+  };
+}
+
+/** Trims an owned pod to the fields whose change is worth a signal (pure; see `ownedPodSignal`). */
 export function observeOwnedPod(pod: V1Pod): OwnedPodObservation {
   return {
     exists: true,

@@ -27,6 +27,7 @@ import {
   observeCocoonSet,
   observeOwnedPod,
   ownedPodObservedSignal,
+  ownedPodSignal,
 } from './cocoonset-signals.js';
 
 /** The resource kinds the watcher informs on. */
@@ -52,6 +53,8 @@ export interface Candidate {
   workflowId: string;
   signalName: string;
   payload: unknown;
+  /** What the relevance fingerprint is taken from when the payload is a smaller part of it. */
+  relevance?: unknown;
   start: WorkflowStart;
   /** `namespace/name` of the object the payload describes (part of the relevance key). */
   objectKey: string;
@@ -155,7 +158,7 @@ export class Router {
       if (!r.kinds.includes(ev.kind)) continue;
       for (const c of r.map(ev, this.ctx)) {
         const key = relevanceKey(c.workflowId, c.signalName, c.objectKey);
-        const fp = relevanceFingerprint(c.payload);
+        const fp = relevanceFingerprint(c.relevance ?? c.payload);
         if (!c.force && !c.gone && this.sent.get(key) === fp) {
           this.counters.dropped++;
           continue;
@@ -325,8 +328,9 @@ export function cocoonSetOwnerOf(pod: KubernetesObject): string | undefined {
  *
  * - CocoonSet add/update → `cocoonSetObserved` with observeCocoonSet (so only generation changes and a
  *   deletion timestamp appearing pass the filter); deletion → `{exists:false, namespace, name, uid}`.
- * - Pod whose controller owner is a CocoonSet → `ownedPodObserved` with observeOwnedPod (create, phase,
- *   Ready, labels, annotations, deletion timestamp); deletion → `{exists:false, namespace, name, uid}`.
+ * - Pod whose controller owner is a CocoonSet → `ownedPodObserved` when observeOwnedPod changes (create,
+ *   phase, Ready, labels, annotations, deletion timestamp), carrying only `ownedPodSignal` (identity and
+ *   resourceVersion); deletion → `{exists:false, namespace, name, uid}`.
  */
 export class CocoonSetRoute implements Route {
   readonly name = 'cocoonset';
@@ -361,6 +365,7 @@ export class CocoonSetRoute implements Route {
         { ...base, payload: { exists: false, namespace, name, uid: ev.obj.metadata?.uid }, gone: true },
       ];
     }
-    return [{ ...base, payload: observeOwnedPod(ev.obj as V1Pod) }];
+    const obs = observeOwnedPod(ev.obj as V1Pod);
+    return [{ ...base, payload: ownedPodSignal(obs), relevance: obs }];
   }
 }

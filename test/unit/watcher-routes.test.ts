@@ -330,9 +330,20 @@ describe('CocoonSetRoute', () => {
     const [added] = ev('add', pod('s1-0', { owner: 's1' }));
     expect(added?.workflowId).toBe('cocoonset/ns1/s1');
     expect(added?.signalName).toBe('ownedPodObserved');
+    // The signal carries identity and resourceVersion only (the pass re-reads the pod), not its annotations.
+    expect(Object.keys(added!.payload as object).sort()).toEqual([
+      'exists',
+      'name',
+      'namespace',
+      'resourceVersion',
+      'uid',
+    ]);
     expect(ev('update', pod('s1-0', { owner: 's1', podIP: '10.9.9.9' }))).toEqual([]);
     expect(ev('update', pod('s1-0', { owner: 's1', ready: false }))).toHaveLength(1);
     expect(ev('update', pod('s1-0', { owner: 's1', ready: false, phase: 'Failed' }))).toHaveLength(1);
+    const noted = ev('update', pod('s1-0', { owner: 's1', annotations: { note: 'x'.repeat(4096) } }));
+    expect(noted).toHaveLength(1);
+    expect(JSON.stringify(noted[0]!.payload).length).toBeLessThan(200);
     const [gone] = ev('delete', pod('s1-0', { owner: 's1', uid: 'u0' }));
     expect(gone?.payload).toEqual({ exists: false, namespace: 'ns1', name: 's1-0', uid: 'u0' });
   });

@@ -24,6 +24,7 @@ import {
   observeCocoonSet,
   observeOwnedPod,
   ownedPodObservedSignal,
+  ownedPodSignal,
 } from '../../src/watcher/cocoonset-signals.js';
 import type { CocoonSetStateView } from '../../src/workflows/cocoonset.js';
 import { COCOONSET_WORKFLOW_TYPE } from '../../src/workflows/messages.js';
@@ -244,7 +245,7 @@ export class CocoonSetWorld {
   }
 
   private async signalPod(p: V1Pod): Promise<void> {
-    await this.send(ownedPodObservedSignal, observeOwnedPod(p));
+    await this.send(ownedPodObservedSignal, ownedPodSignal(observeOwnedPod(p)));
   }
 
   private async signalGone(name: string): Promise<void> {
