@@ -94,8 +94,8 @@ export interface PassInput {
    */
   subAgentsWaitForHibernatingMain?: boolean;
   /**
-   * Run the generation stamps and the deletes of extra sub-agents as one batch each (the workflow sets it
-   * behind `patched()`), not one step per pod: every step replays the pass from the top, so a 1000-pod
+   * Run the generation stamps and the deletes of extra sub-agents as one in-order batch each (the workflow
+   * sets it behind `patched()`), not one step per pod: every step replays the pass from the top, so a 1000-pod
    * scale-down took ~2000 steps, quadratic work that a cold replay could not finish within the workflow
    * task timeout under load. All are attempted; the first error in name / slot order fails the pass.
    */
@@ -193,6 +193,18 @@ class Driver {
     const o = this.outcomes[a.id];
     if (o !== undefined) return o;
     this.batch.push(a);
+    throw SUSPEND;
+  }
+
+  /**
+   * Actions run one after another in the given order, as one batch (one planner step, after any queued
+   * effects): each is attempted whatever the others' outcomes.
+   */
+  runInOrder(as: PassAction[]): ActionOutcome[] {
+    const missing = as.filter((a) => this.outcomes[a.id] === undefined);
+    if (missing.length === 0) return as.map((a) => this.outcomes[a.id]!);
+    if (this.batch.length > 0) throw SUSPEND;
+    this.batch.push(...missing);
     throw SUSPEND;
   }
 
@@ -486,7 +498,7 @@ function stampAll(st: PassState, generation: number): void {
   const pods = podsInNameOrder(st.c)
     .filter((pod) => cocoonSetGenerationOf(pod) !== generation)
     .map((pod) => pod.metadata?.name ?? '');
-  const outcomes = st.d.runAll(
+  const outcomes = st.d.runInOrder(
     pods.map(
       (pod): PassAction => ({
         id: `stamp:${pod}`,
@@ -619,7 +631,7 @@ function ensureSubAgents(
 
   const extra = subSlotsAscending(st.c).filter((slot) => slot > replicas);
   if (st.input.batchPodLoops && extra.length > 0) {
-    const outcomes = st.d.runAll(
+    const outcomes = st.d.runInOrder(
       extra.map((slot): PassAction => {
         const pod = st.c.sub.get(slot)!.metadata!.name!;
         return { id: `delete:${pod}`, type: 'deletePod', pod };
