@@ -94,10 +94,13 @@ export interface PassInput {
    */
   subAgentsWaitForHibernatingMain?: boolean;
   /**
-   * Run the generation stamps and the deletes of extra sub-agents as one in-order batch each (the workflow
-   * sets it behind `patched()`), not one step per pod: every step replays the pass from the top, so a 1000-pod
+   * Run the generation stamps and the deletes of extra sub-agents as one concurrent batch each (the
+   * workflow sets it behind `patched()`; the reference runs them one by one in name order), not one step per
+   * pod: every step replays the pass from the top, so a 1000-pod
    * scale-down took ~2000 steps, quadratic work that a cold replay could not finish within the workflow
-   * task timeout under load. All are attempted; the first error in name / slot order fails the pass.
+   * task timeout under load. Concurrent, not in order: one by one, each write is its own workflow task (a
+   * 1000-pod scale-down made a 20,000-event run that took 13-16 s to replay, past the 10 s task timeout).
+   * All are attempted; the first error in name / slot order fails the pass.
    */
   batchPodLoops?: boolean;
 }
@@ -193,18 +196,6 @@ class Driver {
     const o = this.outcomes[a.id];
     if (o !== undefined) return o;
     this.batch.push(a);
-    throw SUSPEND;
-  }
-
-  /**
-   * Actions run one after another in the given order, as one batch (one planner step, after any queued
-   * effects): each is attempted whatever the others' outcomes.
-   */
-  runInOrder(as: PassAction[]): ActionOutcome[] {
-    const missing = as.filter((a) => this.outcomes[a.id] === undefined);
-    if (missing.length === 0) return as.map((a) => this.outcomes[a.id]!);
-    if (this.batch.length > 0) throw SUSPEND;
-    this.batch.push(...missing);
     throw SUSPEND;
   }
 
@@ -498,7 +489,7 @@ function stampAll(st: PassState, generation: number): void {
   const pods = podsInNameOrder(st.c)
     .filter((pod) => cocoonSetGenerationOf(pod) !== generation)
     .map((pod) => pod.metadata?.name ?? '');
-  const outcomes = st.d.runInOrder(
+  const outcomes = st.d.runAll(
     pods.map(
       (pod): PassAction => ({
         id: `stamp:${pod}`,
@@ -631,7 +622,7 @@ function ensureSubAgents(
 
   const extra = subSlotsAscending(st.c).filter((slot) => slot > replicas);
   if (st.input.batchPodLoops && extra.length > 0) {
-    const outcomes = st.d.runInOrder(
+    const outcomes = st.d.runAll(
       extra.map((slot): PassAction => {
         const pod = st.c.sub.get(slot)!.metadata!.name!;
         return { id: `delete:${pod}`, type: 'deletePod', pod };

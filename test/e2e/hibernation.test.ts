@@ -201,6 +201,7 @@ describe('CocoonHibernation end to end (operator process, local stack)', () => {
     expect(cr.status?.vmName).toBe(vm);
     expect(cr.metadata.finalizers).toContain(Finalizers.cocoonHibernation);
     expect(readyOf(cr)).toMatchObject({ status: 'True', reason: 'Done', message: 'Hibernated' });
+    await waitFor('the recorder saw Hibernated', () => rec.phases('t1').includes('Hibernated'), QUICK_MS);
     expect(rec.phases('t1')).toEqual(['', 'Hibernating', 'Hibernated']);
 
     expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
@@ -225,6 +226,7 @@ describe('CocoonHibernation end to end (operator process, local stack)', () => {
     const cr = await crs.waitPhase('t2', 'Active', QUICK_MS);
     expect(cr.status).toMatchObject({ vmName: vm, observedGeneration: cr.metadata.generation });
     expect(readyOf(cr)).toMatchObject({ status: 'True', reason: 'Done', message: 'Active' });
+    await waitFor('the recorder saw Active', () => rec.phases('t2').includes('Active'), QUICK_MS);
     expect(rec.phases('t2')).toEqual(['', 'Hibernating', 'Hibernated', 'Waking', 'Active']);
 
     expect(await headTag(registry, vm, Tags.hibernate)).toBe(404);
@@ -390,6 +392,8 @@ describe('CocoonHibernation end to end (operator process, local stack)', () => {
     });
     const cr = await crs.waitPhase('t5', 'Hibernated', QUICK_MS);
     expect(cr.status?.vmName).toBe(vm);
+    // The recorder's watch can trail the GET that saw Hibernated: wait for it to see the same.
+    await waitFor('the recorder saw Hibernated', () => rec.phases('t5').includes('Hibernated'), QUICK_MS);
     expect(rec.phases('t5')).toEqual(['', 'Pending', 'Hibernating', 'Hibernated']);
     expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
     await settle(temporal, vmWorkflowId(ns, 't5'));
