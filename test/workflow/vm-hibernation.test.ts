@@ -77,13 +77,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       await world.putPod(NS, 'demo-0', { annotations: podAnnotations(), containerRunning: true });
       await hibernateCR(world);
       await waitFor('Hibernating', () => phase(world) === 'Hibernating');
-      world.tags.add(`${VM}:hibernate`);
-      await world.annotatePod(
-        NS,
-        'demo-0',
-        { [Annotations.lifecycleState]: 'hibernated', [Annotations.vmID]: null },
-        { containerRunning: false },
-      );
+      await world.vkHibernated(NS, 'demo-0', VM);
       await waitFor('Hibernated', () => phase(world) === 'Hibernated');
       expect(world.cr(NS, 'hib')?.status?.vmName).toBe(VM);
       // Steady state: more pod churn neither re-probes nor re-announces.
@@ -250,13 +244,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       expect(phase(world)).toBe('Hibernating');
       expect(world.calls.some((c) => c.startsWith('DELETE'))).toBe(false);
       expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBe('true');
-      world.tags.add(`${VM}:hibernate`);
-      await world.annotatePod(
-        NS,
-        'demo-0',
-        { [Annotations.lifecycleState]: 'hibernated', [Annotations.vmID]: null },
-        { containerRunning: false },
-      );
+      await world.vkHibernated(NS, 'demo-0', VM);
       await waitFor('Hibernated then Waking', () => phase(world) === 'Waking');
       expect(world.events.map((e) => e.reason)).toContain('Hibernated');
       expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBeUndefined();
@@ -342,13 +330,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       expect(world.calls.some((c) => c.startsWith('DELETE'))).toBe(false);
       expect(world.cr(NS, 'hib')).toBeDefined();
       // vk finishes the round (tag pushed, then hibernated): now the deletion discards it.
-      world.tags.add(`${VM}:hibernate`);
-      await world.annotatePod(
-        NS,
-        'demo-0',
-        { [Annotations.lifecycleState]: 'hibernated', [Annotations.vmID]: null },
-        { containerRunning: false },
-      );
+      await world.vkHibernated(NS, 'demo-0', VM);
       await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
       expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
     });
@@ -398,13 +380,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       await world.annotatePod(NS, 'demo-0', { [Annotations.lifecycleState]: 'hibernating' });
       await world.deleteCR(NS, 'hib');
       // vk finishes the round: the tag is pushed, the VM is gone.
-      world.tags.add(`${VM}:hibernate`);
-      await world.annotatePod(
-        NS,
-        'demo-0',
-        { [Annotations.lifecycleState]: 'hibernated', [Annotations.vmID]: null },
-        { containerRunning: false },
-      );
+      await world.vkHibernated(NS, 'demo-0', VM);
       await waitFor(
         'the deletion wakes the VM',
         () => world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate] === undefined,

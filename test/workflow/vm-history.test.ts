@@ -29,13 +29,7 @@ async function cycle(world: VMWorld): Promise<void> {
     'Hibernating',
     () => world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate] === 'true',
   );
-  world.tags.add(`${VM}:hibernate`);
-  await world.annotatePod(
-    NS,
-    'demo-0',
-    { [Annotations.lifecycleState]: 'hibernated', [Annotations.vmID]: null },
-    { containerRunning: false },
-  );
+  await world.vkHibernated(NS, 'demo-0', VM);
   await reached('Hibernated', () => world.cr(NS, 'hib')?.status?.phase === 'Hibernated');
   await world.putCR({ ...world.cr(NS, 'hib')!, desire: 'Wake' });
   await reached(

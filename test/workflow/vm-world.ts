@@ -112,6 +112,20 @@ export class VMWorld {
     return this.putPod(namespace, name, { ...extra, annotations: merge(pod.annotations ?? {}, annotations) });
   }
 
+  /**
+   * Plays vk-cocoon finishing a hibernate round on a pod, in vk's order: `<vm>:hibernate` pushed, then
+   * lifecycle `hibernated` with the VM id cleared and the container stopped, in one pod update.
+   */
+  async vkHibernated(namespace: string, name: string, vm: string) {
+    this.tags.add(`${vm}:hibernate`);
+    return this.annotatePod(
+      namespace,
+      name,
+      { [Annotations.lifecycleState]: 'hibernated', [Annotations.vmID]: null },
+      { containerRunning: false },
+    );
+  }
+
   async deletePod(namespace: string, name: string): Promise<void> {
     this.pods.delete(`${namespace}/${name}`);
     await this.signal(vmWorkflowId(namespace, name), podObservedSignal.name, {
