@@ -774,4 +774,56 @@ describe('vk-cocoon simulator on the local stack', () => {
       for (const n of nodes) await core.deleteNode({ name: n }).catch(() => undefined);
     }
   }, 90_000);
+
+  it('a node with no free seat: the pod waits Unschedulable (a hibernated pod keeps its seat) and is bound when a seat frees', async () => {
+    const poolName = `${ns}-seat`;
+    const node = `${ns}-one-seat`;
+    const one = new VkSimulator({
+      kube: kc,
+      registry,
+      nodeName: node,
+      pool: poolName,
+      seats: 1,
+      tickMs: 200,
+    });
+    const inPool = (name: string): V1Pod => {
+      const body = podManifest(name, { [Annotations.snapshotPolicy]: 'never' });
+      body.spec!.nodeSelector = { [Labels.nodePool]: poolName };
+      return body;
+    };
+    const scheduled = async (name: string) =>
+      (await read(name)).status?.conditions?.find((c) => c.type === 'PodScheduled');
+    try {
+      await one.start();
+      expect((await core.readNode({ name: node })).status?.capacity?.pods).toBe('1');
+      await core.createNamespacedPod({ namespace: ns, body: inPool('seat-a') });
+      expect((await waitReady('seat-a')).spec?.nodeName).toBe(node);
+      await core.createNamespacedPod({ namespace: ns, body: inPool('seat-b') });
+      const waiting = await waitFor('seat-b reported Unschedulable', async () => {
+        const c = await scheduled('seat-b');
+        return c?.status === 'False' && c.reason === 'Unschedulable' ? c : undefined;
+      });
+      expect(waiting.message).toContain('0/1 nodes are available: 1 Too many pods.');
+      expect((await read('seat-b')).spec?.nodeName ?? '').toBe('');
+
+      // A hibernated pod still holds its seat: only deleting it frees one.
+      await hibernateAndWait('seat-a');
+      const looked = one.state().turnedAway;
+      await waitFor('the node turned seat-b away again with seat-a hibernated', () =>
+        one.state().turnedAway > looked ? true : undefined,
+      );
+      expect((await read('seat-b')).spec?.nodeName ?? '').toBe('');
+      await core.deleteNamespacedPod({ name: 'seat-a', namespace: ns });
+      await waitGone('seat-a');
+      const bound = await waitReady('seat-b');
+      expect(bound.spec?.nodeName).toBe(node);
+      expect((await scheduled('seat-b'))?.status).toBe('True');
+      await core.deleteNamespacedPod({ name: 'seat-b', namespace: ns });
+      await waitGone('seat-b');
+      await deleteTag(vmName('seat-a'), 'hibernate');
+    } finally {
+      await one.stop();
+      await core.deleteNode({ name: node }).catch(() => undefined);
+    }
+  }, 90_000);
 });

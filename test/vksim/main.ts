@@ -2,7 +2,7 @@
  * Process entry of the vk-cocoon simulator: `npx tsx test/vksim/main.ts`.
  * Env: KUBECONFIG (required unless in-cluster), OCI_REGISTRY (required, host:port), VKSIM_NODE_NAME
  * (default cocoon-pool), VKSIM_POOL (default default), VKSIM_CPU_CLASS (optional), VKSIM_CONTROL_ADDR
- * (default 127.0.0.1:18089), VKSIM_BIND (default true; "false" when a kube-scheduler runs),
+ * (default 127.0.0.1:18089), VKSIM_BIND (default true; "false" when a kube-scheduler runs), VKSIM_SEATS (default 1000),
  * VKSIM_LOG_LEVEL (default info). Logs JSON lines to stdout; SIGTERM/SIGINT stop it gracefully.
  */
 import pino from 'pino';
@@ -22,6 +22,7 @@ async function main(): Promise<void> {
     cpuClass: process.env.VKSIM_CPU_CLASS || undefined,
     controlAddr: process.env.VKSIM_CONTROL_ADDR || '127.0.0.1:18089',
     bind: process.env.VKSIM_BIND !== 'false',
+    seats: process.env.VKSIM_SEATS ? Number(process.env.VKSIM_SEATS) : undefined,
     log: (level, msg, fields) => logger[level](fields ?? {}, msg),
   });
   let stopping = false;

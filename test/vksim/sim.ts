@@ -121,6 +121,13 @@ export interface VkSimulatorOptions {
   nodeIP?: string;
   /** Bind matching unbound pods (default true; set false when a kube-scheduler runs). */
   bind?: boolean;
+  /**
+   * The node's seats: how many non-terminal pods it holds at most (its `pods` capacity; default 1000). A
+   * matching pod that finds no free seat stays unbound with `PodScheduled=False Unschedulable`, as
+   * kube-scheduler reports it, and is bound when a seat frees (a hibernated pod still holds its seat; only
+   * deleting it frees one, which is what a `hibernatePolicy: release` suspend is for).
+   */
+  seats?: number;
   /** Periodic re-evaluation of every pod, ms (default 1000). */
   tickMs?: number;
   /** Cap of the provider-error retry backoff, ms (default 2000). */
@@ -151,6 +158,11 @@ export interface SimState {
   node: string;
   pool: string;
   cpuClass: string;
+  /** The node's seats (pod capacity) and how many non-terminal pods hold one. */
+  seats: number;
+  seatsTaken: number;
+  /** Bind attempts turned away because every seat was taken, since start. */
+  turnedAway: number;
   vms: SimVM[];
   localSnapshots: SimLocalSnapshot[];
   intents: Array<Intent & { pod: string; flushed: boolean }>;
@@ -234,6 +246,7 @@ export class VkSimulator {
   readonly nodeName: string;
   readonly pool: string;
   readonly cpuClass: string;
+  readonly seats: number;
   readonly faults = new FaultBook();
   private readonly core: CoreV1Api;
   private readonly oci: OciClient;
@@ -245,6 +258,10 @@ export class VkSimulator {
 
   private readonly vms = new Map<string, SimVM>();
   private readonly localSnapshots = new Map<string, SimLocalSnapshot>();
+  /** Pods bound here that the node informer has not shown yet: they hold a seat already (uid → bound at ms). */
+  private readonly justBound = new Map<string, number>();
+  /** Bind attempts turned away for want of a seat (a barrier for tests: the node looked again). */
+  private turnedAway = 0;
   /** Clone-mode base images already present locally (image ref → snapshot id). */
   private readonly localImages = new Map<string, string>();
   private readonly tracked = new Map<string, Tracked>();
@@ -269,6 +286,9 @@ export class VkSimulator {
     this.nodeName = opts.nodeName || VK_DEFAULT_NODE_NAME;
     this.pool = opts.pool || 'default';
     this.cpuClass = opts.cpuClass ?? '';
+    this.seats = opts.seats ?? 1000;
+    if (!Number.isInteger(this.seats) || this.seats < 0)
+      throw new Error(`seats must be a whole number ≥ 0, got ${opts.seats}`);
     this.kube = makeKubeClients(opts.kube, { requestTimeoutMs: KUBE_REQUEST_TIMEOUT_MS });
     this.core = this.kube.core;
     this.oci = new OciClient(opts.registry);
@@ -336,7 +356,10 @@ export class VkSimulator {
     }
     this.nodeInformer = this.podInformer('node pods', `spec.nodeName=${this.nodeName}`);
     const onNodePod = (pod: V1Pod) => this.kick(podKey(pod.metadata!.namespace!, pod.metadata!.name!));
-    this.nodeInformer.on('add', onNodePod);
+    this.nodeInformer.on('add', (pod: V1Pod) => {
+      this.justBound.delete(pod.metadata?.uid ?? '');
+      onNodePod(pod);
+    });
     this.nodeInformer.on('update', onNodePod);
     this.nodeInformer.on('delete', onNodePod);
     if (this.opts.bind !== false) {
@@ -388,6 +411,9 @@ export class VkSimulator {
       node: this.nodeName,
       pool: this.pool,
       cpuClass: this.cpuClass,
+      seats: this.seats,
+      seatsTaken: this.seatsTaken(),
+      turnedAway: this.turnedAway,
       vms: [...this.vms.values()].map((v) => ({ ...v })),
       localSnapshots: [...this.localSnapshots.values()].map((s) => ({ ...s })),
       intents: [...this.tracked.values()]
@@ -481,8 +507,8 @@ export class VkSimulator {
         { type: 'InternalIP', address: this.opts.nodeIP ?? '127.0.0.1' },
         { type: 'Hostname', address: this.nodeName },
       ],
-      capacity: { cpu: '64', memory: '256Gi', pods: '1000' },
-      allocatable: { cpu: '64', memory: '256Gi', pods: '1000' },
+      capacity: { cpu: '64', memory: '256Gi', pods: String(this.seats) },
+      allocatable: { cpu: '64', memory: '256Gi', pods: String(this.seats) },
       daemonEndpoints: { kubeletEndpoint: { Port: 10250 } },
     };
   }
@@ -544,9 +570,13 @@ export class VkSimulator {
     if (!podFitsNode(pod, this.nodeName, this.nodeLabels)) return;
     if (!toleratesTaint(pod.spec?.tolerations, VK_PROVIDER_TAINT)) return;
     if (this.binding.has(uid)) return;
-    this.binding.add(uid);
     const namespace = pod.metadata!.namespace!;
     const name = pod.metadata!.name!;
+    if (this.seatsTaken() >= this.seats) {
+      this.turnedAway++;
+      return this.reportNoSeat(pod);
+    }
+    this.binding.add(uid);
     try {
       await this.core.createNamespacedPodBinding({
         name,
@@ -558,6 +588,7 @@ export class VkSimulator {
           target: { apiVersion: 'v1', kind: 'Node', name: this.nodeName },
         },
       });
+      this.justBound.set(uid, Date.now());
       this.log('info', 'bound pod', { pod: podKey(namespace, name) });
     } catch (err) {
       const code = statusCodeOf(err);
@@ -565,6 +596,68 @@ export class VkSimulator {
         this.log('warn', 'bind failed', { pod: podKey(namespace, name), err: errMessage(err) });
     } finally {
       this.binding.delete(uid);
+    }
+  }
+
+  /**
+   * Seats in use: non-terminal pods on this node (a Terminating pod still holds its seat, as the scheduler
+   * counts it), plus binds in flight and binds the node informer has not shown yet (forgotten after 30 s).
+   */
+  private seatsTaken(): number {
+    const uids = new Set<string>(this.binding);
+    const now = Date.now();
+    for (const [uid, at] of this.justBound) if (now - at < 30_000) uids.add(uid);
+    for (const p of this.nodeInformer?.list() ?? []) {
+      if (p.status?.phase === 'Succeeded' || p.status?.phase === 'Failed') continue;
+      uids.add(p.metadata?.uid ?? '');
+    }
+    return uids.size;
+  }
+
+  /**
+   * Writes `PodScheduled=False Unschedulable` with kube-scheduler's wording on a pod that fits this node
+   * but finds it full, once per message; guarded by the pod's resourceVersion so it never lands on a pod
+   * another node bound meanwhile (binding sets PodScheduled=True).
+   */
+  private async reportNoSeat(pod: V1Pod): Promise<void> {
+    const message = `0/1 nodes are available: 1 Too many pods. (node ${this.nodeName}: ${this.seats} seats taken)`;
+    const current = pod.status?.conditions?.find((c) => c.type === 'PodScheduled');
+    if (current?.status === 'False' && current.reason === 'Unschedulable' && current.message === message)
+      return;
+    const namespace = pod.metadata!.namespace!;
+    const name = pod.metadata!.name!;
+    try {
+      await this.core.patchNamespacedPodStatus(
+        {
+          name,
+          namespace,
+          body: {
+            metadata: { uid: pod.metadata!.uid, resourceVersion: pod.metadata!.resourceVersion },
+            status: {
+              conditions: [
+                {
+                  type: 'PodScheduled',
+                  status: 'False',
+                  reason: 'Unschedulable',
+                  message,
+                  lastTransitionTime: new Date(),
+                },
+              ],
+            },
+          },
+        },
+        mergePatch,
+      );
+      this.log('info', 'pod unschedulable: no free seat', {
+        pod: podKey(namespace, name),
+        seats: this.seats,
+      });
+    } catch (err) {
+      if (!isSupersededCode(statusCodeOf(err)))
+        this.log('warn', 'unschedulable status write failed', {
+          pod: podKey(namespace, name),
+          err: errMessage(err),
+        });
     }
   }
 
