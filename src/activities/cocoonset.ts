@@ -1,6 +1,6 @@
 /**
  * Kubernetes activities of the CocoonSet workflow: the reads a pass starts from (the CocoonSet and the
- * pods labelled with its name) and one idempotent write per `planPass` action type (src/cocoonset/plan.ts
+ * pods labelled with its name) and one idempotent write per `PassAction` type (src/cocoonset/plan.ts
  * `PassAction`; docs/cocoonset.md#a-pass-in-order, docs/cocoonset.md#generation-stamp,
  * docs/cocoonset.md#deletion-and-registry-gc). Expected API answers are returned as values (AlreadyExists on
  * create, NotFound on delete); a gone target of a patch is a non-retryable `NotFound` failure; any other API

@@ -1,33 +1,22 @@
 /**
- * One CocoonSet reconcile pass as a pure, resumable decision function (operator cocoonset/reconciler.go
- * `Reconcile` steps 2–21, agents.go, toolboxes.go; docs/cocoonset.md#a-pass-in-order,
- * docs/cocoonset.md#generation-stamp, docs/cocoonset.md#status-roll-up).
+ * One CocoonSet reconcile pass (operator cocoonset/reconciler.go `Reconcile` steps 2–21, agents.go,
+ * toolboxes.go; docs/cocoonset.md#a-pass-in-order, docs/cocoonset.md#generation-stamp,
+ * docs/cocoonset.md#status-roll-up), written straight through as the reference's code reads:
+ * `reconcilePass(input, io)` decides, and every read or write it needs goes through `io` (`PassIO`), the
+ * planner's one boundary. The CocoonSet workflow implements `io` with activities, so Temporal's replay of
+ * the workflow replays the pass deterministically (the pass depends only on `input` and the outcomes `io`
+ * answered); the unit tests implement it with an in-memory world (test/unit/plan-world.ts).
  *
- * The caller (the CocoonSet workflow) drives it like this:
- *
- * ```ts
- * const outcomes: Record<string, ActionOutcome> = {};
- * for (;;) {
- *   const step = planPass(input, outcomes);
- *   if (step.kind !== 'run') break;          // 'done' or 'delegate'
- *   // run step.actions in order (or all at once, at most step.maxConcurrency, when step.concurrent),
- *   // then record each action's outcome under its id:
- *   for (const a of step.actions) outcomes[a.id] = await execute(a);
- * }
- * ```
- *
- * `planPass` is deterministic in (input, outcomes): each call replays the decisions already taken,
- * skips actions whose outcome is recorded, and stops at the next action whose outcome it needs. So it
- * holds no state, survives a worker restart mid-pass, and replays identically in Temporal. Reads the
- * pass may need (the CocoonHibernation List, registry probes, a pod GET) are actions too, and are asked
- * for only when a pod is actually built: a steady pass asks for no List and no probe; a pass that builds
- * pods asks for the List exactly once (shared with un-suspend, which Go lists separately).
+ * Reads the pass may need (the CocoonHibernation List, registry probes, a pod GET) are actions too, and are
+ * asked for only when a pod is actually built: a steady pass asks for no List and no probe; a pass that
+ * builds pods asks for the List exactly once (shared with un-suspend, which Go lists separately). Per-pod
+ * loops over many pods go out as one concurrent batch (`io.exec(actions, true, …)`), so a pass of 1000
+ * pods stays a handful of workflow tasks.
  *
  * Not handled here (clearly marked extension points): deletion (docs/cocoonset.md#deletion-and-registry-gc),
- * suspend and release suspend, migration and the released-seat wake (docs/cocoonset.md#not-built-yet). For
- * those `planPass` returns `{kind: 'delegate', flow}`; migration and wake are delegated only when their cheap
- * entry gates can engage, and the caller sets `input.declined.{migration,wake}` when the delegated
- * flow answers "not handled", then calls `planPass` again with the same outcomes.
+ * suspend and release suspend, migration and the released-seat wake (docs/cocoonset.md#not-built-yet).
+ * Deletion and suspend end the pass with `{kind: 'delegate', flow}`; migration and wake are offered to `io`
+ * only when their cheap entry gates can engage, and the pass goes on when the flow declines.
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import {
@@ -84,8 +73,6 @@ export interface PassInput {
   nowMs: number;
   /** False when no registry is configured (tests): restore is a no-op, migration/wake are off. */
   registryConfigured: boolean;
-  /** Delegated flows that answered "not handled" in this pass: continue past their step. */
-  declined?: { migration?: boolean; wake?: boolean };
   /**
    * Deliberate addition (the workflow sets it behind `patched()`): missing sub-agents are not created while
    * the main is asked to hibernate (its hibernate annotation, or a CocoonHibernation with desire
@@ -95,11 +82,9 @@ export interface PassInput {
   subAgentsWaitForHibernatingMain?: boolean;
   /**
    * Run the generation stamps and the deletes of extra sub-agents as one concurrent batch each (the
-   * workflow sets it behind `patched()`; the reference runs them one by one in name order), not one step per
-   * pod: every step replays the pass from the top, so a 1000-pod
-   * scale-down took ~2000 steps, quadratic work that a cold replay could not finish within the workflow
-   * task timeout under load. Concurrent, not in order: one by one, each write is its own workflow task (a
-   * 1000-pod scale-down made a 20,000-event run that took 13-16 s to replay, past the 10 s task timeout).
+   * workflow sets it behind `patched()`; the reference runs them one by one in name order), not one round
+   * per pod: one by one, each write is its own workflow task (a 1000-pod scale-down made a 20,000-event run
+   * that took 13-16 s to replay, past the 10 s workflow task timeout).
    * All are attempted; the first error in name / slot order fails the pass.
    */
   batchPodLoops?: boolean;
@@ -112,8 +97,8 @@ export type PassMetric = Extract<
 >;
 
 /**
- * One unit of I/O. `id` is unique within a pass; record the outcome under it. Errors from the API are
- * reported as `{kind: 'error', message}`; the plan adds Go's context prefix.
+ * One unit of I/O. `id` names it for logs, tests and Event keys (unique within a pass). Errors from the API
+ * are reported as `{kind: 'error', message}`; the pass adds Go's context prefix.
  */
 export type PassAction =
   /** Full Update adding the finalizer (resourceVersion-checked). Outcome: ok | error. */
@@ -162,10 +147,9 @@ export interface PassResult {
 /** Sub-flows this planner does not implement (extension points). */
 export type DelegatedFlow = 'delete' | 'suspend' | 'suspendRelease' | 'migration' | 'wake';
 
-export type PassStep =
-  /** Run these actions, record their outcomes, call `planPass` again. */
-  | { kind: 'run'; actions: PassAction[]; concurrent: boolean; maxConcurrency: number }
-  /** Hand the pass to another flow (not implemented here). */
+/** How a pass ends. */
+export type PassEnd =
+  /** The pass is handed to another flow (delete, suspend; migration or wake when they took it). */
   | { kind: 'delegate'; flow: DelegatedFlow }
   /** The pass is over. `mirror` lists what was written to the CocoonSet, for the caller's copy. */
   | {
@@ -174,40 +158,64 @@ export type PassStep =
       mirror: { annotations: Record<string, string>; status?: CocoonSetStatus };
     };
 
-const SUSPEND = Symbol('suspend');
-
-class Finished {
-  constructor(readonly step: PassStep) {}
+/**
+ * The planner's one boundary: the CocoonSet workflow implements it with activities, the unit tests'
+ * PlanWorld with an in-memory world.
+ */
+export interface PassIO {
+  /**
+   * Runs `actions` and resolves their outcomes in input order: one after another when `concurrent` is
+   * false, else with at most `maxConcurrency` in flight. API failures are outcomes (`{kind: 'error'}`),
+   * never rejections.
+   */
+  exec(actions: PassAction[], concurrent: boolean, maxConcurrency: number): Promise<ActionOutcome[]>;
+  /**
+   * Offers the pass to a flow whose entry gate can engage (migration, released-seat wake). Resolves how the
+   * pass ended when the flow took it, or undefined when it declined ("not handled": the pass goes on).
+   */
+  offer(flow: 'migration' | 'wake'): Promise<PassEnd | undefined>;
 }
 
-/** Replays recorded outcomes; collects the next batch of actions. */
-class Driver {
-  readonly batch: PassAction[] = [];
-  concurrent = false;
-  constructor(private readonly outcomes: Readonly<Record<string, ActionOutcome>>) {}
+/**
+ * Runs the pass's I/O in the order the reference's code issues it. Fire-and-forget effects (Events,
+ * metrics) are queued and run, in order, just before the next action the pass waits on, or when it ends.
+ */
+class Runner {
+  private pending: PassAction[] = [];
+  constructor(readonly io: PassIO) {}
 
-  /** Fire-and-forget action: queued unless already done; never blocks. */
+  /** Queues a fire-and-forget action. */
   effect(a: PassAction): void {
-    if (this.outcomes[a.id] === undefined) this.batch.push(a);
+    this.pending.push(a);
   }
 
-  /** Action whose outcome the plan needs: returns it, or queues the action and stops the replay. */
-  run(a: PassAction): ActionOutcome {
-    const o = this.outcomes[a.id];
-    if (o !== undefined) return o;
-    this.batch.push(a);
-    throw SUSPEND;
+  /** Runs the queued effects, then `a`, one after another; resolves `a`'s outcome. */
+  async run(a: PassAction): Promise<ActionOutcome> {
+    const batch = [...this.pending, a];
+    this.pending = [];
+    const outcomes = await this.io.exec(batch, false, 1);
+    return outcomes[outcomes.length - 1]!;
   }
 
-  /** Independent actions run together (after any queued effects). */
-  runAll(as: PassAction[]): ActionOutcome[] {
-    const missing = as.filter((a) => this.outcomes[a.id] === undefined);
-    if (missing.length === 0) return as.map((a) => this.outcomes[a.id]!);
-    if (this.batch.length > 0) throw SUSPEND;
-    this.batch.push(...missing);
-    this.concurrent = true;
-    throw SUSPEND;
+  /** Runs the queued effects, then independent actions together (at most SUB_AGENT_CREATE_CONCURRENCY in flight). */
+  async runAll(as: PassAction[]): Promise<ActionOutcome[]> {
+    if (as.length === 0) return [];
+    await this.flush();
+    return this.io.exec(as, true, SUB_AGENT_CREATE_CONCURRENCY);
   }
+
+  /** Runs the queued effects. */
+  async flush(): Promise<void> {
+    if (this.pending.length === 0) return;
+    const batch = this.pending;
+    this.pending = [];
+    await this.io.exec(batch, false, 1);
+  }
+}
+
+/** Ends the pass from inside a helper, like a `return` through the call stack; only `reconcilePass` catches it. */
+class PassEnded {
+  constructor(readonly end: PassEnd) {}
 }
 
 function errText(o: ActionOutcome): string | undefined {
@@ -276,16 +284,18 @@ interface PassState {
   ns: string;
   name: string;
   c: Classified;
-  d: Driver;
+  r: Runner;
   input: PassInput;
   /** Annotations written to the CocoonSet so far (mirrored into later reads). */
   written: Record<string, string>;
+  /** The namespace's CocoonHibernation List of this pass, once asked for. */
+  crs?: Promise<{ items: CocoonHibernation[] } | { error: string }>;
   /** The pass is ending with an error (its failure status is being written). */
   failing?: boolean;
 }
 
 function finish(st: PassState, result: Partial<PassResult>, status?: CocoonSetStatus): never {
-  throw new Finished({
+  throw new PassEnded({
     kind: 'done',
     result: {
       requeue: result.requeue ?? false,
@@ -305,10 +315,10 @@ const CONDITION_MESSAGE_MAX = 1024;
  * returns the error, so its status kept whatever the last good pass wrote, e.g. `Pending` with 0 ready while
  * the main is Ready). A failing status write is not retried here: the pass ends with the original error.
  */
-function fail(st: PassState, error: string): never {
+async function fail(st: PassState, error: string): Promise<never> {
   if (!st.failing) {
     st.failing = true;
-    writeStatus(st, phaseAfterBlock(st), 'status-on-failure', {
+    await writeStatus(st, phaseAfterBlock(st), 'status-on-failure', {
       reason: ConditionReasons.reconcileFailed,
       message: error,
     });
@@ -328,16 +338,16 @@ function phaseAfterBlock(st: PassState): CocoonSetPhase | '' {
  * rejection as message, and a folded Warning Event `InvalidSpec`. It ends without a requeue: only a spec
  * edit (which starts a pass) can change the answer.
  */
-function blockInvalidSpec(st: PassState, reason: string): never {
+async function blockInvalidSpec(st: PassState, reason: string): Promise<never> {
   const message = `invalid spec, no pod changed: ${reason}`;
-  st.d.effect({
+  st.r.effect({
     id: `event:${EventReasons.invalidSpec}`,
     type: 'event',
     eventType: 'Warning',
     reason: EventReasons.invalidSpec,
     message,
   });
-  const status = writeStatus(st, phaseAfterBlock(st), 'status', {
+  const status = await writeStatus(st, phaseAfterBlock(st), 'status', {
     reason: ConditionReasons.invalidSpec,
     message,
   });
@@ -345,12 +355,14 @@ function blockInvalidSpec(st: PassState, reason: string): never {
 }
 
 /** Builds a pod, turning a builder exception into Go's wrapped error. */
-function build(st: PassState, prefix: string, fn: () => V1Pod): V1Pod {
+async function build(st: PassState, prefix: string, fn: () => V1Pod): Promise<V1Pod> {
+  let pod: V1Pod;
   try {
-    return fn();
+    pod = fn();
   } catch (e) {
     return fail(st, `${prefix}: ${(e as Error).message}`);
   }
+  return pod;
 }
 
 /** The CocoonSet with the annotations written in this pass (Go mirrors them into the in-memory object). */
@@ -362,11 +374,16 @@ function currentCS(st: PassState): CocoonSet {
   };
 }
 
-/** The namespace's CocoonHibernations, listed at most once per pass; a List error is cached too. */
-function hibernations(st: PassState): { items: CocoonHibernation[] } | { error: string } {
-  const o = st.d.run({ id: 'list-hibernations', type: 'listHibernations', namespace: st.ns });
-  if (o.kind === 'hibernations') return { items: o.items };
-  return { error: `list cocoonhibernations in ${st.ns}: ${errText(o) ?? 'unexpected outcome'}` };
+/** The namespace's CocoonHibernations, listed at most once per pass; a List error is kept too. */
+function hibernations(st: PassState): Promise<{ items: CocoonHibernation[] } | { error: string }> {
+  st.crs ??= st.r
+    .run({ id: 'list-hibernations', type: 'listHibernations', namespace: st.ns })
+    .then((o) =>
+      o.kind === 'hibernations'
+        ? { items: o.items }
+        : { error: `list cocoonhibernations in ${st.ns}: ${errText(o) ?? 'unexpected outcome'}` },
+    );
+  return st.crs;
 }
 
 /**
@@ -375,12 +392,12 @@ function hibernations(st: PassState): { items: CocoonHibernation[] } | { error: 
  * the status written, or undefined when nothing changed. A failed write of the failure status is ignored
  * (the pass already ends with an error); any other failed write ends the pass with `patch status …`.
  */
-function writeStatus(
+async function writeStatus(
   st: PassState,
   phase: CocoonSetPhase | '',
   id: string,
   blocked?: { reason: string; message: string },
-): CocoonSetStatus | undefined {
+): Promise<CocoonSetStatus | undefined> {
   const fresh = buildStatus(st.cs, st.c, phase);
   if (blocked) {
     const message =
@@ -393,41 +410,45 @@ function writeStatus(
   }
   const w = planStatusWrite(st.cs, fresh, st.input.nowMs);
   if (!w) return undefined;
-  const o = st.d.run({ id, type: 'patchStatus', body: w.patch, status: w.status });
+  const o = await st.r.run({ id, type: 'patchStatus', body: w.patch, status: w.status });
   const err = errText(o);
   if (err !== undefined) {
     if (id === 'status-on-failure') return undefined;
-    fail(st, `patch status ${st.ns}/${st.name}: ${err}`);
+    return fail(st, `patch status ${st.ns}/${st.name}: ${err}`);
   }
   return w.status;
 }
 
 /** Writes the status when it changed (docs/cocoonset.md#status-roll-up), then ends the pass with `result`. */
-function writeStatusAndFinish(st: PassState, phase: CocoonSetPhase | '', result: Partial<PassResult>): never {
-  const status = writeStatus(st, phase, 'status');
+async function writeStatusAndFinish(
+  st: PassState,
+  phase: CocoonSetPhase | '',
+  result: Partial<PassResult>,
+): Promise<never> {
+  const status = await writeStatus(st, phase, 'status');
   return finish(st, result, status);
 }
 
-/** Deletes a pod; NotFound counts as done. Returns false when it was already gone. */
-function deletePod(st: PassState, pod: string, prefix: string): boolean {
-  const o = st.d.run({ id: `delete:${pod}`, type: 'deletePod', pod });
+/** Deletes a pod; NotFound counts as done. Resolves false when it was already gone. */
+async function deletePod(st: PassState, pod: string, prefix: string): Promise<boolean> {
+  const o = await st.r.run({ id: `delete:${pod}`, type: 'deletePod', pod });
   const err = errText(o);
-  if (err !== undefined) fail(st, `${prefix}: ${err}`);
+  if (err !== undefined) return fail(st, `${prefix}: ${err}`);
   return o.kind !== 'notFound';
 }
 
 /** `handleFailedMainAgent` (docs/cocoonset.md#failed-main-and-recovery). */
-function handleFailedMain(
+async function handleFailedMain(
   st: PassState,
   main: V1Pod,
   reason: 'PodLifecycleFailed' | 'MainAgentFailed',
-): never {
+): Promise<never> {
   if (!podSpecMatchesAgent(main, st.cs, 0)) {
-    deletePod(st, main.metadata!.name!, 'delete terminal drifted main agent');
-    finish(st, { requeue: true });
+    await deletePod(st, main.metadata!.name!, 'delete terminal drifted main agent');
+    return finish(st, { requeue: true });
   }
   if (reason === EventReasons.podLifecycleFailed) {
-    st.d.effect({
+    st.r.effect({
       id: 'metric:lifecycleStateFailedObservedTotal',
       type: 'metric',
       metric: 'lifecycleStateFailedObservedTotal',
@@ -435,25 +456,29 @@ function handleFailedMain(
     });
   }
   const msg = main.metadata?.annotations?.[Annotations.lifecycleStateMessage] || main.status?.phase || '';
-  st.d.effect({
+  st.r.effect({
     id: `event:${reason}`,
     type: 'event',
     eventType: 'Warning',
     reason,
     message: `main pod ${st.ns}/${main.metadata?.name ?? ''}: ${msg}`,
   });
-  writeStatusAndFinish(st, 'Failed', {});
+  return writeStatusAndFinish(st, 'Failed', {});
 }
 
 /**
  * Restore marks for pods about to be created (docs/cocoonset.md#restore-from-hibernation): pods with intent
  * (name in `restorable`) and a registry get their `:hibernate` tag probed, all probes at once; a present tag
- * marks the pod in place. Returns, per pod, the probe's error text (fail closed) or undefined.
+ * marks the pod in place. Resolves, per pod, the probe's error text (fail closed) or undefined.
  */
-function restoreMarks(st: PassState, pods: V1Pod[], restorable: Set<string>): (string | undefined)[] {
+async function restoreMarks(
+  st: PassState,
+  pods: V1Pod[],
+  restorable: Set<string>,
+): Promise<(string | undefined)[]> {
   const intent = pods.map((p) => st.input.registryConfigured && restorable.has(p.metadata?.name ?? ''));
   const probes = pods.filter((_, i) => intent[i]).map((p) => vmNameOf(p));
-  const outcomes = st.d.runAll(
+  const outcomes = await st.r.runAll(
     probes.map((vm): PassAction => ({ id: `probe:${vm}`, type: 'probeHibernate', vmName: vm })),
   );
   const byVM = new Map(probes.map((vm, i) => [vm, outcomes[i]!]));
@@ -467,29 +492,25 @@ function restoreMarks(st: PassState, pods: V1Pod[], restorable: Set<string>): (s
 }
 
 /** `createMainAgent` (docs/cocoonset.md#a-pass-in-order). */
-function createMain(st: PassState): never {
-  const pod = build(st, 'build main agent', () => buildAgentPod(st.cs, 0, '', ''));
-  const crs = hibernations(st);
-  if ('error' in crs) fail(st, crs.error);
-  const [probeErr] = restoreMarks(st, [pod], podsRestorableByCR(crs.items));
-  if (probeErr !== undefined) fail(st, probeErr);
-  const o = st.d.run({ id: `create:${pod.metadata!.name}`, type: 'createPod', pod });
-  if (o.kind === 'alreadyExists') finish(st, { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });
+async function createMain(st: PassState): Promise<never> {
+  const pod = await build(st, 'build main agent', () => buildAgentPod(st.cs, 0, '', ''));
+  const crs = await hibernations(st);
+  if ('error' in crs) return fail(st, crs.error);
+  const [probeErr] = await restoreMarks(st, [pod], podsRestorableByCR(crs.items));
+  if (probeErr !== undefined) return fail(st, probeErr);
+  const o = await st.r.run({ id: `create:${pod.metadata!.name}`, type: 'createPod', pod });
+  if (o.kind === 'alreadyExists') return finish(st, { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });
   const err = errText(o);
-  if (err !== undefined) fail(st, `create main agent: ${err}`);
+  if (err !== undefined) return fail(st, `create main agent: ${err}`);
   return finish(st, { requeue: true });
 }
 
-/**
- * `ensureSubAgents` (docs/cocoonset.md#a-pass-in-order); returns (changed, requeueAfterMs) or ends the pass
- * with an error.
- */
 /** Generation stamp of every classified pod that lacks it, as one batch (`PassInput.batchPodLoops`). */
-function stampAll(st: PassState, generation: number): void {
+async function stampAll(st: PassState, generation: number): Promise<void> {
   const pods = podsInNameOrder(st.c)
     .filter((pod) => cocoonSetGenerationOf(pod) !== generation)
     .map((pod) => pod.metadata?.name ?? '');
-  const outcomes = st.d.runAll(
+  const outcomes = await st.r.runAll(
     pods.map(
       (pod): PassAction => ({
         id: `stamp:${pod}`,
@@ -501,7 +522,10 @@ function stampAll(st: PassState, generation: number): void {
   );
   const firstErr = outcomes.findIndex((o) => o.kind === 'error');
   if (firstErr >= 0)
-    fail(st, `patch cocoonset generation on ${st.ns}/${pods[firstErr]}: ${errText(outcomes[firstErr]!)}`);
+    return fail(
+      st,
+      `patch cocoonset generation on ${st.ns}/${pods[firstErr]}: ${errText(outcomes[firstErr]!)}`,
+    );
 }
 
 /** The main is asked to hibernate: its annotation, or a CocoonHibernation that holds it (`podsHibernatedByCR`). */
@@ -510,11 +534,15 @@ function mainHibernating(st: PassState, crs: readonly CocoonHibernation[]): bool
   return hibernateRequested(main) || podsHibernatedByCR(crs).has(main?.metadata?.name ?? '');
 }
 
-function ensureSubAgents(
+/**
+ * `ensureSubAgents` (docs/cocoonset.md#a-pass-in-order); resolves (changed, requeueAfterMs) or ends the pass
+ * with an error.
+ */
+async function ensureSubAgents(
   st: PassState,
   mainVM: string,
   mainNode: string,
-): { changed: boolean; requeueAfterMs: number } {
+): Promise<{ changed: boolean; requeueAfterMs: number }> {
   const replicas = replicasOf(st.cs);
   let changed = false;
   let requeueAfterMs = 0;
@@ -536,7 +564,7 @@ function ensureSubAgents(
         requeueAfterMs = requeueAfterMs === 0 ? t.waitMs : Math.min(requeueAfterMs, t.waitMs);
         break;
       case 'deadLetter': {
-        const o = st.d.run({
+        const o = await st.r.run({
           id: `dead-letter:${podName}`,
           type: 'patchPodAnnotations',
           pod: podName,
@@ -544,14 +572,14 @@ function ensureSubAgents(
         });
         const err = errText(o);
         if (err !== undefined)
-          fail(st, `patch pod ${st.ns}/${podName} annotation ${Annotations.deadLetter}: ${err}`);
-        st.d.effect({
+          return fail(st, `patch pod ${st.ns}/${podName} annotation ${Annotations.deadLetter}: ${err}`);
+        st.r.effect({
           id: `metric:subagentDeadLetterTotal:${slot}`,
           type: 'metric',
           metric: 'subagentDeadLetterTotal',
           labels,
         });
-        st.d.effect({
+        st.r.effect({
           id: `event:${t.event.reason}:${slot}`,
           type: 'event',
           eventType: t.event.type,
@@ -561,15 +589,15 @@ function ensureSubAgents(
         break;
       }
       case 'rebuild': {
-        writeHistory(st, slot, t.history, 'persist rebuild history');
-        deletePod(st, podName, `delete terminal sub-agent slot ${slot}`);
-        st.d.effect({
+        await writeHistory(st, slot, t.history, 'persist rebuild history');
+        await deletePod(st, podName, `delete terminal sub-agent slot ${slot}`);
+        st.r.effect({
           id: `metric:subagentRebuildTotal:${slot}`,
           type: 'metric',
           metric: 'subagentRebuildTotal',
           labels,
         });
-        st.d.effect({
+        st.r.effect({
           id: `event:${t.event.reason}:${slot}`,
           type: 'event',
           eventType: t.event.type,
@@ -580,21 +608,21 @@ function ensureSubAgents(
         break;
       }
       case 'deleteDrifted':
-        deletePod(st, podName, `delete drifted sub-agent slot ${slot}`);
+        await deletePod(st, podName, `delete drifted sub-agent slot ${slot}`);
         changed = true;
         break;
       case 'liftDeadLetter':
         if (t.history !== undefined)
-          writeHistory(st, slot, t.history, `reset rebuild history for slot ${slot}`);
-        deletePod(st, podName, `delete dead-lettered sub-agent slot ${slot}`);
+          await writeHistory(st, slot, t.history, `reset rebuild history for slot ${slot}`);
+        await deletePod(st, podName, `delete dead-lettered sub-agent slot ${slot}`);
         changed = true;
         break;
     }
   }
 
   if (missing.length > 0) {
-    const crs = hibernations(st);
-    if ('error' in crs) fail(st, crs.error);
+    const crs = await hibernations(st);
+    if ('error' in crs) return fail(st, crs.error);
     if (st.input.subAgentsWaitForHibernatingMain && mainHibernating(st, crs.items)) {
       requeueAfterMs =
         requeueAfterMs === 0 ? REQUEUE_WAIT_FOR_MAIN_MS : Math.min(requeueAfterMs, REQUEUE_WAIT_FOR_MAIN_MS);
@@ -602,27 +630,30 @@ function ensureSubAgents(
     }
   }
   if (missing.length > 0) {
-    const crs = hibernations(st);
-    if ('error' in crs) fail(st, crs.error);
-    const pods = missing.map((slot) =>
-      build(st, `build sub-agent slot ${slot}`, () => buildAgentPod(st.cs, slot, mainVM, mainNode)),
-    );
-    const probeErrs = restoreMarks(st, pods, podsRestorableByCR(crs.items));
+    const crs = await hibernations(st);
+    if ('error' in crs) return fail(st, crs.error);
+    const pods: V1Pod[] = [];
+    for (const slot of missing) {
+      pods.push(
+        await build(st, `build sub-agent slot ${slot}`, () => buildAgentPod(st.cs, slot, mainVM, mainNode)),
+      );
+    }
+    const probeErrs = await restoreMarks(st, pods, podsRestorableByCR(crs.items));
     const firstProbeErr = probeErrs.findIndex((e) => e !== undefined);
     if (firstProbeErr >= 0)
-      fail(st, `mark restore sub-agent slot ${missing[firstProbeErr]}: ${probeErrs[firstProbeErr]}`);
-    const outcomes = st.d.runAll(
+      return fail(st, `mark restore sub-agent slot ${missing[firstProbeErr]}: ${probeErrs[firstProbeErr]}`);
+    const outcomes = await st.r.runAll(
       pods.map((pod): PassAction => ({ id: `create:${pod.metadata!.name}`, type: 'createPod', pod })),
     );
     if (outcomes.some((o) => o.kind === 'ok')) changed = true;
     const firstErr = outcomes.findIndex((o) => o.kind === 'error');
     if (firstErr >= 0)
-      fail(st, `create sub-agent slot ${missing[firstErr]}: ${errText(outcomes[firstErr]!)}`);
+      return fail(st, `create sub-agent slot ${missing[firstErr]}: ${errText(outcomes[firstErr]!)}`);
   }
 
   const extra = subSlotsAscending(st.c).filter((slot) => slot > replicas);
   if (st.input.batchPodLoops && extra.length > 0) {
-    const outcomes = st.d.runAll(
+    const outcomes = await st.r.runAll(
       extra.map((slot): PassAction => {
         const pod = st.c.sub.get(slot)!.metadata!.name!;
         return { id: `delete:${pod}`, type: 'deletePod', pod };
@@ -630,11 +661,11 @@ function ensureSubAgents(
     );
     const firstErr = outcomes.findIndex((o) => o.kind === 'error');
     if (firstErr >= 0)
-      fail(st, `delete extra sub-agent slot ${extra[firstErr]}: ${errText(outcomes[firstErr]!)}`);
+      return fail(st, `delete extra sub-agent slot ${extra[firstErr]}: ${errText(outcomes[firstErr]!)}`);
     if (outcomes.some((o) => o.kind !== 'notFound')) changed = true;
   }
   for (const slot of st.input.batchPodLoops ? [] : extra) {
-    if (deletePod(st, st.c.sub.get(slot)!.metadata!.name!, `delete extra sub-agent slot ${slot}`))
+    if (await deletePod(st, st.c.sub.get(slot)!.metadata!.name!, `delete extra sub-agent slot ${slot}`))
       changed = true;
   }
   return { changed, requeueAfterMs };
@@ -644,14 +675,14 @@ function ensureSubAgents(
  * Writes the rebuild-history annotation and mirrors it for later slots
  * (docs/cocoonset.md#sub-agent-rebuild-and-dead-letter `patchRebuildHistory`).
  */
-function writeHistory(st: PassState, slot: number, history: string, prefix: string): void {
-  const o = st.d.run({
+async function writeHistory(st: PassState, slot: number, history: string, prefix: string): Promise<void> {
+  const o = await st.r.run({
     id: `history:${slot}`,
     type: 'patchCocoonSetAnnotations',
     annotations: { [Annotations.rebuildHistory]: history },
   });
   const err = errText(o);
-  if (err !== undefined) fail(st, `${prefix}: ${err}`);
+  if (err !== undefined) return fail(st, `${prefix}: ${err}`);
   st.written[Annotations.rebuildHistory] = history;
 }
 
@@ -671,100 +702,113 @@ export function validateToolboxes(toolboxes: readonly ToolboxSpec[]): string | u
 }
 
 /**
- * `ensureToolboxes` (docs/cocoonset.md#a-pass-in-order); returns `changed` or ends the pass with an error.
+ * `ensureToolboxes` (docs/cocoonset.md#a-pass-in-order); resolves `changed` or ends the pass with an error.
  */
-function ensureToolboxes(st: PassState): boolean {
+async function ensureToolboxes(st: PassState): Promise<boolean> {
   const toolboxes = st.cs.spec.toolboxes ?? [];
   const invalid = validateToolboxes(toolboxes);
-  if (invalid !== undefined) fail(st, invalid);
+  if (invalid !== undefined) return fail(st, invalid);
   let changed = false;
   for (const tb of toolboxes) {
     const podName = toolboxPodName(st.cs, tb.name);
     const existing = st.c.toolbox.get(tb.name);
     if (!existing && st.c.allByName.has(podName)) {
-      fail(st, `create toolbox ${tb.name}: name collision with existing pod ${podName}`);
+      return fail(st, `create toolbox ${tb.name}: name collision with existing pod ${podName}`);
     }
     if (existing) {
       if (isTerminal(existing) || !podSpecMatchesToolbox(existing, st.cs, tb)) {
-        deletePod(st, existing.metadata!.name!, `delete toolbox ${tb.name} for recreate`);
+        await deletePod(st, existing.metadata!.name!, `delete toolbox ${tb.name} for recreate`);
         changed = true;
       }
       continue;
     }
-    const pod = build(st, `build toolbox ${tb.name}`, () => buildToolboxPod(st.cs, tb));
-    const crs = hibernations(st);
-    if ('error' in crs) fail(st, crs.error);
-    const [probeErr] = restoreMarks(st, [pod], podsRestorableByCR(crs.items));
-    if (probeErr !== undefined) fail(st, `mark restore toolbox ${tb.name}: ${probeErr}`);
-    const o = st.d.run({ id: `create:${podName}`, type: 'createPod', pod });
+    const pod = await build(st, `build toolbox ${tb.name}`, () => buildToolboxPod(st.cs, tb));
+    const crs = await hibernations(st);
+    if ('error' in crs) return fail(st, crs.error);
+    const [probeErr] = await restoreMarks(st, [pod], podsRestorableByCR(crs.items));
+    if (probeErr !== undefined) return fail(st, `mark restore toolbox ${tb.name}: ${probeErr}`);
+    const o = await st.r.run({ id: `create:${podName}`, type: 'createPod', pod });
     if (o.kind === 'ok') {
       changed = true;
     } else if (o.kind === 'alreadyExists') {
-      const g = st.d.run({ id: `get:${podName}`, type: 'getPod', pod: podName });
+      const g = await st.r.run({ id: `get:${podName}`, type: 'getPod', pod: podName });
       if (g.kind !== 'pod')
-        fail(st, `get existing pod ${st.ns}/${podName}: ${errText(g) ?? 'unexpected outcome'}`);
+        return fail(st, `get existing pod ${st.ns}/${podName}: ${errText(g) ?? 'unexpected outcome'}`);
       const role = g.pod.metadata?.labels?.[Labels.role] ?? '';
       if (role !== Roles.toolbox || !isControlledBy(g.pod, st.cs.metadata.uid)) {
-        fail(
+        return fail(
           st,
           `create toolbox ${tb.name}: name collision with existing pod ${st.ns}/${podName} (role=${role})`,
         );
       }
     } else {
-      fail(st, `create toolbox ${tb.name}: ${errText(o) ?? 'unexpected outcome'}`);
+      return fail(st, `create toolbox ${tb.name}: ${errText(o) ?? 'unexpected outcome'}`);
     }
   }
   const wanted = new Set(toolboxes.map((t) => t.name));
   for (const name of [...st.c.toolbox.keys()].sort(compareNames)) {
     if (wanted.has(name)) continue;
-    if (deletePod(st, st.c.toolbox.get(name)!.metadata!.name!, `delete extra toolbox ${name}`))
+    if (await deletePod(st, st.c.toolbox.get(name)!.metadata!.name!, `delete extra toolbox ${name}`))
       changed = true;
   }
   return changed;
 }
 
+/** Ends the pass by handing it to `flow`, once the queued effects have run (so events precede it). */
+async function handOver(st: PassState, flow: DelegatedFlow): Promise<never> {
+  await st.r.flush();
+  throw new PassEnded({ kind: 'delegate', flow });
+}
+
+/** Offers the pass to `flow` once the queued effects have run; ends the pass when the flow takes it. */
+async function offer(st: PassState, flow: 'migration' | 'wake'): Promise<void> {
+  await st.r.flush();
+  const end = await st.r.io.offer(flow);
+  if (end !== undefined) throw new PassEnded(end);
+}
+
 /**
  * The reconcile order (docs/cocoonset.md#a-pass-in-order), from step 2 of the reference's `Reconcile` on.
- * Throws Finished or SUSPEND.
+ * Never returns: every path ends the pass (PassEnded).
  */
-function reconcile(st: PassState): never {
-  const { cs, c, d } = st;
-  // 2. Deletion (docs/cocoonset.md#deletion-and-registry-gc) — extension point.
-  if (cs.metadata.deletionTimestamp != null) throw new Finished({ kind: 'delegate', flow: 'delete' });
+async function reconcile(st: PassState): Promise<never> {
+  const { cs, c, r } = st;
+  // 2. Deletion (docs/cocoonset.md#deletion-and-registry-gc): the workflow's deletion flow.
+  if (cs.metadata.deletionTimestamp != null) return handOver(st, 'delete');
   // 3. Finalizer: add it and requeue; nothing else this pass.
   if (!(cs.metadata.finalizers ?? []).includes(Finalizers.cocoonSet)) {
-    const o = d.run({ id: 'finalizer', type: 'addFinalizer', finalizer: Finalizers.cocoonSet });
+    const o = await r.run({ id: 'finalizer', type: 'addFinalizer', finalizer: Finalizers.cocoonSet });
     const err = errText(o);
-    if (err !== undefined) fail(st, `add finalizer: ${err}`);
-    finish(st, { requeue: true });
+    if (err !== undefined) return fail(st, `add finalizer: ${err}`);
+    return finish(st, { requeue: true });
   }
   // Validation gate (ours): nothing below touches a pod while the spec builds pods the apiserver rejects.
   // Toolbox names that break the toolbox name rules keep failing at their own step, as in the reference.
   const tbNamesOK = validateToolboxes(cs.spec.toolboxes ?? []) === undefined;
   const invalid = invalidSpecReason(cs, vmNameOf(c.main), tbNamesOK);
-  if (invalid !== undefined) blockInvalidSpec(st, invalid);
+  if (invalid !== undefined) return blockInvalidSpec(st, invalid);
   // 6. Generation stamp on every classified pod, in name order.
   const generation = cs.metadata.generation ?? 0;
-  if (st.input.batchPodLoops) stampAll(st, generation);
+  if (st.input.batchPodLoops) await stampAll(st, generation);
   for (const pod of st.input.batchPodLoops ? [] : podsInNameOrder(c)) {
     if (cocoonSetGenerationOf(pod) === generation) continue;
     const podName = pod.metadata?.name ?? '';
-    const o = d.run({
+    const o = await r.run({
       id: `stamp:${podName}`,
       type: 'patchPodAnnotations',
       pod: podName,
       annotations: { [Annotations.cocoonSetGeneration]: String(generation) },
     });
     const err = errText(o);
-    if (err !== undefined) fail(st, `patch cocoonset generation on ${st.ns}/${podName}: ${err}`);
+    if (err !== undefined) return fail(st, `patch cocoonset generation on ${st.ns}/${podName}: ${err}`);
   }
   // 7. Failed main short-circuit / recovery.
   const main = c.main;
   if (main) {
     const reason = mainPodFailedReason(main);
-    if (reason !== '') handleFailedMain(st, main, reason);
+    if (reason !== '') return handleFailedMain(st, main, reason);
     if (cs.status?.phase === 'Failed' && podReady(main)) {
-      d.effect({
+      r.effect({
         id: `event:${EventReasons.recoveredFromFailure}`,
         type: 'event',
         eventType: 'Normal',
@@ -774,95 +818,71 @@ function reconcile(st: PassState): never {
     }
   }
   // 8. Suspend — extension point.
-  if (cs.spec.suspend) {
-    flushThen(st, {
-      kind: 'delegate',
-      flow: hibernatePolicyOf(cs) === 'release' ? 'suspendRelease' : 'suspend',
-    });
-  }
-  // 9. Migration — extension point (delegated only when its entry gate can engage).
-  if (!st.input.declined?.migration && migrationMayEngage(cs, main, st.input.registryConfigured)) {
-    flushThen(st, { kind: 'delegate', flow: 'migration' });
-  }
+  if (cs.spec.suspend)
+    return handOver(st, hibernatePolicyOf(cs) === 'release' ? 'suspendRelease' : 'suspend');
+  // 9. Migration — extension point (offered only when its entry gate can engage).
+  if (migrationMayEngage(cs, main, st.input.registryConfigured)) await offer(st, 'migration');
   // 10. Released-seat wake — extension point.
-  if (!st.input.declined?.wake && wakeMayEngage(cs, main, st.input.registryConfigured)) {
-    flushThen(st, { kind: 'delegate', flow: 'wake' });
-  }
+  if (wakeMayEngage(cs, main, st.input.registryConfigured)) await offer(st, 'wake');
   // 11. Un-suspend: clear leftover hibernate annotations, except on CR-owned pods.
   const hibernating = podsInNameOrder(c).filter(hibernateRequested);
   if (hibernating.length > 0) {
-    const crs = hibernations(st);
-    if ('error' in crs) fail(st, crs.error);
+    const crs = await hibernations(st);
+    if ('error' in crs) return fail(st, crs.error);
     const skip = podsHibernatedByCR(crs.items);
     for (const pod of hibernating) {
       const podName = pod.metadata?.name ?? '';
       if (skip.has(podName)) continue;
-      const o = d.run({
+      const o = await r.run({
         id: `unsuspend:${podName}`,
         type: 'patchPodAnnotations',
         pod: podName,
         annotations: { [Annotations.hibernate]: null },
       });
       const err = errText(o);
-      if (err !== undefined) fail(st, `clear hibernate annotation on ${st.ns}/${podName}: ${err}`);
+      if (err !== undefined) return fail(st, `clear hibernate annotation on ${st.ns}/${podName}: ${err}`);
     }
   }
   // 12. Main drift: delete, requeue.
   if (main && !podSpecMatchesAgent(main, cs, 0)) {
-    deletePod(st, main.metadata!.name!, 'delete drifted main agent');
-    finish(st, { requeue: true });
+    await deletePod(st, main.metadata!.name!, 'delete drifted main agent');
+    return finish(st, { requeue: true });
   }
   // 14. Main missing: create it.
-  if (!main) createMain(st);
+  if (!main) return createMain(st);
   // 15. Main not Ready: Pending, 5 s.
-  if (!podReady(main)) writeStatusAndFinish(st, 'Pending', { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });
+  if (!podReady(main))
+    return writeStatusAndFinish(st, 'Pending', { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });
   // 16–18. Sub-agents, then toolboxes.
-  const sub = ensureSubAgents(st, vmNameOf(main), main!.spec?.nodeName ?? '');
-  const tbChanged = ensureToolboxes(st);
+  const sub = await ensureSubAgents(st, vmNameOf(main), main.spec?.nodeName ?? '');
+  const tbChanged = await ensureToolboxes(st);
   // 19. Any create/delete: requeue without a status write.
-  if (sub.changed || tbChanged) finish(st, { requeue: true });
+  if (sub.changed || tbChanged) return finish(st, { requeue: true });
   // 20–21. Derived status; requeue only for rebuild backoff.
   return writeStatusAndFinish(st, '', { requeueAfterMs: sub.requeueAfterMs });
 }
 
-/** Returns `step` once the queued effects have run (so events precede a delegation). */
-function flushThen(st: PassState, step: PassStep): never {
-  if (st.d.batch.length > 0) throw SUSPEND;
-  throw new Finished(step);
-}
-
 /**
- * Plans one reconcile pass (docs/cocoonset.md#a-pass-in-order without the delegated flows). Deterministic in
- * its inputs; see the module comment for the driving loop. Never throws for API failures: they end the pass
- * with `result.error` carrying Go's message.
+ * Runs one reconcile pass (docs/cocoonset.md#a-pass-in-order without the delegated flows) against `io`, and
+ * resolves how it ended. Never rejects for API failures: they end the pass with `result.error` carrying
+ * Go's message. Deterministic in `input` and the outcomes `io` answers, so it replays in a workflow.
  */
-export function planPass(input: PassInput, outcomes: Readonly<Record<string, ActionOutcome>>): PassStep {
+export async function reconcilePass(input: PassInput, io: PassIO): Promise<PassEnd> {
   const cs = input.cs;
-  const d = new Driver(outcomes);
   const st: PassState = {
     cs,
     ns: cs.metadata.namespace ?? '',
     name: cs.metadata.name ?? '',
     c: classifyPods(ownedPods(cs, input.pods)),
-    d,
+    r: new Runner(io),
     input,
     written: {},
   };
   try {
-    reconcile(st);
+    return await reconcile(st);
   } catch (e) {
-    if (e === SUSPEND) {
-      return {
-        kind: 'run',
-        actions: d.batch,
-        concurrent: d.concurrent,
-        maxConcurrency: d.concurrent ? SUB_AGENT_CREATE_CONCURRENCY : 1,
-      };
-    }
-    if (e instanceof Finished) {
-      if (d.batch.length > 0) return { kind: 'run', actions: d.batch, concurrent: false, maxConcurrency: 1 };
-      return e.step;
-    }
-    throw e;
+    if (!(e instanceof PassEnded)) throw e;
+    await st.r.flush();
+    return e.end;
   }
 }

@@ -5,8 +5,8 @@
  * backoff) and executes each pass's I/O as activities.
  *
  * Protocol: signals cocoonSetObserved / ownedPodObserved (src/watcher/cocoonset-signals.ts), query `state`.
- * The body is a loop: read the CocoonSet and its pods, drive `planPass` (src/cocoonset/plan.ts) batch by
- * batch until it is done, honour its result (requeue, requeue-after or error backoff, as controller-runtime
+ * The body is a loop: read the CocoonSet and its pods, run `reconcilePass` (src/cocoonset/plan.ts) with
+ * its actions as activities, honour its result (requeue, requeue-after or error backoff, as controller-runtime
  * does), sleep until a signal or the next timer; continue as new before the history grows large (events or
  * bytes: a restarted worker replays it); complete when the CocoonSet is gone.
  *
@@ -40,8 +40,8 @@ import {
   type PassAction,
   type PassInput,
   type PassResult,
-  planPass,
   REQUEUE_WAIT_FOR_MAIN_MS,
+  reconcilePass,
 } from '../cocoonset/plan.js';
 import { vmsHeldByCR } from '../cocoonset/restore.js';
 import { snapshotPolicyOf } from '../cocoonset/vmspec.js';
@@ -96,8 +96,6 @@ export const SUSPEND_NOT_IMPLEMENTED = 'SuspendNotImplemented';
 
 /** Reason of the Warning Event a failed pass records on the CocoonSet (ours; the reference logs only). */
 export const RECONCILE_FAILED = 'ReconcileFailed';
-/** Safety bound of `planPass` steps in one pass (a pass of N pods needs O(N) steps). */
-const MAX_STEPS = 10_000;
 
 /** Workflow state; carried across continue-as-new. Plain JSON. */
 export interface CocoonSetState {
@@ -308,7 +306,7 @@ async function readWorld(namespace: string, name: string): Promise<{ cs: CocoonS
   return { cs: first.cs, pods };
 }
 
-/** Drives `planPass` to its end, executing each batch (module comment of src/cocoonset/plan.ts). */
+/** Runs one pass of the planner (src/cocoonset/plan.ts), its actions as activities. */
 async function drive(
   state: CocoonSetState,
   input: CocoonSetWorkflowInput,
@@ -321,68 +319,57 @@ async function drive(
     pods,
     nowMs: Date.now(),
     registryConfigured: input.registryConfigured ?? true,
-    declined: {},
     subAgentsWaitForHibernatingMain: patched('sub-agents-wait-for-hibernating-main'),
     batchPodLoops: patched('batch-pod-loops'),
   };
-  const outcomes: Record<string, ActionOutcome> = {};
-  for (let i = 0; i < MAX_STEPS; i++) {
-    const step = planPass(passInput, outcomes);
-    if (step.kind === 'done') {
-      rollUp(state, cs, pods, step.mirror.status?.phase);
-      return step.result;
-    }
-    if (step.kind === 'delegate') {
-      switch (step.flow) {
-        case 'migration':
-        case 'wake':
-          // Extension point (docs/cocoonset.md#not-built-yet): the flow is not implemented yet, so it
-          // answers "not handled" and the pass continues past its step.
-          log.info(`cocoonset ${step.flow} flow not implemented yet: declined`, { name: state.name });
-          passInput.declined = { ...passInput.declined, [step.flow]: true };
-          continue;
-        case 'delete':
-          return await deletionFlow(
-            state,
-            cs,
-            pods,
-            (input.registryConfigured ?? true) ? registry : undefined,
-          );
-        case 'suspend':
-        case 'suspendRelease':
-          // Extension point (docs/cocoonset.md#not-built-yet): suspend is not implemented yet. The pass ends
-          // here, as the reference's does once it enters suspend (nothing past step 8 runs), and the user
-          // is told on the CocoonSet itself: a Warning Event (folded, so one Event whose count grows).
-          log.warn(`cocoonset ${step.flow} flow not implemented yet: pass ends here`, { name: state.name });
-          await execute(
-            state,
-            cs,
-            {
-              id: `event:${SUSPEND_NOT_IMPLEMENTED}`,
-              type: 'event',
-              eventType: 'Warning',
-              reason: SUSPEND_NOT_IMPLEMENTED,
-              message:
-                step.flow === 'suspend'
-                  ? 'spec.suspend is not implemented by this operator version: pods are left as they are'
-                  : 'spec.suspend with hibernatePolicy release is not implemented by this operator version: ' +
-                    'pods are left as they are',
-            },
-            registry,
-          );
-          rollUp(state, cs, pods, cs.status?.phase);
-          return { requeue: false, requeueAfterMs: 0, delegated: step.flow };
-      }
-    }
-    const { actions, concurrent, maxConcurrency } = step;
-    const results = concurrent
-      ? await pool(actions, Math.max(1, maxConcurrency), (a) => execute(state, cs, a, registry))
-      : await sequence(actions, (a) => execute(state, cs, a, registry));
-    actions.forEach((a, k) => {
-      outcomes[a.id] = results[k]!;
-    });
+  const end = await reconcilePass(passInput, {
+    exec: (actions, concurrent, maxConcurrency) =>
+      concurrent
+        ? pool(actions, Math.max(1, maxConcurrency), (a) => execute(state, cs, a, registry))
+        : sequence(actions, (a) => execute(state, cs, a, registry)),
+    offer: async (flow) => {
+      // Extension point (docs/cocoonset.md#not-built-yet): the flow is not implemented yet, so it
+      // answers "not handled" and the pass goes on past its step.
+      log.info(`cocoonset ${flow} flow not implemented yet: declined`, { name: state.name });
+      return undefined;
+    },
+  });
+  if (end.kind === 'done') {
+    rollUp(state, cs, pods, end.mirror.status?.phase);
+    return end.result;
   }
-  throw new Error(`pass did not finish in ${MAX_STEPS} planner steps`);
+  switch (end.flow) {
+    case 'delete':
+      return await deletionFlow(state, cs, pods, (input.registryConfigured ?? true) ? registry : undefined);
+    case 'suspend':
+    case 'suspendRelease':
+      // Extension point (docs/cocoonset.md#not-built-yet): suspend is not implemented yet. The pass ends
+      // here, as the reference's does once it enters suspend (nothing past step 8 runs), and the user
+      // is told on the CocoonSet itself: a Warning Event (folded, so one Event whose count grows).
+      log.warn(`cocoonset ${end.flow} flow not implemented yet: pass ends here`, { name: state.name });
+      await execute(
+        state,
+        cs,
+        {
+          id: `event:${SUSPEND_NOT_IMPLEMENTED}`,
+          type: 'event',
+          eventType: 'Warning',
+          reason: SUSPEND_NOT_IMPLEMENTED,
+          message:
+            end.flow === 'suspend'
+              ? 'spec.suspend is not implemented by this operator version: pods are left as they are'
+              : 'spec.suspend with hibernatePolicy release is not implemented by this operator version: ' +
+                'pods are left as they are',
+        },
+        registry,
+      );
+      rollUp(state, cs, pods, cs.status?.phase);
+      return { requeue: false, requeueAfterMs: 0, delegated: end.flow };
+    default:
+      // Only an offered flow that took the pass ends it this way; none does yet.
+      rollUp(state, cs, pods, cs.status?.phase);
+      return { requeue: false, requeueAfterMs: 0, delegated: end.flow };
+  }
 }
 
 async function sequence<T, R>(items: T[], fn: (t: T) => Promise<R>): Promise<R[]> {

@@ -12,7 +12,7 @@ const gen = (w: PlanWorld, pod: string) =>
   w.pod(pod)!.metadata!.annotations![Annotations.cocoonSetGeneration];
 
 describe('generation stamp', () => {
-  it('stamps every owned pod whose stamp differs, in name order, before anything else', () => {
+  it('stamps every owned pod whose stamp differs, in name order, before anything else', async () => {
     const cs = newCocoonSet('demo', withFinalizer, (c) => {
       c.spec.agent.replicas = 1;
     });
@@ -22,30 +22,30 @@ describe('generation stamp', () => {
     sub.metadata!.annotations![Annotations.cocoonSetGeneration] = '5';
     const w = new PlanWorld(cs, [sub, main]);
     w.cs.metadata.generation = 7;
-    done(w.pass());
+    done(await w.pass());
     expect([gen(w, 'demo-0'), gen(w, 'demo-1')]).toEqual(['7', '7']);
     expect(w.ids().slice(0, 2)).toEqual(['stamp:demo-0', 'stamp:demo-1']);
   });
 
-  it('sends no patch when the stamp is already current', () => {
+  it('sends no patch when the stamp is already current', async () => {
     const cs = newCocoonSet('demo', withFinalizer, (c) => {
       c.metadata.generation = 3;
     });
     const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
-    expect(done(w.pass()).result.error).toBeUndefined();
+    expect(done(await w.pass()).result.error).toBeUndefined();
     expect(w.ids('patchPodAnnotations')).toEqual([]);
   });
 
-  it('writes nothing at generation 0 for an unstamped pod (absent reads as 0)', () => {
+  it('writes nothing at generation 0 for an unstamped pod (absent reads as 0)', async () => {
     const cs = newCocoonSet('demo', withFinalizer);
     const main = readyPod(buildAgentPod(cs, 0, '', ''));
     delete main.metadata!.annotations![Annotations.cocoonSetGeneration];
     const w = new PlanWorld(cs, [main]);
-    done(w.pass());
+    done(await w.pass());
     expect(w.ids('patchPodAnnotations')).toEqual([]);
   });
 
-  it('skips terminating pods and fails the pass on a patch error', () => {
+  it('skips terminating pods and fails the pass on a patch error', async () => {
     const cs = newCocoonSet('demo', withFinalizer, (c) => {
       c.metadata.generation = 2;
       c.spec.agent.replicas = 1;
@@ -55,7 +55,7 @@ describe('generation stamp', () => {
     leaving.metadata!.deletionTimestamp = new Date('2026-05-14T00:00:00Z');
     const w = new PlanWorld(cs, [main, leaving]);
     w.failures.set('stamp:demo-0', 'conflict');
-    expect(done(w.pass()).result.error).toBe('patch cocoonset generation on ns/demo-0: conflict');
+    expect(done(await w.pass()).result.error).toBe('patch cocoonset generation on ns/demo-0: conflict');
     // The terminating pod is not stamped; the failed pass then writes its roll-up (ours: ReconcileFailed).
     expect(w.ids()).toEqual(['stamp:demo-0', 'status-on-failure']);
   });

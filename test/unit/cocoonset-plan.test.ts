@@ -1,5 +1,5 @@
 /**
- * The reconcile order as a pure pass planner (the pure parts of reconciler_test.go and
+ * The reconcile order of one pass, `reconcilePass` (the pure parts of reconciler_test.go and
  * restore_intent_test.go; docs/cocoonset.md#a-pass-in-order), driven against the in-memory world of
  * plan-world.ts.
  */
@@ -8,7 +8,7 @@ import { describe, expect, it } from 'vitest';
 import { Annotations } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { mainPodFailedReason } from '../../src/cocoonset/classify.js';
-import { type ActionOutcome, migrationMayEngage, planPass, wakeMayEngage } from '../../src/cocoonset/plan.js';
+import { migrationMayEngage, wakeMayEngage } from '../../src/cocoonset/plan.js';
 import { buildAgentPod, buildToolboxPod } from '../../src/cocoonset/pods.js';
 import { readRebuildHistory } from '../../src/cocoonset/rebuild.js';
 import { annotate, hibernation, newCocoonSet, readyPod, withFinalizer } from '../support/builders.js';
@@ -33,45 +33,49 @@ const failed = (p: V1Pod) => {
 };
 
 describe('pass entry', () => {
-  it('adds the finalizer and requeues, doing nothing else', () => {
+  it('adds the finalizer and requeues, doing nothing else', async () => {
     const w = new PlanWorld(newCocoonSet('demo'));
-    expect(done(w.pass()).result).toEqual({ requeue: true, requeueAfterMs: 0, error: undefined });
+    expect(done(await w.pass()).result).toEqual({ requeue: true, requeueAfterMs: 0, error: undefined });
     expect(w.ids()).toEqual(['finalizer']);
     expect(w.cs.metadata.finalizers).toEqual(['cocoonset.cocoonstack.io/finalizer']);
   });
 
-  it('delegates a deleting set to the delete flow', () => {
+  it('delegates a deleting set to the delete flow', async () => {
     const cs = set((c) => {
       c.metadata.deletionTimestamp = new Date(T0);
     });
-    expect(new PlanWorld(cs).pass()).toEqual({ kind: 'delegate', flow: 'delete' });
+    expect(await new PlanWorld(cs).pass()).toEqual({ kind: 'delegate', flow: 'delete' });
   });
 
-  it('creates the main first and requeues; AlreadyExists (terminating predecessor) waits 5 s', () => {
+  it('creates the main first and requeues; AlreadyExists (terminating predecessor) waits 5 s', async () => {
     const w = new PlanWorld(set(replicas(1), toolboxes('tb')));
-    expect(done(w.pass()).result.requeue).toBe(true);
+    expect(done(await w.pass()).result.requeue).toBe(true);
     expect([...w.pods.keys()]).toEqual(['demo-0']);
     const stale = new PlanWorld(set(), [buildAgentPod(set(), 0, '', '')]);
     const gone = { ...buildAgentPod(set(), 0, '', '') };
     gone.metadata = { ...gone.metadata, deletionTimestamp: new Date(T0) };
     stale.pods.set('demo-0', gone);
-    expect(done(stale.pass()).result).toEqual({ requeue: false, requeueAfterMs: 5_000, error: undefined });
+    expect(done(await stale.pass()).result).toEqual({
+      requeue: false,
+      requeueAfterMs: 5_000,
+      error: undefined,
+    });
   });
 
-  it('writes Pending and waits 5 s while the main is not Ready', () => {
+  it('writes Pending and waits 5 s while the main is not Ready', async () => {
     const cs = set(replicas(1));
     const w = new PlanWorld(cs, [buildAgentPod(cs, 0, '', '')]);
-    expect(done(w.pass()).result.requeueAfterMs).toBe(5_000);
+    expect(done(await w.pass()).result.requeueAfterMs).toBe(5_000);
     expect(w.cs.status!.phase).toBe('Pending');
     expect(w.pods.has('demo-1')).toBe(false);
   });
 
-  it('creates sub-agents bound to the main node with fork-from once the main is Ready, then toolboxes', () => {
+  it('creates sub-agents bound to the main node with fork-from once the main is Ready, then toolboxes', async () => {
     const cs = set(replicas(2), toolboxes('tb'));
     const main = readyPod(buildAgentPod(cs, 0, '', ''));
     main.spec!.nodeName = 'node-a';
     const w = new PlanWorld(cs, [main]);
-    const step = done(w.pass());
+    const step = done(await w.pass());
     expect(step.result.requeue).toBe(true);
     expect(w.ids('createPod')).toEqual(['create:demo-1', 'create:demo-2', 'create:demo-tb']);
     expect(w.pod('demo-2')!.spec!.nodeName).toBe('node-a');
@@ -79,63 +83,58 @@ describe('pass entry', () => {
     expect(w.statusPatches).toHaveLength(0);
   });
 
-  it('creates no sub-agent while a CocoonHibernation hibernates the Ready main, and waits 5 s (deliberate: the reference forks them from a VM about to go, found by a new-user run)', () => {
+  it('creates no sub-agent while a CocoonHibernation hibernates the Ready main, and waits 5 s (deliberate: the reference forks them from a VM about to go, found by a new-user run)', async () => {
     const cs = set(replicas(2));
     const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
     w.crs = [hibernation('demo-0', 'Hibernate', 'Hibernated')];
-    expect(done(w.pass()).result.requeueAfterMs).toBe(5_000);
+    expect(done(await w.pass()).result.requeueAfterMs).toBe(5_000);
     expect(w.ids('createPod')).toEqual([]);
     // The same wait while the main carries the annotation (the CR already gone), and the reference's
     // behaviour without the flag (histories recorded before it).
     w.crs = [];
     w.pods.set('demo-0', annotate(w.pod('demo-0')!, { [Annotations.hibernate]: 'true' }));
-    expect(done(w.pass()).result.requeueAfterMs).toBe(5_000);
+    expect(done(await w.pass()).result.requeueAfterMs).toBe(5_000);
     expect(w.ids('createPod')).toEqual([]);
     w.crs = [hibernation('demo-0', 'Hibernate', 'Hibernated')];
     w.pods.set('demo-0', readyPod(buildAgentPod(cs, 0, '', '')));
-    done(w.pass({ subAgentsWaitForHibernatingMain: false }));
+    done(await w.pass({ subAgentsWaitForHibernatingMain: false }));
     expect(w.ids('createPod')).toEqual(['create:demo-1', 'create:demo-2']);
     // A Wake CR does not hold the main back.
     const woken = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
     woken.crs = [hibernation('demo-0', 'Wake', 'Active')];
-    done(woken.pass());
+    done(await woken.pass());
     expect(woken.ids('createPod')).toEqual(['create:demo-1', 'create:demo-2']);
   });
 
-  it('a 1000-pod scale-down stamps and deletes in one batch each, not a planner step per pod (a step replays the pass from the top: quadratic)', () => {
+  it('a 1000-pod scale-down stamps and deletes in one batch each, not an I/O round per pod (each round is a workflow task: a 20,000-event run)', async () => {
     const cs = set(replicas(999));
     const pods = [readyPod(buildAgentPod(cs, 0, '', ''))];
     for (let s = 1; s <= 999; s++) pods.push(readyPod(buildAgentPod(cs, s, 'vk-ns-demo-0', '')));
     const w = new PlanWorld(cs, pods);
-    done(w.pass());
+    done(await w.pass());
     w.cs.spec.agent.replicas = 0;
     w.cs.metadata.generation = 2;
     const steps = w.steps;
-    done(w.pass());
+    done(await w.pass());
     expect(w.ids('patchPodAnnotations')).toHaveLength(1000);
     expect(w.ids('deletePod')).toHaveLength(999);
     expect(w.steps - steps).toBeLessThanOrEqual(5);
-    // Without the batch (histories recorded before it) the same pass is a step per pod.
+    // Without the batch (histories recorded before it) the same pass is a round per pod.
     const old = new PlanWorld(set(replicas(20)), []);
     for (let s = 0; s <= 20; s++) old.pods.set(`demo-${s}`, readyPod(buildAgentPod(old.cs, s, '', '')));
     old.cs.spec.agent.replicas = 0;
     old.cs.metadata.generation = 2;
-    done(old.pass({ batchPodLoops: false }));
+    done(await old.pass({ batchPodLoops: false }));
     expect(old.steps).toBeGreaterThan(40);
   });
 
-  it('runs sub-agent creates as one concurrent batch of at most 8 in flight', () => {
+  it('runs sub-agent creates as one concurrent batch of at most 8 in flight', async () => {
     const cs = set(replicas(3));
-    const input = { cs, pods: [readyPod(buildAgentPod(cs, 0, '', ''))], nowMs: T0, registryConfigured: true };
-    const outcomes: Record<string, ActionOutcome> = {
-      'list-hibernations': { kind: 'hibernations', items: [] },
-    };
-    const step = planPass(input, outcomes);
-    expect(step).toMatchObject({ kind: 'run', concurrent: true, maxConcurrency: 8 });
-    expect(step.kind === 'run' && step.actions.map((a) => a.id)).toEqual([
-      'create:demo-1',
-      'create:demo-2',
-      'create:demo-3',
+    const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
+    done(await w.pass());
+    expect(w.batches).toEqual([
+      { ids: ['list-hibernations'], concurrent: false, maxConcurrency: 1 },
+      { ids: ['create:demo-1', 'create:demo-2', 'create:demo-3'], concurrent: true, maxConcurrency: 8 },
     ]);
   });
 });
@@ -150,31 +149,31 @@ describe('steady state and status', () => {
     ]);
   }
 
-  it('lists no CocoonHibernations and probes nothing in steady state', () => {
+  it('lists no CocoonHibernations and probes nothing in steady state', async () => {
     const w = steadyWorld();
-    expect(done(w.pass()).result).toEqual({ requeue: false, requeueAfterMs: 0, error: undefined });
+    expect(done(await w.pass()).result).toEqual({ requeue: false, requeueAfterMs: 0, error: undefined });
     expect([...w.pods.keys()].sort()).toEqual(['demo-0', 'demo-1', 'demo-tb']);
     expect([w.lists, w.probes.length]).toEqual([0, 0]);
     expect(w.cs.status!.phase).toBe('Running');
   });
 
-  it('writes status once; a repeated pass is a true no-op', () => {
+  it('writes status once; a repeated pass is a true no-op', async () => {
     const w = steadyWorld();
-    done(w.pass());
-    const second = done(w.pass({ nowMs: T0 + 60_000 }));
+    done(await w.pass());
+    const second = done(await w.pass({ nowMs: T0 + 60_000 }));
     expect(w.statusPatches).toHaveLength(1);
     expect(second.mirror.status).toBeUndefined();
   });
 
-  it('lists CocoonHibernations exactly once when sub-agents and toolboxes are both missing', () => {
+  it('lists CocoonHibernations exactly once when sub-agents and toolboxes are both missing', async () => {
     const cs = set(replicas(2), toolboxes('tb'));
     const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
-    done(w.pass());
+    done(await w.pass());
     expect(w.lists).toBe(1);
     expect([...w.pods.keys()].sort()).toEqual(['demo-0', 'demo-1', 'demo-2', 'demo-tb']);
   });
 
-  it('deletes extra sub-agents and toolboxes', () => {
+  it('deletes extra sub-agents and toolboxes', async () => {
     const cs = set(replicas(2), toolboxes('tb', 'old'));
     const pods = [
       readyPod(buildAgentPod(cs, 0, '', '')),
@@ -184,11 +183,11 @@ describe('steady state and status', () => {
       readyPod(buildToolboxPod(cs, { name: 'old' })),
     ];
     const w = new PlanWorld(set(replicas(1), toolboxes('tb')), pods);
-    expect(done(w.pass()).result.requeue).toBe(true);
+    expect(done(await w.pass()).result.requeue).toBe(true);
     expect(w.ids('deletePod')).toEqual(['delete:demo-2', 'delete:demo-old']);
   });
 
-  it('ignores pods with the name label but another controller UID', () => {
+  it('ignores pods with the name label but another controller UID', async () => {
     const cs = set();
     const foreign = readyPod(
       buildAgentPod(
@@ -200,14 +199,14 @@ describe('steady state and status', () => {
     );
     foreign.metadata!.name = 'demo-stale';
     const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', '')), foreign]);
-    done(w.pass());
+    done(await w.pass());
     expect(w.cs.status!.agents).toHaveLength(1);
     expect(w.pods.has('demo-stale')).toBe(true);
   });
 });
 
 describe('failed main', () => {
-  it('names the failure reason with the lifecycle annotation winning', () => {
+  it('names the failure reason with the lifecycle annotation winning', async () => {
     const cs = set();
     const healthy = buildAgentPod(cs, 0, '', '');
     const lc = annotate(buildAgentPod(cs, 0, '', ''), { [Annotations.lifecycleState]: 'failed' });
@@ -221,14 +220,14 @@ describe('failed main', () => {
     ]);
   });
 
-  it('moves to Failed with event and metric, and short-circuits everything else', () => {
+  it('moves to Failed with event and metric, and short-circuits everything else', async () => {
     const cs = set(replicas(1));
     const main = annotate(readyPod(buildAgentPod(cs, 0, '', '')), {
       [Annotations.lifecycleState]: 'failed',
       [Annotations.lifecycleStateMessage]: 'hibernate push failed',
     });
     const w = new PlanWorld(cs, [main]);
-    expect(done(w.pass()).result).toEqual({ requeue: false, requeueAfterMs: 0, error: undefined });
+    expect(done(await w.pass()).result).toEqual({ requeue: false, requeueAfterMs: 0, error: undefined });
     expect(w.cs.status!.phase).toBe('Failed');
     expect(w.events).toEqual([
       {
@@ -242,24 +241,24 @@ describe('failed main', () => {
     ]);
     expect(w.pods.has('demo-1')).toBe(false);
     // Repeats every pass; the metric's phase label is the phase before the write.
-    done(w.pass());
+    done(await w.pass());
     expect(w.metrics[1]).toEqual({
       metric: 'lifecycleStateFailedObservedTotal',
       labels: { phase: 'Failed' },
     });
   });
 
-  it('uses the pod phase as message on the MainAgentFailed path and counts no metric', () => {
+  it('uses the pod phase as message on the MainAgentFailed path and counts no metric', async () => {
     const cs = set();
     const w = new PlanWorld(cs, [failed(buildAgentPod(cs, 0, '', ''))]);
-    done(w.pass());
+    done(await w.pass());
     expect(w.events).toEqual([
       { eventType: 'Warning', reason: 'MainAgentFailed', message: 'main pod ns/demo-0: Failed' },
     ]);
     expect(w.metrics).toEqual([]);
   });
 
-  it('deletes a failed main that drifted instead of parking in Failed', () => {
+  it('deletes a failed main that drifted instead of parking in Failed', async () => {
     const cs = set();
     const main = annotate(readyPod(buildAgentPod(cs, 0, '', '')), { [Annotations.lifecycleState]: 'failed' });
     const w = new PlanWorld(
@@ -268,12 +267,12 @@ describe('failed main', () => {
       }),
       [main],
     );
-    expect(done(w.pass()).result.requeue).toBe(true);
+    expect(done(await w.pass()).result.requeue).toBe(true);
     expect(w.pods.has('demo-0')).toBe(false);
     expect(w.events).toEqual([]);
   });
 
-  it('emits RecoveredFromFailure when the main is Ready again while status reads Failed', () => {
+  it('emits RecoveredFromFailure when the main is Ready again while status reads Failed', async () => {
     const cs = set((c) => {
       c.status = {
         phase: 'Failed',
@@ -284,7 +283,7 @@ describe('failed main', () => {
       };
     });
     const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
-    done(w.pass());
+    done(await w.pass());
     expect(w.events).toEqual([
       { eventType: 'Normal', reason: 'RecoveredFromFailure', message: 'main pod ns/demo-0 is Ready again' },
     ]);
@@ -293,7 +292,7 @@ describe('failed main', () => {
 });
 
 describe('main drift', () => {
-  it('deletes a drifted main and requeues without touching sub-agents', () => {
+  it('deletes a drifted main and requeues without touching sub-agents', async () => {
     const old = set(replicas(1));
     const w = new PlanWorld(
       set(replicas(1), (c) => {
@@ -301,7 +300,7 @@ describe('main drift', () => {
       }),
       [readyPod(buildAgentPod(old, 0, '', '')), readyPod(buildAgentPod(old, 1, 'vk-ns-demo-0', ''))],
     );
-    expect(done(w.pass()).result.requeue).toBe(true);
+    expect(done(await w.pass()).result.requeue).toBe(true);
     expect(w.ids('deletePod')).toEqual(['delete:demo-0']);
   });
 });
@@ -313,9 +312,9 @@ describe('sub-agent triage', () => {
   }
   const sub = () => buildAgentPod(set(replicas(1)), 1, 'vk-ns-demo-0', '');
 
-  it('replaces a terminal sub-agent: history first, then delete, metric and event', () => {
+  it('replaces a terminal sub-agent: history first, then delete, metric and event', async () => {
     const w = world(failed(sub()));
-    expect(done(w.pass()).result.requeue).toBe(true);
+    expect(done(await w.pass()).result.requeue).toBe(true);
     expect(w.pods.has('demo-1')).toBe(false);
     expect(w.ids()).toEqual([
       'history:1',
@@ -326,56 +325,56 @@ describe('sub-agent triage', () => {
     expect(readRebuildHistory(w.cs).get(1)!.count).toBe(1);
   });
 
-  it('treats lifecycle failed as terminal while the phase is Running', () => {
+  it('treats lifecycle failed as terminal while the phase is Running', async () => {
     const w = world(annotate(readyPod(sub()), { [Annotations.lifecycleState]: 'failed' }));
-    done(w.pass());
+    done(await w.pass());
     expect(w.pods.has('demo-1')).toBe(false);
   });
 
-  it('does not delete when persisting the history fails', () => {
+  it('does not delete when persisting the history fails', async () => {
     const w = world(failed(sub()));
     w.failures.set('history:1', 'conflict');
-    expect(done(w.pass()).result.error).toBe('persist rebuild history: conflict');
+    expect(done(await w.pass()).result.error).toBe('persist rebuild history: conflict');
     expect(w.pods.has('demo-1')).toBe(true);
   });
 
-  it('walks the backoff timeline: rebuild at once, then after 1 s, 5 s, 30 s, then dead letter', () => {
+  it('walks the backoff timeline: rebuild at once, then after 1 s, 5 s, 30 s, then dead letter', async () => {
     const w = world(failed(sub()));
     const failAgain = () => w.pods.set('demo-1', failed(sub()));
     let now = T0;
-    done(w.pass({ nowMs: now }));
+    done(await w.pass({ nowMs: now }));
     const waits: number[] = [];
     for (const wait of [1_000, 5_000, 30_000]) {
       failAgain();
-      const blocked = done(w.pass({ nowMs: now + 10 }));
+      const blocked = done(await w.pass({ nowMs: now + 10 }));
       waits.push(blocked.result.requeueAfterMs);
       expect(w.pods.has('demo-1')).toBe(true);
       now += wait;
-      done(w.pass({ nowMs: now }));
+      done(await w.pass({ nowMs: now }));
       expect(w.pods.has('demo-1')).toBe(false);
     }
     expect(waits).toEqual([990, 4_990, 29_990]);
     expect(readRebuildHistory(w.cs).get(1)!.count).toBe(4);
     failAgain();
-    const dl = done(w.pass({ nowMs: now + 3_600_000 }));
+    const dl = done(await w.pass({ nowMs: now + 3_600_000 }));
     expect(dl.result).toEqual({ requeue: false, requeueAfterMs: 0, error: undefined });
     expect(w.pod('demo-1')!.metadata!.annotations![Annotations.deadLetter]).toBe('true');
     expect(w.events.at(-1)!.reason).toBe('SubAgentDeadLetter');
     expect(w.metrics.filter((m) => m.metric === 'subagentRebuildTotal')).toHaveLength(4);
     // Dead letter is steady: the pod stays and the set stays Scaling / Ready=False.
-    done(w.pass({ nowMs: now + 7_200_000 }));
+    done(await w.pass({ nowMs: now + 7_200_000 }));
     expect(w.pods.has('demo-1')).toBe(true);
     expect(w.cs.status!.phase).toBe('Scaling');
   });
 
-  it('a dead-lettered sub-agent yields to a spec edit, which resets its history', () => {
+  it('a dead-lettered sub-agent yields to a spec edit, which resets its history', async () => {
     const dead = annotate(failed(sub()), { [Annotations.deadLetter]: 'true' });
     const history = '{"1":{"count":4,"lastDeleted":"2026-05-14T00:00:00Z"}}';
     const withHistory = (c: CocoonSet) => {
       c.metadata.annotations = { [Annotations.rebuildHistory]: history };
     };
     const same = world(dead, [withHistory]);
-    const kept = done(same.pass());
+    const kept = done(await same.pass());
     expect(kept.result.requeue).toBe(false);
     expect(same.pods.has('demo-1')).toBe(true);
 
@@ -387,13 +386,13 @@ describe('sub-agent triage', () => {
     ]);
     // The main drifts too with a new image; keep it matching so the pass reaches the sub-agents.
     edited.pods.set('demo-0', readyPod(buildAgentPod(edited.cs, 0, '', '')));
-    expect(done(edited.pass()).result.requeue).toBe(true);
+    expect(done(await edited.pass()).result.requeue).toBe(true);
     expect(edited.pods.has('demo-1')).toBe(false);
     expect(readRebuildHistory(edited.cs).has(1)).toBe(false);
     expect(edited.ids()).toEqual(['history:1', 'delete:demo-1']);
   });
 
-  it('waits the smallest remaining backoff when nothing else changes', () => {
+  it('waits the smallest remaining backoff when nothing else changes', async () => {
     const cs = set(replicas(2), (c) => {
       c.metadata.annotations = {
         [Annotations.rebuildHistory]:
@@ -405,7 +404,7 @@ describe('sub-agent triage', () => {
       failed(buildAgentPod(cs, 1, 'vk-ns-demo-0', '')),
       failed(buildAgentPod(cs, 2, 'vk-ns-demo-0', '')),
     ]);
-    expect(done(w.pass({ nowMs: T0 + 200 })).result).toEqual({
+    expect(done(await w.pass({ nowMs: T0 + 200 })).result).toEqual({
       requeue: false,
       requeueAfterMs: 800,
       error: undefined,
@@ -419,64 +418,64 @@ describe('toolboxes', () => {
     return new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
   }
 
-  it('rejects a toolbox named like an agent slot before any write ("0" and "1")', () => {
+  it('rejects a toolbox named like an agent slot before any write ("0" and "1")', async () => {
     for (const name of ['0', '1', '+2']) {
       const w = mainOnly(set(toolboxes(name)));
-      expect(done(w.pass()).result.error).toBe(
+      expect(done(await w.pass()).result.error).toBe(
         `toolbox name "${name}" must not be an integer: collides with agent slot pod naming`,
       );
       expect(w.ids('createPod')).toEqual([]);
     }
     // Too large for Atoi: accepted, as in Go.
-    expect(done(mainOnly(set(toolboxes('99999999999999999999'))).pass()).result.error).toBeUndefined();
+    expect(done(await mainOnly(set(toolboxes('99999999999999999999'))).pass()).result.error).toBeUndefined();
   });
 
-  it('rejects duplicate names before any create', () => {
+  it('rejects duplicate names before any create', async () => {
     const w = mainOnly(set(toolboxes('tb', 'tb')));
-    expect(done(w.pass()).result.error).toBe('duplicate toolbox name "tb" in spec');
+    expect(done(await w.pass()).result.error).toBe('duplicate toolbox name "tb" in spec');
     expect(w.ids('createPod')).toEqual([]);
   });
 
-  it('is idempotent when its own toolbox exists but the cache does not show it', () => {
+  it('is idempotent when its own toolbox exists but the cache does not show it', async () => {
     const cs = set(toolboxes('tb'));
     const main = readyPod(buildAgentPod(cs, 0, '', ''));
     const w = new PlanWorld(cs, [main, readyPod(buildToolboxPod(cs, { name: 'tb' }))]);
-    const step = done(w.pass({ view: [main] }));
+    const step = done(await w.pass({ view: [main] }));
     expect(step.result).toEqual({ requeue: false, requeueAfterMs: 0, error: undefined });
     expect(w.ids()).toContain('get:demo-tb');
   });
 
-  it('reports a collision with a foreign pod of the same name', () => {
+  it('reports a collision with a foreign pod of the same name', async () => {
     const cs = set(toolboxes('tb'));
     const main = readyPod(buildAgentPod(cs, 0, '', ''));
     const foreign = buildAgentPod(cs, 0, '', '');
     foreign.metadata!.name = 'demo-tb';
     const w = new PlanWorld(cs, [main]);
     w.pods.set('demo-tb', foreign);
-    expect(done(w.pass({ view: [main] })).result.error).toBe(
+    expect(done(await w.pass({ view: [main] })).result.error).toBe(
       'create toolbox tb: name collision with existing pod ns/demo-tb (role=main)',
     );
     // Visible in the cache without the toolbox role: refused before the create.
     delete foreign.metadata!.labels!['cocoonset.cocoonstack.io/role'];
     const visible = new PlanWorld(cs, [main, foreign]);
-    expect(done(visible.pass()).result.error).toBe(
+    expect(done(await visible.pass()).result.error).toBe(
       'create toolbox tb: name collision with existing pod demo-tb',
     );
   });
 
-  it('replaces a terminal or drifted toolbox (no backoff)', () => {
+  it('replaces a terminal or drifted toolbox (no backoff)', async () => {
     const cs = set(toolboxes('tb'));
     const w = new PlanWorld(cs, [
       readyPod(buildAgentPod(cs, 0, '', '')),
       failed(buildToolboxPod(cs, { name: 'tb' })),
     ]);
-    expect(done(w.pass()).result.requeue).toBe(true);
+    expect(done(await w.pass()).result.requeue).toBe(true);
     expect(w.ids()).toEqual(['delete:demo-tb']);
     const drift = new PlanWorld(
       set((c) => (c.spec.toolboxes = [{ name: 'tb', image: 'v2' }])),
       [readyPod(buildAgentPod(cs, 0, '', '')), readyPod(buildToolboxPod(cs, { name: 'tb', image: 'v1' }))],
     );
-    done(drift.pass());
+    done(await drift.pass());
     expect(drift.ids()).toEqual(['delete:demo-tb']);
   });
 });
@@ -494,9 +493,9 @@ describe('un-suspend', () => {
   }
   const hib = (w: PlanWorld, pod: string) => w.pod(pod)!.metadata!.annotations![Annotations.hibernate];
 
-  it('clears leftover hibernate annotations and leaves other pods alone', () => {
+  it('clears leftover hibernate annotations and leaves other pods alone', async () => {
     const w = hibernatedWorld();
-    done(w.pass({ registryConfigured: false }));
+    done(await w.pass({ registryConfigured: false }));
     expect([hib(w, 'demo-0'), hib(w, 'demo-1'), hib(w, 'demo-tb')]).toEqual([
       undefined,
       undefined,
@@ -506,27 +505,27 @@ describe('un-suspend', () => {
     expect(w.lists).toBe(1);
   });
 
-  it('skips pods a CocoonHibernation holds (desire Hibernate, or Hibernating on a reverse desire)', () => {
+  it('skips pods a CocoonHibernation holds (desire Hibernate, or Hibernating on a reverse desire)', async () => {
     const w = hibernatedWorld([
       hibernation('demo-0', 'Hibernate', 'Hibernated'),
       hibernation('demo-1', 'Wake', 'Hibernating'),
     ]);
-    done(w.pass({ registryConfigured: false }));
+    done(await w.pass({ registryConfigured: false }));
     expect([hib(w, 'demo-0'), hib(w, 'demo-1')]).toEqual(['true', 'true']);
   });
 
-  it('is free on a clean set: no List, no patch', () => {
+  it('is free on a clean set: no List, no patch', async () => {
     const cs = set();
     const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
-    done(w.pass());
+    done(await w.pass());
     expect([w.lists, w.ids('patchPodAnnotations').length]).toEqual([0, 0]);
   });
 });
 
 describe('extension points', () => {
-  it('delegates suspend by policy, after the failed-main check', () => {
+  it('delegates suspend by policy, after the failed-main check', async () => {
     const cs = set((c) => (c.spec.suspend = true));
-    expect(new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]).pass()).toEqual({
+    expect(await new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]).pass()).toEqual({
       kind: 'delegate',
       flow: 'suspend',
     });
@@ -534,13 +533,13 @@ describe('extension points', () => {
       c.spec.suspend = true;
       c.spec.hibernatePolicy = 'release';
     });
-    expect(new PlanWorld(rel).pass()).toEqual({ kind: 'delegate', flow: 'suspendRelease' });
+    expect(await new PlanWorld(rel).pass()).toEqual({ kind: 'delegate', flow: 'suspendRelease' });
     const dead = new PlanWorld(cs, [failed(buildAgentPod(cs, 0, '', ''))]);
-    expect(done(dead.pass()).result.error).toBeUndefined();
+    expect(done(await dead.pass()).result.error).toBeUndefined();
     expect(dead.cs.status!.phase).toBe('Failed');
   });
 
-  it('runs queued events before delegating', () => {
+  it('runs queued events before delegating', async () => {
     const cs = set((c) => {
       c.spec.suspend = true;
       c.status = {
@@ -552,11 +551,11 @@ describe('extension points', () => {
       };
     });
     const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
-    expect(w.pass()).toEqual({ kind: 'delegate', flow: 'suspend' });
+    expect(await w.pass()).toEqual({ kind: 'delegate', flow: 'suspend' });
     expect(w.events.map((e) => e.reason)).toEqual(['RecoveredFromFailure']);
   });
 
-  it('delegates migration only when its gate can engage, and continues when it declines', () => {
+  it('delegates migration only when its gate can engage, and continues when it declines', async () => {
     const cs = set((c) => (c.spec.nodeName = 'node-b'));
     const main = annotate(readyPod(buildAgentPod(cs, 0, '', '')), { [Annotations.vmID]: 'vm' });
     main.spec!.nodeName = 'node-a';
@@ -564,8 +563,8 @@ describe('extension points', () => {
       { name: 'agent', image: 'x', imageID: '', ready: true, restartCount: 0, state: { running: {} } },
     ];
     const w = new PlanWorld(cs, [main]);
-    expect(w.pass()).toEqual({ kind: 'delegate', flow: 'migration' });
-    expect(done(w.pass({ declined: { migration: true } })).result.error).toBeUndefined();
+    expect(await w.pass()).toEqual({ kind: 'delegate', flow: 'migration' });
+    expect(done(await w.pass({ declined: { migration: true } })).result.error).toBeUndefined();
     expect(migrationMayEngage(cs, main, false)).toBe(false);
     main.spec!.nodeName = 'node-b';
     expect(migrationMayEngage(cs, main, true)).toBe(false);
@@ -581,7 +580,7 @@ describe('extension points', () => {
     ).toBe(true);
   });
 
-  it('delegates the wake only for the phases and rows that need it', () => {
+  it('delegates the wake only for the phases and rows that need it', async () => {
     const main = readyPod(buildAgentPod(set(), 0, '', ''));
     const phase = (p: string, hint?: string) =>
       set((c) => {
@@ -603,43 +602,46 @@ describe('extension points', () => {
       [Annotations.restoreFromHibernate]: 'true',
     });
     expect(wakeMayEngage(phase('Running', 'node-a'), restored, true)).toBe(true);
-    expect(new PlanWorld(phase('Suspended'), [main]).pass().kind).toBe('done');
+    expect((await new PlanWorld(phase('Suspended'), [main]).pass()).kind).toBe('done');
   });
 });
 
 describe('planner protocol', () => {
-  it('is deterministic: replaying the same outcomes gives the same next step', () => {
+  it('is deterministic: equal inputs and outcomes ask for the same I/O in the same batches (what a workflow replay needs)', async () => {
     const cs = set(replicas(2), toolboxes('tb'));
-    const input = { cs, pods: [readyPod(buildAgentPod(cs, 0, '', ''))], nowMs: T0, registryConfigured: true };
-    const outcomes: Record<string, ActionOutcome> = {};
-    const first = planPass(input, outcomes);
-    expect(planPass(input, outcomes)).toEqual(first);
-    expect(first).toMatchObject({
-      kind: 'run',
-      actions: [{ id: 'list-hibernations', type: 'listHibernations', namespace: 'ns' }],
+    const worlds = [0, 1].map(() => new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]));
+    const ends = [];
+    for (const w of worlds) ends.push(await w.pass({ nowMs: T0 }));
+    expect(ends[1]).toEqual(ends[0]);
+    expect(worlds[1]!.batches).toEqual(worlds[0]!.batches);
+    expect(worlds[1]!.log).toEqual(worlds[0]!.log);
+    expect(worlds[0]!.batches[0]).toEqual({
+      ids: ['list-hibernations'],
+      concurrent: false,
+      maxConcurrency: 1,
     });
   });
 
-  it('fails the pass on a List error without creating anything', () => {
+  it('fails the pass on a List error without creating anything', async () => {
     const cs = set(replicas(1));
     const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
     w.failures.set('list-hibernations', 'forbidden');
-    expect(done(w.pass()).result.error).toBe('list cocoonhibernations in ns: forbidden');
+    expect(done(await w.pass()).result.error).toBe('list cocoonhibernations in ns: forbidden');
     expect(w.ids('createPod')).toEqual([]);
   });
 
-  it('reports the first sub-agent create error after recording the successful creates', () => {
+  it('reports the first sub-agent create error after recording the successful creates', async () => {
     const cs = set(replicas(2));
     const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
     w.failures.set('create:demo-1', 'quota exceeded');
-    expect(done(w.pass()).result.error).toBe('create sub-agent slot 1: quota exceeded');
+    expect(done(await w.pass()).result.error).toBe('create sub-agent slot 1: quota exceeded');
     expect(w.pods.has('demo-2')).toBe(true);
   });
 
-  it('a malformed quantity is an invalid spec (deliberate: the reference fails the build after its drift delete): no pod touched, Progressing=False InvalidSpec naming the field', () => {
+  it('a malformed quantity is an invalid spec (deliberate: the reference fails the build after its drift delete): no pod touched, Progressing=False InvalidSpec naming the field', async () => {
     const cs = set((c) => (c.spec.agent.storage = '1kk'));
     const w = new PlanWorld(cs, [readyPod(buildAgentPod(set(), 0, '', ''))]);
-    const step = done(w.pass());
+    const step = done(await w.pass());
     expect(step.result).toEqual({ requeue: false, requeueAfterMs: 0, error: undefined });
     expect(w.ids('deletePod')).toEqual([]);
     expect(w.ids('createPod')).toEqual([]);

@@ -23,27 +23,27 @@ const marked = (p: ReturnType<typeof podWithVM>) =>
   p.metadata!.annotations![Annotations.restoreFromHibernate];
 
 describe('markRestoreIfHibernated', () => {
-  it('without intent: nothing set and no probe asked for', () => {
+  it('without intent: nothing set and no probe asked for', async () => {
     const p = podWithVM();
     expect(markRestoreIfHibernated(p, false, true)).toEqual({ kind: 'asBuilt' });
     expect(markRestoreIfHibernated(p, false, true, { present: true })).toEqual({ kind: 'asBuilt' });
     expect(marked(p)).toBeUndefined();
   });
 
-  it('with intent: asks for the probe of <vm>:hibernate, then marks when present', () => {
+  it('with intent: asks for the probe of <vm>:hibernate, then marks when present', async () => {
     const p = podWithVM();
     expect(markRestoreIfHibernated(p, true, true)).toEqual({ kind: 'probe', vmName: 'vm' });
     expect(markRestoreIfHibernated(p, true, true, { present: true })).toEqual({ kind: 'restore' });
     expect(marked(p)).toBe('true');
   });
 
-  it('with intent and the tag absent: fresh boot, not marked', () => {
+  it('with intent and the tag absent: fresh boot, not marked', async () => {
     const p = podWithVM();
     expect(markRestoreIfHibernated(p, true, true, { present: false })).toEqual({ kind: 'fresh' });
     expect(marked(p)).toBeUndefined();
   });
 
-  it('with intent and a probe error: fails closed, not marked', () => {
+  it('with intent and a probe error: fails closed, not marked', async () => {
     const p = podWithVM();
     expect(markRestoreIfHibernated(p, true, true, { error: 'boom' })).toEqual({
       kind: 'error',
@@ -52,7 +52,7 @@ describe('markRestoreIfHibernated', () => {
     expect(marked(p)).toBeUndefined();
   });
 
-  it('without a registry: no error, not marked, no probe', () => {
+  it('without a registry: no error, not marked, no probe', async () => {
     const p = podWithVM();
     expect(markRestoreIfHibernated(p, true, false)).toEqual({ kind: 'asBuilt' });
     expect(marked(p)).toBeUndefined();
@@ -60,7 +60,7 @@ describe('markRestoreIfHibernated', () => {
 });
 
 describe('who has intent', () => {
-  it('only Hibernated and Waking CRs give restore intent, whatever the desire', () => {
+  it('only Hibernated and Waking CRs give restore intent, whatever the desire', async () => {
     const crs = (['Hibernated', 'Waking', 'Active', 'Hibernating'] as const).map((ph) =>
       hibernation(ph.toLowerCase(), 'Hibernate', ph),
     );
@@ -68,7 +68,7 @@ describe('who has intent', () => {
     expect([...podsRestorableByCR(crs)].sort()).toEqual(['hibernated', 'wake-desire', 'waking']);
   });
 
-  it('un-suspend skips pods whose CR wants Hibernate or is mid-Hibernating', () => {
+  it('un-suspend skips pods whose CR wants Hibernate or is mid-Hibernating', async () => {
     const crs = [
       hibernation('a', 'Hibernate', 'Active'),
       hibernation('b', 'Wake', 'Hibernating'),
@@ -100,7 +100,7 @@ describe('lazyOnce (the per-pass intent memo)', () => {
 });
 
 describe('restore through the pass planner', () => {
-  it('restores a hibernated toolbox on recreate (no UID, empty classification)', () => {
+  it('restores a hibernated toolbox on recreate (no UID, empty classification)', async () => {
     const cs = newCocoonSet('demo', withFinalizer, (c) => {
       delete c.metadata.uid;
       c.spec.toolboxes = [{ name: 'tb', mode: 'run' }];
@@ -109,42 +109,44 @@ describe('restore through the pass planner', () => {
     const w = new PlanWorld(cs, [main]);
     w.crs = [hibernation('demo-tb', 'Hibernate', 'Hibernated')];
     w.tags.add('vk-ns-demo-tb:hibernate');
-    expect(done(w.pass()).result).toEqual({ requeue: true, requeueAfterMs: 0, error: undefined });
+    expect(done(await w.pass()).result).toEqual({ requeue: true, requeueAfterMs: 0, error: undefined });
     expect(w.pod('demo-tb')!.metadata!.annotations![Annotations.restoreFromHibernate]).toBe('true');
     expect(w.probes).toEqual(['vk-ns-demo-tb']);
   });
 
-  it('restores the main when its CR is Hibernated and the tag exists; a probe error creates nothing', () => {
+  it('restores the main when its CR is Hibernated and the tag exists; a probe error creates nothing', async () => {
     const cs = newCocoonSet('demo', withFinalizer);
     const w = new PlanWorld(cs);
     w.crs = [hibernation('demo-0', 'Hibernate', 'Hibernated')];
     w.tags.add('vk-ns-demo-0:hibernate');
-    expect(done(w.pass()).result.requeue).toBe(true);
+    expect(done(await w.pass()).result.requeue).toBe(true);
     expect(w.pod('demo-0')!.metadata!.annotations![Annotations.restoreFromHibernate]).toBe('true');
 
     const failing = new PlanWorld(cs);
     failing.crs = w.crs;
     failing.probeError = 'registry down';
-    expect(done(failing.pass()).result.error).toBe('probe hibernate snapshot vk-ns-demo-0: registry down');
+    expect(done(await failing.pass()).result.error).toBe(
+      'probe hibernate snapshot vk-ns-demo-0: registry down',
+    );
     expect(failing.pods.size).toBe(0);
   });
 
-  it('boots fresh without intent even when a leaked tag exists (no probe)', () => {
+  it('boots fresh without intent even when a leaked tag exists (no probe)', async () => {
     const cs = newCocoonSet('demo', withFinalizer);
     const w = new PlanWorld(cs);
     w.crs = [hibernation('demo-0', 'Hibernate', 'Active')];
     w.tags.add('vk-ns-demo-0:hibernate');
-    done(w.pass());
+    done(await w.pass());
     expect(w.pod('demo-0')!.metadata!.annotations![Annotations.restoreFromHibernate]).toBeUndefined();
     expect(w.probes).toEqual([]);
   });
 
-  it('builds the static toolbox pod for a restore like any other (probe only with intent)', () => {
+  it('builds the static toolbox pod for a restore like any other (probe only with intent)', async () => {
     const cs = newCocoonSet('demo', withFinalizer, (c) => {
       c.spec.toolboxes = [{ name: 'vnc', mode: 'static', staticVMID: 'q', vncPort: 5901 }];
     });
     const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
-    done(w.pass({ registryConfigured: false }));
+    done(await w.pass({ registryConfigured: false }));
     expect(w.pod('demo-vnc')).toEqual(buildToolboxPod(cs, cs.spec.toolboxes![0]!));
     expect(w.probes).toEqual([]);
   });

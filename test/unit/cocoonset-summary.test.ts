@@ -160,19 +160,22 @@ const scenarios: [string, CocoonSet, (cs: CocoonSet) => V1Pod[], string[]][] = [
 ];
 
 describe('summarizePod', () => {
-  it.each(scenarios)('a pass over summaries decides as over full pods: %s', (_name, cs, podsOf, deletes) => {
-    const served = podsOf(cs).map(asServed);
-    const full = new PlanWorld(cs, served);
-    const compact = new PlanWorld(cs, served);
-    const a = full.pass();
-    const b = compact.pass({ view: served.map(summarizePod) });
-    expect(b).toEqual(a);
-    expect(compact.log).toEqual(full.log);
-    expect(compact.cs.status).toEqual(full.cs.status);
-    expect(full.ids('deletePod')).toEqual(deletes);
-  });
+  it.each(scenarios)(
+    'a pass over summaries decides as over full pods: %s',
+    async (_name, cs, podsOf, deletes) => {
+      const served = podsOf(cs).map(asServed);
+      const full = new PlanWorld(cs, served);
+      const compact = new PlanWorld(cs, served);
+      const a = await full.pass();
+      const b = await compact.pass({ view: served.map(summarizePod) });
+      expect(b).toEqual(a);
+      expect(compact.log).toEqual(full.log);
+      expect(compact.cs.status).toEqual(full.cs.status);
+      expect(full.ids('deletePod')).toEqual(deletes);
+    },
+  );
 
-  it('keeps a pod read ~5x smaller, cuts a long lifecycle message, and is idempotent', () => {
+  it('keeps a pod read ~5x smaller, cuts a long lifecycle message, and is idempotent', async () => {
     const cs = set();
     const pod = asServed(converged(cs)[1]!, 1);
     const s = summarizePod(pod);

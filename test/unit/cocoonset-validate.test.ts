@@ -18,7 +18,7 @@ function set(...mods: ((cs: CocoonSet) => void)[]): CocoonSet {
 const MAIN_VM = 'vk-ns-demo-0';
 
 describe('invalidSpecReason', () => {
-  it('accepts the sets the other tests build (agents, sub-agents, toolboxes, resources, envFrom, storage)', () => {
+  it('accepts the sets the other tests build (agents, sub-agents, toolboxes, resources, envFrom, storage)', async () => {
     const cs = set((c) => {
       c.spec.agent.replicas = 3;
       c.spec.agent.storage = '100Gi';
@@ -34,7 +34,7 @@ describe('invalidSpecReason', () => {
     expect(invalidSpecReason(cs, MAIN_VM)).toBeUndefined();
   });
 
-  it('rejects a negative storage with the apiserver field, value and reason, naming the spec field', () => {
+  it('rejects a negative storage with the apiserver field, value and reason, naming the spec field', async () => {
     const reason = invalidSpecReason(
       set((c) => {
         c.spec.agent.storage = '-5Gi';
@@ -48,7 +48,7 @@ describe('invalidSpecReason', () => {
     );
   });
 
-  it('rejects negative resources, requests above limits and unqualified resource names', () => {
+  it('rejects negative resources, requests above limits and unqualified resource names', async () => {
     const neg = invalidSpecReason(
       set((c) => {
         c.spec.agent.resources = { limits: { memory: '-1Gi' } };
@@ -86,7 +86,7 @@ describe('invalidSpecReason', () => {
     ).toBeUndefined();
   });
 
-  it('rejects a malformed quantity (which the builder cannot even parse) naming the spec field', () => {
+  it('rejects a malformed quantity (which the builder cannot even parse) naming the spec field', async () => {
     expect(
       invalidSpecReason(
         set((c) => {
@@ -97,7 +97,7 @@ describe('invalidSpecReason', () => {
     ).toBe(`spec.toolboxes[0]: Invalid value: "1kk": unable to parse quantity's suffix`);
   });
 
-  it('rejects names and label values past the apiserver limits the CRD does not enforce', () => {
+  it('rejects names and label values past the apiserver limits the CRD does not enforce', async () => {
     // A CocoonSet name of 64 characters is a valid object name but not a label value (63).
     const long = 'a'.repeat(64);
     expect(invalidSpecReason(newCocoonSet(long, withFinalizer), MAIN_VM)).toContain(
@@ -124,7 +124,7 @@ describe('invalidSpecReason', () => {
     ).toContain('spec.nodeSelector[cocoonstack.io/pool]: Invalid value: "pool a"');
   });
 
-  it('rejects a pod name past 253 characters (DNS-1123 subdomain)', () => {
+  it('rejects a pod name past 253 characters (DNS-1123 subdomain)', async () => {
     const pod = buildAgentPod(newCocoonSet('demo'), 1, MAIN_VM, '');
     pod.metadata!.name = `a${'.b'.repeat(127)}`; // 255 characters
     expect(validatePod(pod, 'spec.agent')).toEqual([
@@ -132,7 +132,7 @@ describe('invalidSpecReason', () => {
     ]);
   });
 
-  it('rejects an envFrom without a name, a bad service account and oversized annotations', () => {
+  it('rejects an envFrom without a name, a bad service account and oversized annotations', async () => {
     expect(
       invalidSpecReason(
         set((c) => {
@@ -166,20 +166,20 @@ describe('the pass with an invalid spec', () => {
     readyPod(buildAgentPod(cs, 1, MAIN_VM, '')),
   ];
 
-  it('a storage edit to -5Gi deletes, stamps and creates nothing; the status keeps counting the Ready pods and says why; the fix recovers without a recreate', () => {
+  it('a storage edit to -5Gi deletes, stamps and creates nothing; the status keeps counting the Ready pods and says why; the fix recovers without a recreate', async () => {
     const good = set((c) => {
       c.metadata.generation = 1;
       c.spec.agent.replicas = 1;
       c.spec.agent.storage = '10Gi';
     });
     const w = new PlanWorld(good, running(good));
-    expect(done(w.pass()).result.error).toBeUndefined();
+    expect(done(await w.pass()).result.error).toBeUndefined();
     expect(w.cs.status).toMatchObject({ phase: 'Running', readyAgents: 2 });
     w.log.length = 0;
 
     w.cs.spec.agent.storage = '-5Gi';
     w.cs.metadata.generation = 2;
-    const step = done(w.pass());
+    const step = done(await w.pass());
     expect(step.result).toEqual({ requeue: false, requeueAfterMs: 0, error: undefined });
     expect(w.log.map((a) => a.type).sort()).toEqual(['event', 'patchStatus']);
     expect([...w.pods.keys()]).toEqual(['demo-0', 'demo-1']);
@@ -201,7 +201,7 @@ describe('the pass with an invalid spec', () => {
     w.log.length = 0;
     w.cs.spec.agent.storage = '10Gi';
     w.cs.metadata.generation = 3;
-    expect(done(w.pass()).result.error).toBeUndefined();
+    expect(done(await w.pass()).result.error).toBeUndefined();
     expect(w.ids('deletePod')).toEqual([]);
     expect(w.ids('createPod')).toEqual([]);
     expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')).toMatchObject({
@@ -213,13 +213,13 @@ describe('the pass with an invalid spec', () => {
     expect(w.pod('demo-0')!.metadata?.annotations?.[Annotations.cocoonSetGeneration]).toBe('3');
   });
 
-  it('a failed pass writes the roll-up it saw (the Ready main counts) with Progressing=False ReconcileFailed, then ends with the error', () => {
+  it('a failed pass writes the roll-up it saw (the Ready main counts) with Progressing=False ReconcileFailed, then ends with the error', async () => {
     const cs = set((c) => {
       c.spec.agent.replicas = 1;
     });
     const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
     w.failures.set('create:demo-1', 'Pod "demo-1" is forbidden: exceeded quota (Forbidden, HTTP 403)');
-    const step = done(w.pass());
+    const step = done(await w.pass());
     expect(step.result.error).toBe(
       'create sub-agent slot 1: Pod "demo-1" is forbidden: exceeded quota (Forbidden, HTTP 403)',
     );

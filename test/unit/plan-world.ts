@@ -1,5 +1,5 @@
 /**
- * An in-memory world that executes the CocoonSet planner's (`planPass`) actions, for the pure-core tests.
+ * An in-memory world that executes the CocoonSet pass's (`reconcilePass`) actions, for the pure-core tests.
  * It fakes exactly one boundary, the action/outcome interface the CocoonSet workflow's activities
  * implement, with the semantics of the real API: synchronous pod deletes, AlreadyExists on duplicate
  * creates, NotFound, merge-patch annotations with `null` deleting a key, rejection of an empty patch, a
@@ -10,9 +10,9 @@ import type { CocoonHibernation, CocoonSet } from '../../src/api/types.js';
 import {
   type ActionOutcome,
   type PassAction,
+  type PassEnd,
   type PassInput,
-  type PassStep,
-  planPass,
+  reconcilePass,
 } from '../../src/cocoonset/plan.js';
 
 function clone<T>(v: T): T {
@@ -24,8 +24,10 @@ export class PlanWorld {
   cs: CocoonSet;
   readonly pods = new Map<string, V1Pod>();
   crs: CocoonHibernation[] = [];
-  /** Planner steps (planPass calls) so far, all passes. */
+  /** Batches of I/O the passes asked for so far (each one workflow activity round), all passes. */
   steps = 0;
+  /** Those batches, in order: action ids, and whether they ran concurrently (with at most how many in flight). */
+  readonly batches: { ids: string[]; concurrent: boolean; maxConcurrency: number }[] = [];
   /** `"<vm>:<tag>"` present in the registry. */
   readonly tags = new Set<string>();
   /** When set, every probe fails with this text. */
@@ -102,39 +104,42 @@ export class PlanWorld {
 
   /**
    * Runs one pass: the cache view is a snapshot of the world at the start (or `view` pods when given,
-   * to model a stale cache), then actions run until the planner is done or delegates.
+   * to model a stale cache), then actions run until the pass ends. A flow offered the pass (migration,
+   * wake) takes it unless `declined` says it answers "not handled". Every action id runs at most once per
+   * pass (a second run is I/O the pass should not repeat, e.g. a second List).
    */
-  pass(
+  async pass(
     opts: {
       nowMs?: number;
       registryConfigured?: boolean;
       view?: V1Pod[];
-      declined?: PassInput['declined'];
+      declined?: { migration?: boolean; wake?: boolean };
       subAgentsWaitForHibernatingMain?: boolean;
       batchPodLoops?: boolean;
     } = {},
-  ): Exclude<PassStep, { kind: 'run' }> {
+  ): Promise<PassEnd> {
     const input: PassInput = {
       cs: clone(this.cs),
       pods: clone(opts.view ?? [...this.pods.values()]),
       nowMs: opts.nowMs ?? Date.parse('2026-05-14T01:00:00Z'),
       registryConfigured: opts.registryConfigured ?? true,
-      declined: opts.declined,
       subAgentsWaitForHibernatingMain: opts.subAgentsWaitForHibernatingMain ?? true,
       batchPodLoops: opts.batchPodLoops ?? true,
     };
-    const outcomes: Record<string, ActionOutcome> = {};
-    for (let i = 0; i < 200; i++) {
-      this.steps++;
-      const step = planPass(input, outcomes);
-      if (step.kind !== 'run') return step;
-      if (step.actions.length === 0) throw new Error('planner returned an empty batch');
-      for (const a of step.actions) {
-        if (outcomes[a.id] !== undefined) throw new Error(`action ${a.id} planned twice`);
-        outcomes[a.id] = this.execute(a);
-      }
-    }
-    throw new Error('pass did not finish in 200 steps');
+    const ran = new Set<string>();
+    return reconcilePass(input, {
+      exec: async (actions, concurrent, maxConcurrency) => {
+        if (actions.length === 0) throw new Error('the pass asked for an empty batch');
+        this.steps++;
+        this.batches.push({ ids: actions.map((a) => a.id), concurrent, maxConcurrency });
+        return actions.map((a) => {
+          if (ran.has(a.id)) throw new Error(`action ${a.id} ran twice in one pass`);
+          ran.add(a.id);
+          return this.execute(a);
+        });
+      },
+      offer: async (flow) => (opts.declined?.[flow] ? undefined : { kind: 'delegate', flow }),
+    });
   }
 
   /** Action types executed, as `type:id` strings (for order assertions). */
@@ -155,8 +160,8 @@ function mergeAnnotations(
   meta.annotations = ann;
 }
 
-/** The `done` result of a pass, failing the test if it delegated. */
-export function done(step: Exclude<PassStep, { kind: 'run' }>): Extract<PassStep, { kind: 'done' }> {
+/** The `done` end of a pass, failing the test if it delegated. */
+export function done(step: PassEnd): Extract<PassEnd, { kind: 'done' }> {
   if (step.kind !== 'done') throw new Error(`expected done, got delegate ${step.flow}`);
   return step;
 }
