@@ -46,13 +46,7 @@ async function hibernatedPod(world: VMWorld): Promise<void> {
 
 /** vk-cocoon finishes a hibernate round: the tag is pushed, the VM stops. */
 async function vkHibernated(world: VMWorld): Promise<void> {
-  world.tags.add(`${VM}:hibernate`);
-  await world.annotatePod(
-    NS,
-    POD,
-    { [Annotations.lifecycleState]: 'hibernated', [Annotations.vmID]: null },
-    { containerRunning: false },
-  );
+  await world.vkHibernated(NS, POD, VM);
 }
 
 /** vk-cocoon finishes a wake: a running container with a fresh VM id. */
