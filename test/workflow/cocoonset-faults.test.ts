@@ -14,7 +14,7 @@ import { RECONCILE_FAILED } from '../../src/workflows/cocoonset.js';
 import { newCocoonSet, readyPod, withFinalizer } from '../support/builders.js';
 import { waitFor } from '../support/wait.js';
 import { CocoonSetWorld, withCocoonSetWorld } from './cocoonset-world.js';
-import { createEnv } from './harness.js';
+import { createEnv, timerDurations } from './harness.js';
 
 let env: TestWorkflowEnvironment;
 
@@ -121,12 +121,21 @@ describe('CocoonSet workflow faults', () => {
       expect(w.cs?.status).toMatchObject({ readyAgents: 1, desiredAgents: 3 });
       expect(progressing(w)).toMatchObject({ status: 'False', message: ev.message });
 
-      // Ten minutes of backoff (1 s doubling to 5 min): a handful of passes, not a loop.
+      // Ten minutes of failing passes: each waits twice as long as the one before (1 s doubling, capped
+      // at 5 min). Read from the timers the server recorded (one run per pass here), not by counting.
       await env.sleep(10 * 60_000);
-      const st = (await w.state()) as unknown as SetState;
+      const st = (await w.settled(env)) as unknown as SetState;
       expect(st.lastResult?.error).toBe(ev.message);
-      expect(st.passes).toBeGreaterThanOrEqual(5);
-      expect(st.passes).toBeLessThanOrEqual(12);
+      const timers = await timerDurations(env, w.workflowId);
+      expect(timers.length).toBeGreaterThanOrEqual(6);
+      // The k-th failure's wait is 2^(k-1) s, less the moments between the pass ending and the next run
+      // starting its timer.
+      const firstFailure = Math.round(Math.log2(timers[0]! / 1000)) + 1;
+      timers.forEach((t, i) => {
+        const backoff = Math.min(1000 * 2 ** (firstFailure + i - 1), 300_000);
+        expect(t, `timer ${i} after failure ${firstFailure + i}`).toBeLessThanOrEqual(backoff);
+        expect(t, `timer ${i} after failure ${firstFailure + i}`).toBeGreaterThan(backoff - 1000);
+      });
 
       // Pod events during the backoff start no pass (they are seen: the signal count moves).
       const { passes, signals } = st;
@@ -135,10 +144,7 @@ describe('CocoonSet workflow faults', () => {
           p.metadata!.labels = { ...p.metadata!.labels, poke: String(i) };
         });
       }
-      let after = st;
-      for (const deadline = Date.now() + 30_000; after.signals < signals + 10 && Date.now() < deadline; ) {
-        after = (await w.state()) as unknown as SetState;
-      }
+      const after = (await w.settled(env)) as unknown as SetState;
       expect(after.signals).toBe(signals + 10);
       expect(after.passes).toBe(passes);
 

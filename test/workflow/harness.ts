@@ -183,6 +183,27 @@ export async function settled<T extends WorkflowProgress>(
 }
 
 /**
+ * The durations (ms) of every timer a workflow started, oldest first, across all its runs (following each
+ * run's `continuedExecutionRunId` back to the first). The durable-timer schedule as the server recorded
+ * it: a check of a backoff that does not depend on how the time-skipping server advanced its clock.
+ */
+export async function timerDurations(env: TestWorkflowEnvironment, workflowId: string): Promise<number[]> {
+  const runs: number[][] = [];
+  for (let runId: string | undefined; ; ) {
+    const history = await env.client.workflow.getHandle(workflowId, runId).fetchHistory();
+    const events = history.events ?? [];
+    runs.unshift(
+      events.flatMap((e) => {
+        const d = e.timerStartedEventAttributes?.startToFireTimeout;
+        return d ? [Number(d.seconds ?? 0) * 1000 + Math.round((d.nanos ?? 0) / 1e6)] : [];
+      }),
+    );
+    runId = events[0]?.workflowExecutionStartedEventAttributes?.continuedExecutionRunId || undefined;
+    if (!runId) return runs.flat();
+  }
+}
+
+/**
  * Advances the time-skipping server in `stepMs` steps until `check` holds, at most `maxMs` of skipped
  * time; throws with `what` otherwise. For waits that depend on durable timers (deadlines, backoff).
  */
@@ -201,25 +222,4 @@ export async function skipUntil(
     await new Promise((r) => setTimeout(r, 50));
   }
   return skipped;
-}
-
-/**
- * Like `waitFor` (test/support/wait.ts), but when the condition stalls for `realMs` it advances the time-skipping server by
- * `stepMs` (up to `maxSkipMs`), letting durable timers — the workflow's slow fallback re-read — fire. For
- * waits where the test server itself can drop a signal (its signal-with-start racing a continue-as-new is
- * not atomic, sdk-java#1538) and the product's designed recovery is that fallback.
- */
-export async function eventuallyOrFallback(
-  env: { sleep(ms: number): Promise<void> },
-  what: string,
-  check: () => boolean,
-  { realMs = 5_000, stepMs = 20_000, maxSkipMs = 180_000 } = {},
-): Promise<void> {
-  for (let skipped = 0; ; skipped += stepMs) {
-    const deadline = Date.now() + realMs;
-    while (!check() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
-    if (check()) return;
-    if (skipped >= maxSkipMs) throw new Error(`timed out waiting for ${what} (skipped ${skipped} ms)`);
-    await env.sleep(stepMs);
-  }
 }

@@ -7,7 +7,7 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Annotations } from '../../src/api/keys.js';
 import { waitFor } from '../support/wait.js';
-import { createEnv, eventuallyOrFallback, withWorld } from './harness.js';
+import { createEnv, withWorld } from './harness.js';
 import type { VMWorld } from './vm-world.js';
 
 const NS = 'ns';
@@ -23,7 +23,9 @@ afterEach(async () => {
 
 /** One hibernate + wake cycle, playing vk-cocoon's part by hand. */
 async function cycle(world: VMWorld): Promise<void> {
-  const reached = (what: string, check: () => boolean) => eventuallyOrFallback(env, what, check);
+  // No time skipping here: a signal lost across continue-as-new must fail the test, not wait for the
+  // workflow's 60 s fallback re-read.
+  const reached = (what: string, check: () => boolean) => waitFor(what, check);
   await world.putCR({ ...world.cr(NS, 'hib')!, desire: 'Hibernate' });
   await reached(
     'Hibernating',
