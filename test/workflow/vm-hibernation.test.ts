@@ -8,7 +8,7 @@ import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Annotations, Finalizers } from '../../src/api/keys.js';
 import { hibernatedPodAnnotations, vmPodAnnotations } from '../support/builders.js';
 import { waitFor } from '../support/wait.js';
-import { createEnv, skipUntil, withWorld } from './harness.js';
+import { createEnv, skipUntil, timerDurations, withWorld } from './harness.js';
 import type { VMWorld } from './vm-world.js';
 
 const NS = 'ns';
@@ -35,6 +35,16 @@ async function hibernateCR(world: VMWorld, extra: Record<string, unknown> = {}) 
 
 /** The barrier before a negative assertion: the workflow applied every signal and finished acting. */
 const settled = (world: VMWorld) => world.settled(env, NS, 'demo-0');
+
+/**
+ * The error-backoff waits among a VM workflow's timers (those under the 60 s cap; the hibernate deadline's
+ * timer is minutes long), checked to double from 1 s: 1 s, 2 s, 4 s, …
+ */
+function errorBackoffs(timers: number[]): number[] {
+  const backoffs = timers.filter((t) => t < 60_000);
+  expect(backoffs).toEqual(backoffs.map((_, i) => 1_000 * 2 ** i));
+  return backoffs;
+}
 
 describe('VM workflow: CocoonHibernation reconcile', () => {
   it('adds the finalizer before anything else, and writes no status in that step (test 12)', async () => {
@@ -154,7 +164,9 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       await env.sleep(10_000);
       await settled(world);
       expect(phase(world)).not.toBe('Hibernated');
-      expect(world.calls.filter((c) => c.startsWith('HEAD')).length).toBeGreaterThan(1); // retried with backoff
+      // Retried with backoff: the waits between failed passes double from 1 s (the timers the server
+      // recorded; the longer ones are the deadline's own timer).
+      expect(errorBackoffs(await timerDurations(env, 'vm/ns/demo-0')).length).toBeGreaterThanOrEqual(2);
       // Past the deadline, the next retry (error backoff caps at 60 s) turns the error into Failed.
       const skipped = await skipUntil(env, 'Failed', () => phase(world) === 'Failed', 6 * 60_000);
       expect(skipped).toBeGreaterThanOrEqual(3 * 60_000 - 15_000);
@@ -481,7 +493,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       await env.sleep(45_000);
       // Edit while the workflow waits out its backoff (no pass running, the next one scheduled later).
       const waiting = await settled(world);
-      expect(world.calls.filter((c) => c.startsWith('HEAD')).length).toBeGreaterThan(3);
+      expect(errorBackoffs(await timerDurations(env, 'vm/ns/demo-0')).length).toBeGreaterThanOrEqual(4);
       expect(waiting.hibernations[0]!.backoffUntil).not.toBeNull();
       world.probeError = undefined;
       expect(world.cr(NS, 'hib')?.status?.observedGeneration).toBe(1);
