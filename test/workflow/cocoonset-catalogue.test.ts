@@ -412,6 +412,7 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
       expect(main.metadata!.annotations![Annotations.lifecycleState]).toBeUndefined();
       // The new main is not Ready yet: Pending replaces Failed, no recovery event.
       await waitFor('Pending', () => w.cs?.status?.phase === 'Pending');
+      await w.settled(env);
       expect(eventsOf(w, EventReasons.podLifecycleFailed)).toHaveLength(failedEvents);
       expect(eventsOf(w, EventReasons.recoveredFromFailure)).toEqual([]);
     });

@@ -7,7 +7,7 @@
  * creates, NotFound, merge-patch annotations with null deleting a key, a separate status write.
  */
 import type { V1Pod } from '@kubernetes/client-node';
-import type { WorkflowClient } from '@temporalio/client';
+import { type WorkflowClient, WorkflowNotFoundError } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { Worker } from '@temporalio/worker';
@@ -183,16 +183,21 @@ export class CocoonSetWorld {
     return settled<CocoonSetStateView>(env, this.workflowId, { signals: this.sent.signals });
   }
 
-  /** Signals the workflow as the watcher does (it may have completed: then nothing is delivered). */
+  /**
+   * Signals the workflow as the watcher does. A workflow that has completed (its set gone) gets nothing;
+   * any other failure to deliver fails the test, since `settled` would not wait for the lost signal.
+   */
   private async send<T>(
     signal: typeof cocoonSetObservedSignal | typeof ownedPodObservedSignal,
     payload: T,
   ): Promise<void> {
-    const delivered = await this.client!.getHandle(this.workflowId)
-      .signal(signal as never, payload as never)
-      .then(() => true)
-      .catch(() => false);
-    if (delivered) this.sent.signals++;
+    try {
+      await this.client!.getHandle(this.workflowId).signal(signal as never, payload as never);
+    } catch (err) {
+      if (err instanceof WorkflowNotFoundError) return;
+      throw err;
+    }
+    this.sent.signals++;
   }
 
   /** Replaces a pod (as vk-cocoon or a user would) and signals the workflow. */

@@ -108,6 +108,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       await world.putPod(NS, 'demo-0', { annotations: podAnnotations({ [Annotations.hibernate]: 'true' }) });
       await hibernateCR(world);
       await waitFor('Hibernating', () => phase(world) === 'Hibernating');
+      await settled(world);
       expect(world.calls.some((c) => c.startsWith('HEAD'))).toBe(false);
       await world.annotatePod(NS, 'demo-0', { [Annotations.lifecycleState]: 'hibernated' });
       await waitFor('Hibernated', () => phase(world) === 'Hibernated');
@@ -189,6 +190,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       });
       await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
       await waitFor('Waking', () => phase(world) === 'Waking');
+      await settled(world); // the Waking pass is over: nothing more happens until the VM runs
       expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBeUndefined();
       expect(world.tags.has(`${VM}:hibernate`)).toBe(true); // never before the VM runs
       await world.annotatePod(
