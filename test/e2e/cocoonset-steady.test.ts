@@ -21,7 +21,6 @@
  * PATCH) so that exactly one pass sees both pods missing and no other workflow's request falls inside it.
  * Each run prints every pass's requests in order and writes them to `$TMPDIR/<ns>-requests.txt`.
  */
-import { execFileSync } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -59,9 +58,9 @@ import { dropTag, Hibernations, headTag } from './hibernation-harness.js';
 import {
   cleanEnv,
   freePort,
+  kubectl,
   type OperatorProcess,
   stackEnv as operatorStackEnv,
-  ROOT,
   startOperator,
   waitFor200,
 } from './operator-process.js';
@@ -132,28 +131,6 @@ async function within<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   } finally {
     clearTimeout(timer);
   }
-}
-
-/** Runs kubectl with the admin kubeconfig (a few retries for conflicts with concurrent appliers). */
-function kubectl(kubeconfig: string, args: string[]): string {
-  const dir = execFileSync('bash', [join(ROOT, 'scripts/tools.sh'), 'path', 'kube'], {
-    cwd: ROOT,
-    encoding: 'utf8',
-  }).trim();
-  let lastErr: unknown;
-  for (let attempt = 0; attempt < 4; attempt++) {
-    try {
-      return execFileSync(join(dir, 'bin/kubectl'), ['--kubeconfig', kubeconfig, ...args], {
-        cwd: ROOT,
-        encoding: 'utf8',
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
-    } catch (err) {
-      lastErr = err;
-      execFileSync('sleep', ['1']);
-    }
-  }
-  throw new Error(`kubectl ${args.join(' ')} failed: ${(lastErr as { stderr?: string }).stderr ?? lastErr}`);
 }
 
 /** The ServiceAccount kubeconfig with its server replaced by `server` (the counting proxy). */

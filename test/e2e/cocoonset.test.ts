@@ -39,7 +39,7 @@ import { RegistryProxy } from '../support/registry-proxy.js';
 import { RequestLog } from '../support/request-log.js';
 import { waitFor } from '../support/wait.js';
 import { pushBaseImage } from '../vksim/oci.js';
-import { type SimVM, VkSimulator } from '../vksim/sim.js';
+import { VkSimulator } from '../vksim/sim.js';
 import {
   CocoonSets,
   cocoonSetWorkflowState,
@@ -866,37 +866,27 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     expect(vmIDOf(hibernated)).toBe('');
     expect(sim.state().vms.some((v) => v.name === vm)).toBe(false);
 
-    // Watch the simulator's VMs of the main from here on (a restored VM may be hibernated again by the CR).
-    const seen = new Map<string, SimVM>();
-    let watching = true;
-    const watcher = (async () => {
-      while (watching) {
-        for (const v of sim.state().vms) if (v.name === vm) seen.set(v.id, v);
-        await new Promise((r) => setTimeout(r, 25));
-      }
-    })();
-    try {
-      await kube.core.deleteNamespacedPod({ name: mainPod, namespace: ns });
-      const recreated = await waitFor(
-        'main recreated with restore-from-hibernate',
-        async () => {
-          const p = (await podsOf(name)).get(mainPod);
-          return p && p.metadata?.uid !== original.metadata?.uid && live(p) ? p : undefined;
-        },
-        QUICK_MS,
-      );
-      expect(recreated.metadata?.annotations?.[Annotations.restoreFromHibernate]).toBe('true');
-      await waitFor(
-        'the restored VM in the simulator',
-        () => [...seen.values()].some((v) => v.id !== firstId),
-        QUICK_MS,
-      );
-    } finally {
-      watching = false;
-      await watcher;
-    }
-    const restored = [...seen.values()].filter((v) => v.id !== firstId);
+    // The simulator's log of every VM it brought up is the record (no sampling can miss a short-lived one).
+    const startedBefore = sim.state().started.length;
+    const startedSince = () =>
+      sim
+        .state()
+        .started.slice(startedBefore)
+        .filter((v) => v.name === vm);
+    await kube.core.deleteNamespacedPod({ name: mainPod, namespace: ns });
+    const recreated = await waitFor(
+      'main recreated with restore-from-hibernate',
+      async () => {
+        const p = (await podsOf(name)).get(mainPod);
+        return p && p.metadata?.uid !== original.metadata?.uid && live(p) ? p : undefined;
+      },
+      QUICK_MS,
+    );
+    expect(recreated.metadata?.annotations?.[Annotations.restoreFromHibernate]).toBe('true');
+    await waitFor('the restored VM in the simulator', () => startedSince().length > 0, QUICK_MS);
+    const restored = startedSince();
     expect(restored).toHaveLength(1);
+    expect(restored[0]!.id).not.toBe(firstId);
     expect(restored[0]!.source).toMatch(new RegExp(`^restore .*${vm}(:hibernate)?$`));
     // The new incarnation ran the restored VM (a running container with its VM id) at some point.
     const incarnation = await waitFor(

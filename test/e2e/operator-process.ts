@@ -225,3 +225,28 @@ export async function stopOperator(p: OperatorProcess | undefined, signal: NodeJ
   p.child.kill(signal);
   await p.exited;
 }
+
+/**
+ * Runs the stack's kubectl with `kubeconfig` and `args`; returns its stdout. Set-up only: a few attempts a
+ * second apart (conflicts with concurrent appliers); throws with kubectl's stderr after the last.
+ */
+export function kubectl(kubeconfig: string, args: string[]): string {
+  const dir = execFileSync('bash', [join(ROOT, 'scripts/tools.sh'), 'path', 'kube'], {
+    cwd: ROOT,
+    encoding: 'utf8',
+  }).trim();
+  let lastErr: unknown;
+  for (let attempt = 0; attempt < 4; attempt++) {
+    try {
+      return execFileSync(join(dir, 'bin/kubectl'), ['--kubeconfig', kubeconfig, ...args], {
+        cwd: ROOT,
+        encoding: 'utf8',
+        stdio: ['ignore', 'pipe', 'pipe'],
+      });
+    } catch (err) {
+      lastErr = err;
+      execFileSync('sleep', ['1']);
+    }
+  }
+  throw new Error(`kubectl ${args.join(' ')} failed: ${(lastErr as { stderr?: string }).stderr ?? lastErr}`);
+}

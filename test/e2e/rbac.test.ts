@@ -12,7 +12,6 @@
  * Scope: own namespace (WATCH_NAMESPACE) and task queue; the Lease lives in cocoon-system (a stale one
  * left by a killed run is deleted first).
  */
-import { execFileSync } from 'node:child_process';
 import { randomBytes, randomUUID } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -56,6 +55,7 @@ import { MANIFEST_ACCEPT } from '../vksim/oci.js';
 import {
   cleanEnv,
   freePort,
+  kubectl,
   type OperatorProcess,
   ROOT,
   startOperator,
@@ -106,28 +106,6 @@ interface Rule {
   apiGroups: string[];
   resources: string[];
   verbs: string[];
-}
-
-/** Runs kubectl with the admin kubeconfig; a few retries for conflicts with concurrent appliers. */
-function kubectl(kubeconfig: string, args: string[]): string {
-  const dir = execFileSync('bash', [join(ROOT, 'scripts/tools.sh'), 'path', 'kube'], {
-    cwd: ROOT,
-    encoding: 'utf8',
-  }).trim();
-  let lastErr: unknown;
-  for (let attempt = 0; attempt < 4; attempt++) {
-    try {
-      return execFileSync(join(dir, 'bin/kubectl'), ['--kubeconfig', kubeconfig, ...args], {
-        cwd: ROOT,
-        encoding: 'utf8',
-        stdio: ['ignore', 'pipe', 'pipe'],
-      });
-    } catch (err) {
-      lastErr = err;
-      execFileSync('sleep', ['1']);
-    }
-  }
-  throw new Error(`kubectl ${args.join(' ')} failed: ${(lastErr as { stderr?: string }).stderr ?? lastErr}`);
 }
 
 describe('the shipped ClusterRole on a real apiserver with RBAC on', () => {

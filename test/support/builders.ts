@@ -12,8 +12,9 @@ import {
   LifecycleStates,
   TOLERATION_KEY,
 } from '../../src/api/keys.js';
-import { cocoonSetGenerationOf } from '../../src/api/pod.js';
+import { cocoonSetGenerationOf, vmNameOf } from '../../src/api/pod.js';
 import type { CocoonHibernation, CocoonSet, HibernationPhase } from '../../src/api/types.js';
+import { buildAgentPod, buildToolboxPod } from '../../src/cocoonset/pods.js';
 
 /** The image the simulator's run-mode pods name (run mode needs no base image in the registry). */
 export const SIM_IMAGE = 'ghcr.io/cocoonstack/ubuntu:24.04';
@@ -99,6 +100,25 @@ export function readyPod(p: V1Pod): V1Pod {
   p.status = { ...(p.status ?? {}), phase: 'Running' };
   p.status.conditions = [...(p.status.conditions ?? []), { type: 'Ready', status: 'True' }];
   return p;
+}
+
+/**
+ * Every pod of `cs` as earlier passes and vk-cocoon left them: built from the spec (main, sub-agents
+ * forked from the main and bound to `mainNode`, toolboxes), all Ready.
+ */
+export function convergedPods(cs: CocoonSet, mainNode = ''): V1Pod[] {
+  const main = readyPod(buildAgentPod(cs, 0, '', ''));
+  const pods = [main];
+  for (let slot = 1; slot <= (cs.spec.agent.replicas ?? 0); slot++) {
+    pods.push(readyPod(buildAgentPod(cs, slot, vmNameOf(main), mainNode)));
+  }
+  for (const tb of cs.spec.toolboxes ?? []) pods.push(readyPod(buildToolboxPod(cs, tb)));
+  return pods;
+}
+
+/** A CocoonSet `demo` with its finalizer, then `mods` applied. */
+export function finalizedSet(...mods: ((cs: CocoonSet) => void)[]): CocoonSet {
+  return newCocoonSet('demo', withFinalizer, ...mods);
 }
 
 /** Sets arbitrary pod annotations (merging). */

@@ -11,14 +11,11 @@ import { mainPodFailedReason } from '../../src/cocoonset/classify.js';
 import { migrationMayEngage, wakeMayEngage } from '../../src/cocoonset/plan.js';
 import { buildAgentPod, buildToolboxPod } from '../../src/cocoonset/pods.js';
 import { readRebuildHistory } from '../../src/cocoonset/rebuild.js';
-import { annotate, hibernation, newCocoonSet, readyPod, withFinalizer } from '../support/builders.js';
+import { annotate, finalizedSet, hibernation, newCocoonSet, readyPod } from '../support/builders.js';
 import { done, PlanWorld } from './plan-world.js';
 
 const T0 = Date.parse('2026-05-14T01:00:00Z');
 
-function set(...mods: ((cs: CocoonSet) => void)[]): CocoonSet {
-  return newCocoonSet('demo', withFinalizer, ...mods);
-}
 const replicas = (n: number) => (c: CocoonSet) => {
   c.spec.agent.replicas = n;
 };
@@ -41,18 +38,18 @@ describe('pass entry', () => {
   });
 
   it('delegates a deleting set to the delete flow', async () => {
-    const cs = set((c) => {
+    const cs = finalizedSet((c) => {
       c.metadata.deletionTimestamp = new Date(T0);
     });
     expect(await new PlanWorld(cs).pass()).toEqual({ kind: 'delegate', flow: 'delete' });
   });
 
   it('creates the main first and requeues; AlreadyExists (terminating predecessor) waits 5 s', async () => {
-    const w = new PlanWorld(set(replicas(1), toolboxes('tb')));
+    const w = new PlanWorld(finalizedSet(replicas(1), toolboxes('tb')));
     expect(done(await w.pass()).result.requeue).toBe(true);
     expect([...w.pods.keys()]).toEqual(['demo-0']);
-    const stale = new PlanWorld(set(), [buildAgentPod(set(), 0, '', '')]);
-    const gone = { ...buildAgentPod(set(), 0, '', '') };
+    const stale = new PlanWorld(finalizedSet(), [buildAgentPod(finalizedSet(), 0, '', '')]);
+    const gone = { ...buildAgentPod(finalizedSet(), 0, '', '') };
     gone.metadata = { ...gone.metadata, deletionTimestamp: new Date(T0) };
     stale.pods.set('demo-0', gone);
     expect(done(await stale.pass()).result).toEqual({
@@ -63,7 +60,7 @@ describe('pass entry', () => {
   });
 
   it('writes Pending and waits 5 s while the main is not Ready', async () => {
-    const cs = set(replicas(1));
+    const cs = finalizedSet(replicas(1));
     const w = new PlanWorld(cs, [buildAgentPod(cs, 0, '', '')]);
     expect(done(await w.pass()).result.requeueAfterMs).toBe(5_000);
     expect(w.cs.status!.phase).toBe('Pending');
@@ -71,7 +68,7 @@ describe('pass entry', () => {
   });
 
   it('creates sub-agents bound to the main node with fork-from once the main is Ready, then toolboxes', async () => {
-    const cs = set(replicas(2), toolboxes('tb'));
+    const cs = finalizedSet(replicas(2), toolboxes('tb'));
     const main = readyPod(buildAgentPod(cs, 0, '', ''));
     main.spec!.nodeName = 'node-a';
     const w = new PlanWorld(cs, [main]);
@@ -84,7 +81,7 @@ describe('pass entry', () => {
   });
 
   it('creates no sub-agent while a CocoonHibernation hibernates the Ready main, and waits 5 s (deliberate: the reference forks them from a VM about to go, found by a new-user run)', async () => {
-    const cs = set(replicas(2));
+    const cs = finalizedSet(replicas(2));
     const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
     w.crs = [hibernation('demo-0', 'Hibernate', 'Hibernated')];
     expect(done(await w.pass()).result.requeueAfterMs).toBe(5_000);
@@ -107,7 +104,7 @@ describe('pass entry', () => {
   });
 
   it('a 1000-pod scale-down stamps and deletes in one batch each, not an I/O round per pod (each round is a workflow task: a 20,000-event run)', async () => {
-    const cs = set(replicas(999));
+    const cs = finalizedSet(replicas(999));
     const pods = [readyPod(buildAgentPod(cs, 0, '', ''))];
     for (let s = 1; s <= 999; s++) pods.push(readyPod(buildAgentPod(cs, s, 'vk-ns-demo-0', '')));
     const w = new PlanWorld(cs, pods);
@@ -120,7 +117,7 @@ describe('pass entry', () => {
     expect(w.ids('deletePod')).toHaveLength(999);
     expect(w.steps - steps).toBeLessThanOrEqual(5);
     // Without the batch (histories recorded before it) the same pass is a round per pod.
-    const old = new PlanWorld(set(replicas(20)), []);
+    const old = new PlanWorld(finalizedSet(replicas(20)), []);
     for (let s = 0; s <= 20; s++) old.pods.set(`demo-${s}`, readyPod(buildAgentPod(old.cs, s, '', '')));
     old.cs.spec.agent.replicas = 0;
     old.cs.metadata.generation = 2;
@@ -129,7 +126,7 @@ describe('pass entry', () => {
   });
 
   it('runs sub-agent creates as one concurrent batch of at most 8 in flight', async () => {
-    const cs = set(replicas(3));
+    const cs = finalizedSet(replicas(3));
     const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
     done(await w.pass());
     expect(w.batches).toEqual([
@@ -141,7 +138,7 @@ describe('pass entry', () => {
 
 describe('steady state and status', () => {
   function steadyWorld() {
-    const cs = set(replicas(1), toolboxes('tb'));
+    const cs = finalizedSet(replicas(1), toolboxes('tb'));
     return new PlanWorld(cs, [
       readyPod(buildAgentPod(cs, 0, '', '')),
       readyPod(buildAgentPod(cs, 1, 'vk-ns-demo-0', '')),
@@ -166,7 +163,7 @@ describe('steady state and status', () => {
   });
 
   it('lists CocoonHibernations exactly once when sub-agents and toolboxes are both missing', async () => {
-    const cs = set(replicas(2), toolboxes('tb'));
+    const cs = finalizedSet(replicas(2), toolboxes('tb'));
     const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
     done(await w.pass());
     expect(w.lists).toBe(1);
@@ -174,7 +171,7 @@ describe('steady state and status', () => {
   });
 
   it('deletes extra sub-agents and toolboxes', async () => {
-    const cs = set(replicas(2), toolboxes('tb', 'old'));
+    const cs = finalizedSet(replicas(2), toolboxes('tb', 'old'));
     const pods = [
       readyPod(buildAgentPod(cs, 0, '', '')),
       readyPod(buildAgentPod(cs, 1, 'vk-ns-demo-0', '')),
@@ -182,13 +179,13 @@ describe('steady state and status', () => {
       readyPod(buildToolboxPod(cs, { name: 'tb' })),
       readyPod(buildToolboxPod(cs, { name: 'old' })),
     ];
-    const w = new PlanWorld(set(replicas(1), toolboxes('tb')), pods);
+    const w = new PlanWorld(finalizedSet(replicas(1), toolboxes('tb')), pods);
     expect(done(await w.pass()).result.requeue).toBe(true);
     expect(w.ids('deletePod')).toEqual(['delete:demo-2', 'delete:demo-old']);
   });
 
   it('ignores pods with the name label but another controller UID', async () => {
-    const cs = set();
+    const cs = finalizedSet();
     const foreign = readyPod(
       buildAgentPod(
         newCocoonSet('demo', (c) => (c.metadata.uid = 'old')),
@@ -207,7 +204,7 @@ describe('steady state and status', () => {
 
 describe('failed main', () => {
   it('names the failure reason with the lifecycle annotation winning', async () => {
-    const cs = set();
+    const cs = finalizedSet();
     const healthy = buildAgentPod(cs, 0, '', '');
     const lc = annotate(buildAgentPod(cs, 0, '', ''), { [Annotations.lifecycleState]: 'failed' });
     const ph = failed(buildAgentPod(cs, 0, '', ''));
@@ -221,7 +218,7 @@ describe('failed main', () => {
   });
 
   it('moves to Failed with event and metric, and short-circuits everything else', async () => {
-    const cs = set(replicas(1));
+    const cs = finalizedSet(replicas(1));
     const main = annotate(readyPod(buildAgentPod(cs, 0, '', '')), {
       [Annotations.lifecycleState]: 'failed',
       [Annotations.lifecycleStateMessage]: 'hibernate push failed',
@@ -249,7 +246,7 @@ describe('failed main', () => {
   });
 
   it('uses the pod phase as message on the MainAgentFailed path and counts no metric', async () => {
-    const cs = set();
+    const cs = finalizedSet();
     const w = new PlanWorld(cs, [failed(buildAgentPod(cs, 0, '', ''))]);
     done(await w.pass());
     expect(w.events).toEqual([
@@ -259,10 +256,10 @@ describe('failed main', () => {
   });
 
   it('deletes a failed main that drifted instead of parking in Failed', async () => {
-    const cs = set();
+    const cs = finalizedSet();
     const main = annotate(readyPod(buildAgentPod(cs, 0, '', '')), { [Annotations.lifecycleState]: 'failed' });
     const w = new PlanWorld(
-      set((c) => {
+      finalizedSet((c) => {
         c.spec.agent.image = 'ubuntu:26.04';
       }),
       [main],
@@ -273,7 +270,7 @@ describe('failed main', () => {
   });
 
   it('emits RecoveredFromFailure when the main is Ready again while status reads Failed', async () => {
-    const cs = set((c) => {
+    const cs = finalizedSet((c) => {
       c.status = {
         phase: 'Failed',
         readyAgents: 0,
@@ -293,9 +290,9 @@ describe('failed main', () => {
 
 describe('main drift', () => {
   it('deletes a drifted main and requeues without touching sub-agents', async () => {
-    const old = set(replicas(1));
+    const old = finalizedSet(replicas(1));
     const w = new PlanWorld(
-      set(replicas(1), (c) => {
+      finalizedSet(replicas(1), (c) => {
         c.spec.agent.backend = 'firecracker';
       }),
       [readyPod(buildAgentPod(old, 0, '', '')), readyPod(buildAgentPod(old, 1, 'vk-ns-demo-0', ''))],
@@ -307,10 +304,10 @@ describe('main drift', () => {
 
 describe('sub-agent triage', () => {
   function world(sub: V1Pod, mods: ((c: CocoonSet) => void)[] = []) {
-    const cs = set(replicas(1), ...mods);
+    const cs = finalizedSet(replicas(1), ...mods);
     return new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', '')), sub]);
   }
-  const sub = () => buildAgentPod(set(replicas(1)), 1, 'vk-ns-demo-0', '');
+  const sub = () => buildAgentPod(finalizedSet(replicas(1)), 1, 'vk-ns-demo-0', '');
 
   it('replaces a terminal sub-agent: history first, then delete, metric and event', async () => {
     const w = world(failed(sub()));
@@ -393,7 +390,7 @@ describe('sub-agent triage', () => {
   });
 
   it('waits the smallest remaining backoff when nothing else changes', async () => {
-    const cs = set(replicas(2), (c) => {
+    const cs = finalizedSet(replicas(2), (c) => {
       c.metadata.annotations = {
         [Annotations.rebuildHistory]:
           '{"1":{"count":3,"lastDeleted":"2026-05-14T01:00:00Z"},"2":{"count":1,"lastDeleted":"2026-05-14T01:00:00Z"}}',
@@ -420,24 +417,26 @@ describe('toolboxes', () => {
 
   it('rejects a toolbox named like an agent slot before any write ("0" and "1")', async () => {
     for (const name of ['0', '1', '+2']) {
-      const w = mainOnly(set(toolboxes(name)));
+      const w = mainOnly(finalizedSet(toolboxes(name)));
       expect(done(await w.pass()).result.error).toBe(
         `toolbox name "${name}" must not be an integer: collides with agent slot pod naming`,
       );
       expect(w.ids('createPod')).toEqual([]);
     }
     // Too large for Atoi: accepted, as in Go.
-    expect(done(await mainOnly(set(toolboxes('99999999999999999999'))).pass()).result.error).toBeUndefined();
+    expect(
+      done(await mainOnly(finalizedSet(toolboxes('99999999999999999999'))).pass()).result.error,
+    ).toBeUndefined();
   });
 
   it('rejects duplicate names before any create', async () => {
-    const w = mainOnly(set(toolboxes('tb', 'tb')));
+    const w = mainOnly(finalizedSet(toolboxes('tb', 'tb')));
     expect(done(await w.pass()).result.error).toBe('duplicate toolbox name "tb" in spec');
     expect(w.ids('createPod')).toEqual([]);
   });
 
   it('is idempotent when its own toolbox exists but the cache does not show it', async () => {
-    const cs = set(toolboxes('tb'));
+    const cs = finalizedSet(toolboxes('tb'));
     const main = readyPod(buildAgentPod(cs, 0, '', ''));
     const w = new PlanWorld(cs, [main, readyPod(buildToolboxPod(cs, { name: 'tb' }))]);
     const step = done(await w.pass({ view: [main] }));
@@ -446,7 +445,7 @@ describe('toolboxes', () => {
   });
 
   it('reports a collision with a foreign pod of the same name', async () => {
-    const cs = set(toolboxes('tb'));
+    const cs = finalizedSet(toolboxes('tb'));
     const main = readyPod(buildAgentPod(cs, 0, '', ''));
     const foreign = buildAgentPod(cs, 0, '', '');
     foreign.metadata!.name = 'demo-tb';
@@ -464,7 +463,7 @@ describe('toolboxes', () => {
   });
 
   it('replaces a terminal or drifted toolbox (no backoff)', async () => {
-    const cs = set(toolboxes('tb'));
+    const cs = finalizedSet(toolboxes('tb'));
     const w = new PlanWorld(cs, [
       readyPod(buildAgentPod(cs, 0, '', '')),
       failed(buildToolboxPod(cs, { name: 'tb' })),
@@ -472,7 +471,7 @@ describe('toolboxes', () => {
     expect(done(await w.pass()).result.requeue).toBe(true);
     expect(w.ids()).toEqual(['delete:demo-tb']);
     const drift = new PlanWorld(
-      set((c) => (c.spec.toolboxes = [{ name: 'tb', image: 'v2' }])),
+      finalizedSet((c) => (c.spec.toolboxes = [{ name: 'tb', image: 'v2' }])),
       [readyPod(buildAgentPod(cs, 0, '', '')), readyPod(buildToolboxPod(cs, { name: 'tb', image: 'v1' }))],
     );
     done(await drift.pass());
@@ -482,7 +481,7 @@ describe('toolboxes', () => {
 
 describe('un-suspend', () => {
   function hibernatedWorld(crs = [] as ReturnType<typeof hibernation>[]) {
-    const cs = set(replicas(1), toolboxes('tb'));
+    const cs = finalizedSet(replicas(1), toolboxes('tb'));
     const w = new PlanWorld(cs, [
       annotate(readyPod(buildAgentPod(cs, 0, '', '')), { [Annotations.hibernate]: 'true' }),
       annotate(readyPod(buildAgentPod(cs, 1, 'vk-ns-demo-0', '')), { [Annotations.hibernate]: 'true' }),
@@ -515,7 +514,7 @@ describe('un-suspend', () => {
   });
 
   it('is free on a clean set: no List, no patch', async () => {
-    const cs = set();
+    const cs = finalizedSet();
     const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
     done(await w.pass());
     expect([w.lists, w.ids('patchPodAnnotations').length]).toEqual([0, 0]);
@@ -524,12 +523,12 @@ describe('un-suspend', () => {
 
 describe('extension points', () => {
   it('delegates suspend by policy, after the failed-main check', async () => {
-    const cs = set((c) => (c.spec.suspend = true));
+    const cs = finalizedSet((c) => (c.spec.suspend = true));
     expect(await new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]).pass()).toEqual({
       kind: 'delegate',
       flow: 'suspend',
     });
-    const rel = set((c) => {
+    const rel = finalizedSet((c) => {
       c.spec.suspend = true;
       c.spec.hibernatePolicy = 'release';
     });
@@ -540,7 +539,7 @@ describe('extension points', () => {
   });
 
   it('runs queued events before delegating', async () => {
-    const cs = set((c) => {
+    const cs = finalizedSet((c) => {
       c.spec.suspend = true;
       c.status = {
         phase: 'Failed',
@@ -556,7 +555,7 @@ describe('extension points', () => {
   });
 
   it('delegates migration only when its gate can engage, and continues when it declines', async () => {
-    const cs = set((c) => (c.spec.nodeName = 'node-b'));
+    const cs = finalizedSet((c) => (c.spec.nodeName = 'node-b'));
     const main = annotate(readyPod(buildAgentPod(cs, 0, '', '')), { [Annotations.vmID]: 'vm' });
     main.spec!.nodeName = 'node-a';
     main.status!.containerStatuses = [
@@ -570,10 +569,10 @@ describe('extension points', () => {
     expect(migrationMayEngage(cs, main, true)).toBe(false);
     main.metadata!.annotations![Annotations.hibernate] = 'true';
     expect(migrationMayEngage(cs, main, true)).toBe(true);
-    expect(migrationMayEngage(set(), main, true)).toBe(false);
+    expect(migrationMayEngage(finalizedSet(), main, true)).toBe(false);
     expect(
       migrationMayEngage(
-        set((c) => (c.status = { phase: 'Migrating' } as CocoonSet['status'])),
+        finalizedSet((c) => (c.status = { phase: 'Migrating' } as CocoonSet['status'])),
         main,
         true,
       ),
@@ -581,9 +580,9 @@ describe('extension points', () => {
   });
 
   it('delegates the wake only for the phases and rows that need it', async () => {
-    const main = readyPod(buildAgentPod(set(), 0, '', ''));
+    const main = readyPod(buildAgentPod(finalizedSet(), 0, '', ''));
     const phase = (p: string, hint?: string) =>
-      set((c) => {
+      finalizedSet((c) => {
         c.status = { phase: p } as CocoonSet['status'];
         if (hint) c.metadata.annotations = { [Annotations.hibernatedOnNode]: hint };
       });
@@ -595,10 +594,10 @@ describe('extension points', () => {
     expect(wakeMayEngage(phase('Suspended'), main, true)).toBe(false);
     expect(wakeMayEngage(phase('Suspended', 'node-a'), main, true)).toBe(true);
     expect(wakeMayEngage(phase('Suspending'), undefined, true)).toBe(false);
-    expect(wakeMayEngage(phase('Suspending', 'node-a'), failed(buildAgentPod(set(), 0, '', '')), true)).toBe(
-      false,
-    );
-    const restored = annotate(readyPod(buildAgentPod(set(), 0, '', '')), {
+    expect(
+      wakeMayEngage(phase('Suspending', 'node-a'), failed(buildAgentPod(finalizedSet(), 0, '', '')), true),
+    ).toBe(false);
+    const restored = annotate(readyPod(buildAgentPod(finalizedSet(), 0, '', '')), {
       [Annotations.restoreFromHibernate]: 'true',
     });
     expect(wakeMayEngage(phase('Running', 'node-a'), restored, true)).toBe(true);
@@ -608,7 +607,7 @@ describe('extension points', () => {
 
 describe('planner protocol', () => {
   it('is deterministic: equal inputs and outcomes ask for the same I/O in the same batches (what a workflow replay needs)', async () => {
-    const cs = set(replicas(2), toolboxes('tb'));
+    const cs = finalizedSet(replicas(2), toolboxes('tb'));
     const worlds = [0, 1].map(() => new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]));
     const ends = [];
     for (const w of worlds) ends.push(await w.pass({ nowMs: T0 }));
@@ -623,7 +622,7 @@ describe('planner protocol', () => {
   });
 
   it('fails the pass on a List error without creating anything', async () => {
-    const cs = set(replicas(1));
+    const cs = finalizedSet(replicas(1));
     const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
     w.failures.set('list-hibernations', 'forbidden');
     expect(done(await w.pass()).result.error).toBe('list cocoonhibernations in ns: forbidden');
@@ -631,7 +630,7 @@ describe('planner protocol', () => {
   });
 
   it('reports the first sub-agent create error after recording the successful creates', async () => {
-    const cs = set(replicas(2));
+    const cs = finalizedSet(replicas(2));
     const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
     w.failures.set('create:demo-1', 'quota exceeded');
     expect(done(await w.pass()).result.error).toBe('create sub-agent slot 1: quota exceeded');
@@ -639,8 +638,8 @@ describe('planner protocol', () => {
   });
 
   it('a malformed quantity is an invalid spec (deliberate: the reference fails the build after its drift delete): no pod touched, Progressing=False InvalidSpec naming the field', async () => {
-    const cs = set((c) => (c.spec.agent.storage = '1kk'));
-    const w = new PlanWorld(cs, [readyPod(buildAgentPod(set(), 0, '', ''))]);
+    const cs = finalizedSet((c) => (c.spec.agent.storage = '1kk'));
+    const w = new PlanWorld(cs, [readyPod(buildAgentPod(finalizedSet(), 0, '', ''))]);
     const step = done(await w.pass());
     expect(step.result).toEqual({ requeue: false, requeueAfterMs: 0, error: undefined });
     expect(w.ids('deletePod')).toEqual([]);

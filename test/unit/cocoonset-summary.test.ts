@@ -15,7 +15,7 @@ import { PlanWorld } from './plan-world.js';
 
 const MAIN_VM = 'vk-ns-demo-0';
 
-function set(...mods: ((cs: CocoonSet) => void)[]): CocoonSet {
+function summarySet(...mods: ((cs: CocoonSet) => void)[]): CocoonSet {
   return newCocoonSet(
     'demo',
     withFinalizer,
@@ -83,7 +83,11 @@ function asServed(p: V1Pod, i: number): V1Pod {
   return p;
 }
 
-function converged(cs: CocoonSet): V1Pod[] {
+/**
+ * The pods earlier passes left for a two-sub-agent, two-toolbox `demo`, all Ready, whatever `cs` asks for
+ * now (so a scenario can scale it down).
+ */
+function twoAgentPods(cs: CocoonSet): V1Pod[] {
   return [
     readyPod(buildAgentPod(cs, 0, '', '')),
     readyPod(buildAgentPod(cs, 1, MAIN_VM, 'node-a')),
@@ -94,38 +98,48 @@ function converged(cs: CocoonSet): V1Pod[] {
 }
 
 const scenarios: [string, CocoonSet, (cs: CocoonSet) => V1Pod[], string[]][] = [
-  ['steady', set(), converged, []],
+  ['steady', summarySet(), twoAgentPods, []],
   [
     'image drift of the agents',
-    set((c) => (c.spec.agent.image = 'new:2')),
-    () => converged(set()),
+    summarySet((c) => (c.spec.agent.image = 'new:2')),
+    () => twoAgentPods(summarySet()),
     ['delete:demo-0'],
   ],
   [
     'cpu drift',
-    set((c) => (c.spec.agent.resources = { limits: { cpu: '3', memory: '4Gi' } })),
-    () => converged(set()),
+    summarySet((c) => (c.spec.agent.resources = { limits: { cpu: '3', memory: '4Gi' } })),
+    () => twoAgentPods(summarySet()),
     ['delete:demo-0'],
   ],
   [
     'service account drift',
-    set((c) => (c.spec.agent.serviceAccountName = 'other')),
-    () => converged(set()),
+    summarySet((c) => (c.spec.agent.serviceAccountName = 'other')),
+    () => twoAgentPods(summarySet()),
     ['delete:demo-0'],
   ],
-  ['envFrom drift', set((c) => (c.spec.agent.envFrom = [])), () => converged(set()), ['delete:demo-0']],
-  ['pool drift', set((c) => (c.spec.nodePool = 'gpu')), () => converged(set()), ['delete:demo-0']],
+  [
+    'envFrom drift',
+    summarySet((c) => (c.spec.agent.envFrom = [])),
+    () => twoAgentPods(summarySet()),
+    ['delete:demo-0'],
+  ],
+  [
+    'pool drift',
+    summarySet((c) => (c.spec.nodePool = 'gpu')),
+    () => twoAgentPods(summarySet()),
+    ['delete:demo-0'],
+  ],
   [
     'static toolbox runtime drift',
-    set((c) => (c.spec.toolboxes![1]!.staticIP = '10.0.0.2')),
-    () => converged(set()),
+    summarySet((c) => (c.spec.toolboxes![1]!.staticIP = '10.0.0.2')),
+    () => twoAgentPods(summarySet()),
     ['delete:demo-vnc'],
   ],
   [
     'failed main (lifecycle)',
-    set(),
+    summarySet(),
     (cs) => {
-      const pods = converged(cs);
+      const pods = twoAgentPods(cs);
       annotate(pods[0]!, {
         [Annotations.lifecycleState]: LifecycleStates.failed,
         [Annotations.lifecycleStateMessage]: 'boom '.repeat(80),
@@ -136,9 +150,9 @@ const scenarios: [string, CocoonSet, (cs: CocoonSet) => V1Pod[], string[]][] = [
   ],
   [
     'terminal sub-agent',
-    set(),
+    summarySet(),
     (cs) => {
-      const pods = converged(cs);
+      const pods = twoAgentPods(cs);
       pods[2]!.status = { phase: 'Failed' };
       return pods;
     },
@@ -146,9 +160,9 @@ const scenarios: [string, CocoonSet, (cs: CocoonSet) => V1Pod[], string[]][] = [
   ],
   [
     'leftover hibernate, scale down, terminating toolbox, legacy pod without class',
-    set((c) => (c.spec.agent.replicas = 1)),
+    summarySet((c) => (c.spec.agent.replicas = 1)),
     (cs) => {
-      const pods = converged(cs);
+      const pods = twoAgentPods(cs);
       annotate(pods[1]!, { [Annotations.hibernate]: 'true' });
       pods[3]!.metadata!.deletionTimestamp = new Date('2026-05-14T00:30:00Z');
       delete pods[4]!.spec!.nodeSelector![Labels.snapshotCPUClass];
@@ -156,7 +170,7 @@ const scenarios: [string, CocoonSet, (cs: CocoonSet) => V1Pod[], string[]][] = [
     },
     ['delete:demo-2'],
   ],
-  ['main not Ready, sub-agents missing', set(), (cs) => [buildAgentPod(cs, 0, '', '')], []],
+  ['main not Ready, sub-agents missing', summarySet(), (cs) => [buildAgentPod(cs, 0, '', '')], []],
 ];
 
 describe('summarizePod', () => {
@@ -176,8 +190,8 @@ describe('summarizePod', () => {
   );
 
   it('keeps a pod read ~5x smaller, cuts a long lifecycle message, and is idempotent', async () => {
-    const cs = set();
-    const pod = asServed(converged(cs)[1]!, 1);
+    const cs = summarySet();
+    const pod = asServed(twoAgentPods(cs)[1]!, 1);
     const s = summarizePod(pod);
     const full = Buffer.byteLength(JSON.stringify(pod));
     const small = Buffer.byteLength(JSON.stringify(s));

@@ -8,18 +8,14 @@ import { Annotations } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { buildAgentPod } from '../../src/cocoonset/pods.js';
 import { invalidSpecReason, validatePod } from '../../src/cocoonset/validate.js';
-import { newCocoonSet, readyPod, withFinalizer } from '../support/builders.js';
+import { finalizedSet, newCocoonSet, readyPod, withFinalizer } from '../support/builders.js';
 import { done, PlanWorld } from './plan-world.js';
-
-function set(...mods: ((cs: CocoonSet) => void)[]): CocoonSet {
-  return newCocoonSet('demo', withFinalizer, ...mods);
-}
 
 const MAIN_VM = 'vk-ns-demo-0';
 
 describe('invalidSpecReason', () => {
   it('accepts the sets the other tests build (agents, sub-agents, toolboxes, resources, envFrom, storage)', async () => {
-    const cs = set((c) => {
+    const cs = finalizedSet((c) => {
       c.spec.agent.replicas = 3;
       c.spec.agent.storage = '100Gi';
       c.spec.agent.serviceAccountName = 'agent-sa';
@@ -36,7 +32,7 @@ describe('invalidSpecReason', () => {
 
   it('rejects a negative storage with the apiserver field, value and reason, naming the spec field', async () => {
     const reason = invalidSpecReason(
-      set((c) => {
+      finalizedSet((c) => {
         c.spec.agent.storage = '-5Gi';
       }),
       MAIN_VM,
@@ -50,7 +46,7 @@ describe('invalidSpecReason', () => {
 
   it('rejects negative resources, requests above limits and unqualified resource names', async () => {
     const neg = invalidSpecReason(
-      set((c) => {
+      finalizedSet((c) => {
         c.spec.agent.resources = { limits: { memory: '-1Gi' } };
       }),
       MAIN_VM,
@@ -59,7 +55,7 @@ describe('invalidSpecReason', () => {
       'spec.containers[0].resources.limits[memory]: Invalid value: "-1Gi": must be greater than or equal to 0 (from spec.agent.resources.limits)',
     );
     const over = invalidSpecReason(
-      set((c) => {
+      finalizedSet((c) => {
         c.spec.agent.resources = { limits: { cpu: '1' }, requests: { cpu: '2' } };
       }),
       MAIN_VM,
@@ -68,7 +64,7 @@ describe('invalidSpecReason', () => {
       'spec.containers[0].resources.requests[cpu]: Invalid value: "2": must be less than or equal to cpu limit of 1',
     );
     const name = invalidSpecReason(
-      set((c) => {
+      finalizedSet((c) => {
         c.spec.agent.resources = { limits: { gpu: '1' } };
       }),
       MAIN_VM,
@@ -78,7 +74,7 @@ describe('invalidSpecReason', () => {
     );
     expect(
       invalidSpecReason(
-        set((c) => {
+        finalizedSet((c) => {
           c.spec.agent.resources = { limits: { 'nvidia.com/gpu': '1', 'hugepages-2Mi': '0' } };
         }),
         MAIN_VM,
@@ -89,7 +85,7 @@ describe('invalidSpecReason', () => {
   it('rejects a malformed quantity (which the builder cannot even parse) naming the spec field', async () => {
     expect(
       invalidSpecReason(
-        set((c) => {
+        finalizedSet((c) => {
           c.spec.toolboxes = [{ name: 'tb', storage: '1kk' }];
         }),
         MAIN_VM,
@@ -107,7 +103,7 @@ describe('invalidSpecReason', () => {
     const tb = 't'.repeat(70);
     expect(
       invalidSpecReason(
-        set((c) => {
+        finalizedSet((c) => {
           c.spec.toolboxes = [{ name: tb }];
         }),
         MAIN_VM,
@@ -116,7 +112,7 @@ describe('invalidSpecReason', () => {
     // The pool is a free string in the CRD but becomes a node-selector label value.
     expect(
       invalidSpecReason(
-        set((c) => {
+        finalizedSet((c) => {
           c.spec.nodePool = 'pool a';
         }),
         MAIN_VM,
@@ -135,7 +131,7 @@ describe('invalidSpecReason', () => {
   it('rejects an envFrom without a name, a bad service account and oversized annotations', async () => {
     expect(
       invalidSpecReason(
-        set((c) => {
+        finalizedSet((c) => {
           c.spec.agent.envFrom = [{ secretRef: {} }];
         }),
         MAIN_VM,
@@ -143,7 +139,7 @@ describe('invalidSpecReason', () => {
     ).toContain('spec.containers[0].envFrom[0].secretRef.name: Invalid value: "": Required value');
     expect(
       invalidSpecReason(
-        set((c) => {
+        finalizedSet((c) => {
           c.spec.agent.serviceAccountName = 'Agent_SA';
         }),
         MAIN_VM,
@@ -151,7 +147,7 @@ describe('invalidSpecReason', () => {
     ).toContain('spec.serviceAccountName: Invalid value: "Agent_SA"');
     expect(
       invalidSpecReason(
-        set((c) => {
+        finalizedSet((c) => {
           c.spec.agent.image = `registry/${'x'.repeat(300 * 1024)}`;
         }),
         MAIN_VM,
@@ -167,7 +163,7 @@ describe('the pass with an invalid spec', () => {
   ];
 
   it('a storage edit to -5Gi deletes, stamps and creates nothing; the status keeps counting the Ready pods and says why; the fix recovers without a recreate', async () => {
-    const good = set((c) => {
+    const good = finalizedSet((c) => {
       c.metadata.generation = 1;
       c.spec.agent.replicas = 1;
       c.spec.agent.storage = '10Gi';
@@ -214,7 +210,7 @@ describe('the pass with an invalid spec', () => {
   });
 
   it('a failed pass writes the roll-up it saw (the Ready main counts) with Progressing=False ReconcileFailed, then ends with the error', async () => {
-    const cs = set((c) => {
+    const cs = finalizedSet((c) => {
       c.spec.agent.replicas = 1;
     });
     const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);

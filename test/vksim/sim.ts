@@ -164,6 +164,8 @@ export interface SimState {
   /** Bind attempts turned away because every seat was taken, since start. */
   turnedAway: number;
   vms: SimVM[];
+  /** Every VM brought up since start, oldest first (the newest 1000): a complete record for tests. */
+  started: SimVM[];
   localSnapshots: SimLocalSnapshot[];
   intents: Array<Intent & { pod: string; flushed: boolean }>;
   pods: Array<{
@@ -257,6 +259,8 @@ export class VkSimulator {
   private readonly nodeLabels: Record<string, string>;
 
   private readonly vms = new Map<string, SimVM>();
+  /** Every VM brought up since start (create, restore, wake, adopt), oldest first; the newest 1000. */
+  private readonly started: SimVM[] = [];
   private readonly localSnapshots = new Map<string, SimLocalSnapshot>();
   /** Pods bound here that the node informer has not shown yet: they hold a seat already (uid → bound at ms). */
   private readonly justBound = new Map<string, number>();
@@ -415,6 +419,7 @@ export class VkSimulator {
       seatsTaken: this.seatsTaken(),
       turnedAway: this.turnedAway,
       vms: [...this.vms.values()].map((v) => ({ ...v })),
+      started: this.started.map((v) => ({ ...v })),
       localSnapshots: [...this.localSnapshots.values()].map((s) => ({ ...s })),
       intents: [...this.tracked.values()]
         .filter((t) => t.intent)
@@ -909,7 +914,7 @@ export class VkSimulator {
       cloned = mode !== 'run' || !!forkFrom || !!cloneFromDir;
     }
 
-    this.vms.set(vm.name, vm);
+    this.addVM(vm);
     await this.applyRuntime(t, vm);
     this.markCreated(t, vm);
     this.event(t, 'Normal', VkEventReasons.providerCreateSuccess, `created VM ${vm.name} (${vm.id})`);
@@ -1082,7 +1087,7 @@ export class VkSimulator {
       );
     }
     const vm = this.newVM(t, vmName, `wake ${source}`);
-    this.vms.set(vm.name, vm);
+    this.addVM(vm);
     await this.applyRuntime(t, vm);
     t.startTime = vm.startedAt;
     this.event(t, 'Normal', VkEventReasons.woken, `cloned from ${source}`);
@@ -1561,6 +1566,13 @@ export class VkSimulator {
   }
 
   // ---------------------------------------------------------------- helpers
+
+  /** Records a VM as running on this node, and in the log of every VM brought up (the newest 1000). */
+  private addVM(vm: SimVM): void {
+    this.vms.set(vm.name, vm);
+    this.started.push({ ...vm });
+    if (this.started.length > 1000) this.started.shift();
+  }
 
   private newVM(t: Tracked, name: string, source: string, id?: string, ip?: string): SimVM {
     return {

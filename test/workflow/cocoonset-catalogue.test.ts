@@ -121,9 +121,16 @@ import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Annotations, EventReasons, Labels } from '../../src/api/keys.js';
 import type { AgentStatus, CocoonSet, ToolboxStatus } from '../../src/api/types.js';
-import { buildAgentPod, buildToolboxPod } from '../../src/cocoonset/pods.js';
+import { buildAgentPod } from '../../src/cocoonset/pods.js';
 import { readRebuildHistory } from '../../src/cocoonset/rebuild.js';
-import { annotate, hibernation, IMAGE, newCocoonSet, readyPod, withFinalizer } from '../support/builders.js';
+import {
+  annotate,
+  convergedPods,
+  hibernation,
+  IMAGE,
+  newCocoonSet,
+  withFinalizer,
+} from '../support/builders.js';
 import { waitFor } from '../support/wait.js';
 import { CocoonSetWorld, withCocoonSetWorld, withCocoonSetWorlds } from './cocoonset-world.js';
 import { createEnv, skipUntil } from './harness.js';
@@ -142,7 +149,7 @@ const MAIN_VM = 'vk-ns-demo-0';
 const T_OLD = '2020-01-01T00:00:00Z';
 
 /** `demo` past its first pass (finalizer), generation 1, plus `mods`. */
-function set(...mods: ((cs: CocoonSet) => void)[]): CocoonSet {
+function catalogueSet(...mods: ((cs: CocoonSet) => void)[]): CocoonSet {
   return newCocoonSet(
     'demo',
     withFinalizer,
@@ -164,16 +171,6 @@ const deleting = (cs: CocoonSet) => {
   cs.metadata.deletionTimestamp = new Date(T_OLD) as unknown as CocoonSet['metadata']['deletionTimestamp'];
 };
 
-/** Every pod of `cs` as earlier passes and vk-cocoon left them: built from the spec, all Ready. */
-function converged(cs: CocoonSet): V1Pod[] {
-  const pods = [readyPod(buildAgentPod(cs, 0, '', ''))];
-  for (let slot = 1; slot <= (cs.spec.agent.replicas ?? 0); slot++) {
-    pods.push(readyPod(buildAgentPod(cs, slot, MAIN_VM, '')));
-  }
-  for (const tb of cs.spec.toolboxes ?? []) pods.push(readyPod(buildToolboxPod(cs, tb)));
-  return pods;
-}
-
 /** The last pass ended without error and asked for no further pass (it waits for the next event). */
 async function expectWaitsForEvents(w: CocoonSetWorld): Promise<void> {
   const r = await w.lastResult();
@@ -193,7 +190,7 @@ const registryDeletes = (w: CocoonSetWorld) =>
 
 describe("the reference operator's reconciler_test.go cases at workflow level", () => {
   it('a toolbox named like an agent slot ("0", "1") or a repeated name fails every pass before any toolbox write, retries with backoff, and the fixed spec creates it', async () => {
-    const world = new CocoonSetWorld(set(toolboxes('0')), converged(set()));
+    const world = new CocoonSetWorld(catalogueSet(toolboxes('0')), convergedPods(catalogueSet()));
     const mainUID = uidOf(world, 'demo-0');
     const reads = () => world.calls.filter((c) => c === 'read').length;
     const intError = (n: string) =>
@@ -251,8 +248,8 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
   });
 
   it('its own toolbox hidden by a lagging cache: the create meets AlreadyExists, the GET finds our toolbox, nothing is deleted and the pass does not fail', async () => {
-    const cs = set(toolboxes('tb'));
-    const world = new CocoonSetWorld(cs, converged(cs));
+    const cs = catalogueSet(toolboxes('tb'));
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
     world.hidden.add('demo-tb');
     const tbUID = uidOf(world, 'demo-tb');
     await withCocoonSetWorld(env, world, async (w) => {
@@ -275,8 +272,8 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
   });
 
   it('a sub-agent vk reports lifecycle failed is rebuilt although the kubelet still says Running', async () => {
-    const cs = set(replicas(1));
-    const world = new CocoonSetWorld(cs, converged(cs));
+    const cs = catalogueSet(replicas(1));
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
     const oldUID = uidOf(world, 'demo-1');
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
@@ -298,12 +295,12 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
   });
 
   it('a dead-lettered sub-agent stays until a spec edit, which deletes it, drops its history and recreates it', async () => {
-    const cs = set(replicas(1), (c) => {
+    const cs = catalogueSet(replicas(1), (c) => {
       c.metadata.annotations = {
         [Annotations.rebuildHistory]: `{"1":{"count":4,"lastDeleted":"${T_OLD}"}}`,
       };
     });
-    const pods = converged(cs);
+    const pods = convergedPods(cs);
     failedPhase(pods[1]!);
     annotate(pods[1]!, { [Annotations.deadLetter]: 'true' });
     const world = new CocoonSetWorld(cs, pods);
@@ -337,8 +334,8 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
   });
 
   it('a main vk reports lifecycle failed turns the set Failed (Warning event, metric labelled with the phase before), stops every other step and waits; Ready again, it recovers with an event', async () => {
-    const cs = set(replicas(1));
-    const world = new CocoonSetWorld(cs, converged(cs));
+    const cs = catalogueSet(replicas(1));
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
     const subUID = uidOf(world, 'demo-1');
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
@@ -391,8 +388,8 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
   });
 
   it('a failed main whose spec was edited is deleted and recreated from the new spec, without another failure event', async () => {
-    const cs = set();
-    const world = new CocoonSetWorld(cs, converged(cs));
+    const cs = catalogueSet();
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
     const oldUID = uidOf(world, 'demo-0');
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
@@ -419,8 +416,8 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
   });
 
   it('a terminal toolbox is replaced every time it fails, with no rebuild history, event, metric or dead letter', async () => {
-    const cs = set(toolboxes('tb'));
-    const world = new CocoonSetWorld(cs, converged(cs));
+    const cs = catalogueSet(toolboxes('tb'));
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
       await waitFor('Running', () => w.cs?.status?.phase === 'Running');
@@ -442,11 +439,11 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
   });
 
   it('deletion leaves a pod with the name label but no controller reference alone; it neither blocks the finalizer nor reaches the registry (none configured)', async () => {
-    const cs = set();
+    const cs = catalogueSet();
     const stale = buildAgentPod(cs, 0, '', '');
     stale.metadata!.name = 'demo-stale';
     stale.metadata!.ownerReferences = [];
-    const world = new CocoonSetWorld(cs, [...converged(cs), stale]);
+    const world = new CocoonSetWorld(cs, [...convergedPods(cs), stale]);
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start({ registryConfigured: false });
       await waitFor('Running', () => w.cs?.status?.phase === 'Running');
@@ -489,7 +486,7 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
   ])(
     'deletion GC, policy %s: deletes exactly these tags in this order, then the finalizer',
     async (_n, policy, a, t, want) => {
-      const cs = set(deleting, (c) => {
+      const cs = catalogueSet(deleting, (c) => {
         c.spec.snapshotPolicy = policy as CocoonSet['spec']['snapshotPolicy'];
         c.status = {
           readyAgents: 0,
@@ -510,8 +507,8 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
   );
 
   it('deletion stashes the VM names of owned pods when status lists none, so their tags are collected', async () => {
-    const cs = set(deleting);
-    const world = new CocoonSetWorld(cs, converged(cs));
+    const cs = catalogueSet(deleting);
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
       await waitFor('finalizer removed', () => w.cs === null);
@@ -525,7 +522,7 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
   });
 
   it('deletion takes the GC names from status when no pod is left: every :hibernate tag, sorted', async () => {
-    const cs = set(deleting, replicas(1), toolboxes('tb'), (c) => {
+    const cs = catalogueSet(deleting, replicas(1), toolboxes('tb'), (c) => {
       c.status = {
         readyAgents: 0,
         desiredAgents: 2,
@@ -552,8 +549,8 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
 
 describe("the reference operator's status_test.go cases at workflow level", () => {
   it('a toolbox stuck Pending keeps the set Scaling with Ready=False and Progressing=True, and the pass waits for events; Ready, it turns Running', async () => {
-    const cs = set(replicas(1), toolboxes('tb'));
-    const pods = converged(cs);
+    const cs = catalogueSet(replicas(1), toolboxes('tb'));
+    const pods = convergedPods(cs);
     pods[2]!.status = { phase: 'Pending' };
     const world = new CocoonSetWorld(cs, pods);
     await withCocoonSetWorld(env, world, async (w) => {
@@ -586,7 +583,7 @@ describe("the reference operator's status_test.go cases at workflow level", () =
 
 describe("the reference operator's restore_test.go cases at workflow level", () => {
   it('a failing restore probe creates nothing (fail closed) and fails the pass; once the registry answers, the main is created restoring from :hibernate', async () => {
-    const world = new CocoonSetWorld(set());
+    const world = new CocoonSetWorld(catalogueSet());
     world.crs = [hibernation('demo-0', 'Hibernate', 'Hibernated')];
     world.tags.add(`${MAIN_VM}:hibernate`);
     world.probeError = 'registry unavailable';
@@ -662,10 +659,10 @@ describe("the reference operator's rebuild_test.go cases at workflow level", () 
     ],
     ['a corrupt rebuild history reads as empty: the rebuild is attempt 1 and rewrites it', 'not-json', 1],
   ])('%s', async (_name, history, attempt) => {
-    const cs = set(replicas(1), (c) => {
+    const cs = catalogueSet(replicas(1), (c) => {
       c.metadata.annotations = { [Annotations.rebuildHistory]: history };
     });
-    const pods = converged(cs);
+    const pods = convergedPods(cs);
     failedPhase(pods[1]!);
     const world = new CocoonSetWorld(cs, pods);
     const oldUID = uidOf(world, 'demo-1');
@@ -685,10 +682,10 @@ describe("the reference operator's rebuild_test.go cases at workflow level", () 
 
 describe("the reference operator's lifecycle_test.go cases at workflow level", () => {
   it('stamps the generation on every owned pod whose stamp differs, before any other write (as one concurrent batch: deliberate, the reference stamps one by one in name order), and sends no patch once it is current', async () => {
-    const cs = set(replicas(1), (c) => {
+    const cs = catalogueSet(replicas(1), (c) => {
       c.metadata.generation = 7;
     });
-    const pods = converged(cs);
+    const pods = convergedPods(cs);
     delete pods[0]!.metadata!.annotations![Annotations.cocoonSetGeneration];
     pods[1]!.metadata!.annotations![Annotations.cocoonSetGeneration] = '5';
     const world = new CocoonSetWorld(cs, pods);

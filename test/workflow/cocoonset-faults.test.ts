@@ -28,7 +28,7 @@ afterEach(async () => {
 const MAIN_VM = 'vk-ns-demo-0';
 
 /** demo with `replicas` sub-agents, 10Gi storage, generation 1, finalizer on. */
-function demoSet(replicas: number): CocoonSet {
+function storageSet(replicas: number): CocoonSet {
   return newCocoonSet('demo', withFinalizer, (cs) => {
     cs.metadata.generation = 1;
     cs.spec.agent.replicas = replicas;
@@ -66,7 +66,7 @@ interface SetState {
 
 describe('CocoonSet workflow faults', () => {
   it('an edit to storage -5Gi deletes no pod (deliberate: the reference deletes the main, then its create is rejected): Progressing=False InvalidSpec, the Ready pods still counted, a Warning Event; the fix recovers', async () => {
-    const cs = demoSet(1);
+    const cs = storageSet(1);
     const world = new CocoonSetWorld(cs, readyAgents(cs, 1));
     const before = uids(world);
     await withCocoonSetWorld(env, world, async (w) => {
@@ -103,7 +103,7 @@ describe('CocoonSet workflow faults', () => {
   });
 
   it('a failure every pass repeats (a create rejected 403) is visible and backs off: pod events and continue-as-new start no pass during the backoff', async () => {
-    const cs = demoSet(2);
+    const cs = storageSet(2);
     const world = new CocoonSetWorld(cs, readyAgents(cs, 0));
     world.rejectCreate.set('demo-1', {
       type: 'KubeApiForbidden',
@@ -160,7 +160,7 @@ describe('CocoonSet workflow faults', () => {
   it('a set of 1000 pods is read in pages of bounded size, scales to 0 and is deleted', {
     timeout: 600_000,
   }, async () => {
-    const cs = demoSet(999);
+    const cs = storageSet(999);
     // ~2 KB of an annotation no pass reads on each pod: 1000 such pods as read would be ~3 MB.
     const world = new CocoonSetWorld(cs, readyAgents(cs, 999, 2048));
     await withCocoonSetWorld(env, world, async (w) => {

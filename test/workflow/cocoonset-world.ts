@@ -17,7 +17,6 @@ import type { RegistryActivities } from '../../src/activities/registry.js';
 import { cocoonSetWorkflowId, taskQueues } from '../../src/api/ids.js';
 import { Annotations, Finalizers, Labels } from '../../src/api/keys.js';
 import type { CocoonHibernation, CocoonSet } from '../../src/api/types.js';
-import { buildAgentPod, buildToolboxPod } from '../../src/cocoonset/pods.js';
 import { summarizePod } from '../../src/cocoonset/summary.js';
 import {
   cocoonSetObservedSignal,
@@ -28,7 +27,10 @@ import {
 } from '../../src/watcher/cocoonset-signals.js';
 import type { CocoonSetStateView } from '../../src/workflows/cocoonset.js';
 import { COCOONSET_WORKFLOW_TYPE } from '../../src/workflows/messages.js';
-import { IMAGE, newCocoonSet, readyPod } from '../support/builders.js';
+import { IMAGE, newCocoonSet } from '../support/builders.js';
+
+export { convergedPods } from '../support/builders.js';
+
 import { waitFor } from '../support/wait.js';
 import { type Sent, settled, workflowBundle } from './harness.js';
 
@@ -64,7 +66,7 @@ export interface WorkflowPassResult {
   pass: number;
 }
 
-export interface RecordedEvent {
+export interface SetWorldEvent {
   type: string;
   reason: string;
   message: string;
@@ -77,7 +79,7 @@ export class CocoonSetWorld {
   crs: CocoonHibernation[] = [];
   /** `<vm>:<tag>` present in the registry. */
   readonly tags = new Set<string>();
-  readonly events: RecordedEvent[] = [];
+  readonly events: SetWorldEvent[] = [];
   /** Every activity call, as `<op> <target>` strings, in order. */
   readonly calls: string[] = [];
   /** Pod creates, in order (names). */
@@ -607,14 +609,4 @@ export function demoSet(...mods: ((cs: CocoonSet) => void)[]): CocoonSet {
     },
     ...mods,
   );
-}
-
-/** The pods a converged `demo` has, all Ready (as earlier passes and vk-cocoon left them). */
-export function convergedPods(cs: CocoonSet): V1Pod[] {
-  return [
-    readyPod(buildAgentPod(cs, 0, '', '')),
-    readyPod(buildAgentPod(cs, 1, MAIN_VM, '')),
-    readyPod(buildAgentPod(cs, 2, MAIN_VM, '')),
-    readyPod(buildToolboxPod(cs, cs.spec.toolboxes![0]!)),
-  ];
 }

@@ -152,13 +152,10 @@ describe('VM workflow under faults', () => {
       );
       // The state query once the new run has read both CRs (its first pass decides in the same task).
       const handle = env.client.workflow.getHandle(id);
-      let view: { holder: string | null; hibernations: unknown[] } | undefined;
-      for (const until = Date.now() + 15_000; Date.now() < until; ) {
-        view = (await handle.query(vmStateQuery)) as typeof view;
-        if (view?.hibernations.length === 2) break;
-        await new Promise((r) => setTimeout(r, 100));
-      }
-      expect(view?.hibernations).toHaveLength(2);
+      const view = await waitFor('the new run has read both CRs', async () => {
+        const v = (await handle.query(vmStateQuery)) as { holder: string | null; hibernations: unknown[] };
+        return v.hibernations.length === 2 ? v : undefined;
+      });
       expect(view?.holder).toBe('z-wake');
       expect(world.calls.some(hibernatePatch)).toBe(false);
       expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBeUndefined();

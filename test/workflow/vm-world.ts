@@ -17,7 +17,7 @@ import { hibernationObservedSignal, podObservedSignal } from '../../src/workflow
 import type { VMStateView } from '../../src/workflows/vm.js';
 import { noteSent, type Sent, settled } from './harness.js';
 
-export interface RecordedEvent {
+export interface VMWorldEvent {
   name: string;
   type: string;
   reason: string;
@@ -38,7 +38,7 @@ export class VMWorld {
   pods = new Map<string, PodObservation>();
   crs = new Map<string, HibernationObservation>();
   tags = new Set<string>();
-  events: RecordedEvent[] = [];
+  events: VMWorldEvent[] = [];
   calls: string[] = [];
   phaseDurations: Array<{ kind: string; result: string }> = [];
   /** The seconds of each phase-duration observation, in workflow time (same order as phaseDurations). */
