@@ -145,6 +145,52 @@ export const scenarios: Scenario[] = [
       }),
   },
   {
+    name: 'vm-deletion-during-wake',
+    covers: 'a CR deleted while vk wakes its VM: the deletion waits until the VM runs, then drops the tag',
+    record: (env) =>
+      withWorld(env, async (world) => {
+        world.tags.add(`${VM}:hibernate`);
+        await hibernatedPod(world);
+        await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Wake' });
+        await waitFor('Waking', () => phase(world) === 'Waking');
+        await world.annotatePod(NS, POD, { [Annotations.lifecycleState]: 'creating' });
+        await world.deleteCR(NS, 'hib');
+        await world.settled(env, NS, POD);
+        await vkRunning(world, 'vmid-2');
+        await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
+        await env.client.workflow.getHandle(VM_ID).result();
+        return { 'vm-deletion-during-wake': await vmHistory(env) };
+      }),
+  },
+  {
+    name: 'vm-deletion-set-vm',
+    covers:
+      "a CR deleted mid-hibernate of a CocoonSet's VM: after the round the deletion wakes the VM, then drops the tag",
+    record: (env) =>
+      withWorld(env, async (world) => {
+        await world.putPod(NS, POD, {
+          annotations: podAnnotations({ [Annotations.vmID]: 'vmid-1' }),
+          containerRunning: true,
+          ownerKind: 'CocoonSet',
+          ownerUID: 'set-uid',
+        });
+        await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
+        await waitFor('Hibernating', () => phase(world) === 'Hibernating');
+        await world.annotatePod(NS, POD, { [Annotations.lifecycleState]: 'hibernating' });
+        await world.deleteCR(NS, 'hib');
+        await vkHibernated(world);
+        await waitFor(
+          'the deletion wakes the VM',
+          () => world.pod(NS, POD)?.annotations?.[Annotations.hibernate] === undefined,
+        );
+        await world.annotatePod(NS, POD, { [Annotations.lifecycleState]: 'creating' });
+        await vkRunning(world, 'vmid-2');
+        await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
+        await env.client.workflow.getHandle(VM_ID).result();
+        return { 'vm-deletion-set-vm': await vmHistory(env) };
+      }),
+  },
+  {
     name: 'vm-continue-as-new',
     covers:
       'hibernate/wake cycles past a low history limit: the first run continues as new, the next one re-reads',
@@ -181,6 +227,40 @@ export const scenarios: Scenario[] = [
           'vm-continue-as-new-run1': await vmHistory(env, firstRun),
           'vm-continue-as-new-run2': await vmHistory(env),
         };
+      }),
+  },
+  {
+    name: 'vm-continue-as-new-while-dirty',
+    covers:
+      'a signal arrives during the pass after which the run is past its history limit: it continues as new at once, carrying the re-read',
+    record: (env) =>
+      withWorld(env, async (world) => {
+        world.startExtra = { historyLimit: 30 };
+        await world.putPod(NS, POD, {
+          annotations: podAnnotations({ [Annotations.vmID]: 'vm-first' }),
+          containerRunning: true,
+        });
+        // vk starts the hibernate while the workflow's annotation patch is still answering: that pod update
+        // is a signal the pass has not acted on when the run reaches its continue-as-new.
+        world.duringPodPatch = async (patched) => {
+          world.duringPodPatch = undefined;
+          await world.putPod(NS, patched.name, {
+            annotations: { ...patched.annotations, [Annotations.lifecycleState]: 'hibernating' },
+            containerRunning: true,
+          });
+        };
+        await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
+        const firstRun = (await env.client.workflow.getHandle(VM_ID).describe()).runId;
+        await waitFor('annotated', () => world.pod(NS, POD)?.annotations?.[Annotations.hibernate] === 'true');
+        await vkHibernated(world);
+        await waitFor('Hibernated', () => phase(world) === 'Hibernated');
+        await waitFor('the first run continued as new', async () =>
+          (await env.client.workflow.getHandle(VM_ID, firstRun).describe()).status.name === 'CONTINUED_AS_NEW'
+            ? true
+            : undefined,
+        );
+        await world.settled(env, NS, POD);
+        return { 'vm-continue-as-new-while-dirty': await vmHistory(env, firstRun) };
       }),
   },
   {
