@@ -321,6 +321,7 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
       await waitFor('main recreated', () => w.creates.includes('demo-0'));
       await w.makeReady('demo-0');
       await waitFor('demo-1 recreated', () => w.creates.includes('demo-1'));
+      await w.settled(env);
       expect(w.historyWrites).toEqual(['{}']);
       expect(readRebuildHistory(w.cs!).has(1)).toBe(false);
       const fresh = w.pod('demo-1')!;
@@ -430,6 +431,7 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
         );
         expect(w.pod('demo-tb')!.status!.phase).toBe('Pending');
       }
+      await w.settled(env);
       expect(w.creates).toEqual(['demo-tb', 'demo-tb', 'demo-tb']);
       expect(w.historyWrites).toEqual([]);
       expect(w.events).toEqual([]);

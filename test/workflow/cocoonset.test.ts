@@ -202,7 +202,9 @@ describe('CocoonSet workflow', () => {
       expect(deletedAt.map((d) => d.count)).toEqual([1, 2, 3, 4]);
       const gaps = deletedAt.slice(1).map((d, i) => d.ms - deletedAt[i]!.ms);
       expect(gaps[0]).toBeGreaterThanOrEqual(1_000);
+      expect(gaps[0]).toBeLessThan(5_000);
       expect(gaps[1]).toBeGreaterThanOrEqual(5_000);
+      expect(gaps[1]).toBeLessThan(30_000);
       expect(gaps[2]).toBeGreaterThanOrEqual(30_000);
       expect(gaps[2]).toBeLessThan(60_000);
       // Dead-lettered: the pod is kept and no further rebuild happens.

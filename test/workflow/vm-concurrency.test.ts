@@ -73,6 +73,7 @@ describe('VM workflow concurrency', () => {
       // a goes: b's wake proceeds, and the tag outlives a's deletion until b's wake completes.
       await world.deleteCR(NS, 'a');
       await waitFor('b Waking', () => world.cr(NS, 'b')?.status?.phase === 'Waking');
+      await world.settled(env, NS, 'demo-0');
       expect(world.tags.has('vk-ns-demo-0:hibernate')).toBe(true);
       expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBeUndefined();
       expect((world.cr(NS, 'b')?.status?.conditions ?? []).some((c) => c.type === CONDITION_CONFLICT)).toBe(

@@ -137,6 +137,7 @@ describe('VM workflow under faults', () => {
         `VM ${VM} is held by cocoonhibernation z-wake (desire Wake, created first); desire Hibernate waits until that one is deleted`,
       );
       const hibernatePatch = (c: string) => c.startsWith('patchPod') && c.includes('"true"');
+      await world.settled(env, NS, 'demo-0');
       expect(world.calls.some(hibernatePatch)).toBe(false);
 
       // The winner is edited later (its resourceVersion is now the newer one), and the workflow is

@@ -128,6 +128,10 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       });
       await hibernateCR(world);
       await waitFor('Hibernating', () => phase(world) === 'Hibernating');
+      // The round vk reported is for generation 2: not this one. No probe, still Hibernating.
+      await settled(world);
+      expect(phase(world)).toBe('Hibernating');
+      expect(world.calls.some((c) => c.startsWith('HEAD'))).toBe(false);
       await world.annotatePod(NS, 'demo-0', { [Annotations.lifecycleObservedGeneration]: '3' });
       await waitFor('Hibernated', () => phase(world) === 'Hibernated');
     });
@@ -521,6 +525,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       );
       await world.deleteCR(NS, 'a');
       await waitFor('a gone', () => world.cr(NS, 'a') === undefined);
+      await settled(world);
       expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
       await world.deleteCR(NS, 'b');
       await waitFor('b gone', () => world.cr(NS, 'b') === undefined);
