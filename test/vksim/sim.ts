@@ -259,7 +259,10 @@ export class VkSimulator {
   private readonly nodeLabels: Record<string, string>;
 
   private readonly vms = new Map<string, SimVM>();
-  /** Every VM brought up since start (boot, clone, restore, wake, an unmanaged pod adopted), oldest first; the newest 1000. A VM re-adopted after a restart of this process is not a bring-up. */
+  /**
+   * Every VM brought up since start (boot, clone, restore, wake, an unmanaged pod adopted), oldest first;
+   * the newest 1000. A VM re-adopted after a restart of this process is not a bring-up.
+   */
   private readonly started: SimVM[] = [];
   private readonly localSnapshots = new Map<string, SimLocalSnapshot>();
   /** Pods bound here that the node informer has not shown yet: they hold a seat already (uid → bound at ms). */
