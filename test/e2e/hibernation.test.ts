@@ -227,7 +227,13 @@ describe('CocoonHibernation end to end (operator process, local stack)', () => {
     expect(cr.status).toMatchObject({ vmName: vm, observedGeneration: cr.metadata.generation });
     expect(readyOf(cr)).toMatchObject({ status: 'True', reason: 'Done', message: 'Active' });
     await waitFor('the recorder saw Active', () => rec.phases('t2').includes('Active'), QUICK_MS);
-    expect(rec.phases('t2')).toEqual(['', 'Hibernating', 'Hibernated', 'Waking', 'Active']);
+    // Waking is skipped only when vk-cocoon finished the wake while the operator's annotation patch was in
+    // flight (its running pod seen before the patch's answer: docs/hibernation.md#wake); under a CPU hog
+    // that happened once in seven runs.
+    expect([
+      ['', 'Hibernating', 'Hibernated', 'Waking', 'Active'],
+      ['', 'Hibernating', 'Hibernated', 'Active'],
+    ]).toContainEqual(rec.phases('t2'));
 
     expect(await headTag(registry, vm, Tags.hibernate)).toBe(404);
     const pod = await readPod('t2');
