@@ -291,7 +291,11 @@ describe('CocoonHibernation end to end (operator process, local stack)', () => {
     expect(violations).toEqual([]);
 
     const phases = rec.phases('t3');
-    expect(phases).toEqual(['', 'Hibernating', 'Hibernated', 'Waking', 'Active']);
+    // Waking may be skipped, as in the wake test (vk finished the wake during the annotation patch).
+    expect([
+      ['', 'Hibernating', 'Hibernated', 'Waking', 'Active'],
+      ['', 'Hibernating', 'Hibernated', 'Active'],
+    ]).toContainEqual(phases);
     // The tag was there after the CR had reached Hibernated (a HEAD issued after the watch reported it).
     expect(sawTagAfterHibernated).toBe(true);
     const hibernated = await operatorEvents(kube, ns, 't3', EventReasons.hibernated);
