@@ -12,8 +12,9 @@
  * workflow's Kubernetes activities (src/activities/kube.ts) on the main worker.
  */
 import type { V1Pod } from '@kubernetes/client-node';
+import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
-import { cocoonSetWorkflowId, type TemporalUi, workflowAnnotations } from '../api/ids.js';
+import { cocoonSetWorkflowId, type TemporalUi, vmWorkflowId, workflowAnnotations } from '../api/ids.js';
 import {
   API_VERSION,
   GROUP,
@@ -29,6 +30,7 @@ import { summarizePod } from '../cocoonset/summary.js';
 import { type KubeClients, mergePatch, statusCodeOf } from '../kube/client.js';
 import { kubeFailure } from '../kube/errors.js';
 import type { OperatorMetrics } from '../metrics.js';
+import { type SetDesire, setDesireSignal, VM_WORKFLOW_TYPE } from '../workflows/messages.js';
 import { recordEvent } from './kube.js';
 
 /** Dependencies of the CocoonSet activities. `metrics` absent = counters are not incremented. */
@@ -331,6 +333,22 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
         },
         Date.now(),
       );
+    },
+
+    /**
+     * Tells the VM workflow of pod `<namespace>/<pod>` what its set wants (docs/cocoonset.md#suspend):
+     * signal-with-start `setDesire` through the worker's own client, on this activity's task queue (the
+     * workflows' queue). Idempotent: the VM workflow ignores a repeated desire.
+     */
+    async cocoonSetAskVM(input: { namespace: string; pod: string; desire: SetDesire }): Promise<void> {
+      const ctx = Context.current();
+      await ctx.client.workflow.signalWithStart(VM_WORKFLOW_TYPE, {
+        workflowId: vmWorkflowId(input.namespace, input.pod),
+        taskQueue: ctx.info.taskQueue,
+        args: [{ namespace: input.namespace, pod: input.pod }],
+        signal: setDesireSignal,
+        signalArgs: [input.desire],
+      });
     },
 
     /**

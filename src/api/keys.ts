@@ -230,4 +230,9 @@ export const ConditionReasons = {
   invalidSpec: 'InvalidSpec',
   /** Ours, on `Progressing=False`: the last pass failed; the message is its error. */
   reconcileFailed: 'ReconcileFailed',
+  /**
+   * Ours, on `Progressing=False` of a suspending set: a CocoonHibernation holds one of its VMs awake
+   * against the suspend; the message names the pod and the CocoonHibernation.
+   */
+  desireConflict: 'DesireConflict',
 } as const;

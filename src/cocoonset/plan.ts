@@ -32,6 +32,7 @@ import {
   cocoonSetGenerationOf,
   containerRunning,
   hibernateRequested,
+  lifecycleOf,
   podReady,
   restoreFromHibernate,
   vmIDOf,
@@ -60,6 +61,8 @@ import { hibernatePolicyOf, replicasOf } from './vmspec.js';
 
 /** Requeue delay while waiting for the main / for a terminating predecessor (`requeueWaitForMain`). */
 export const REQUEUE_WAIT_FOR_MAIN_MS = 5_000;
+/** Requeue delay while a suspend waits for its VMs to hibernate (`requeueSuspendPoll`). */
+export const REQUEUE_SUSPEND_POLL_MS = 5_000;
 /** At most this many sub-agent creates in flight (`subAgentCreateConcurrency`). */
 export const SUB_AGENT_CREATE_CONCURRENCY = 8;
 
@@ -88,6 +91,18 @@ export interface PassInput {
    * All are attempted; the first error in name / slot order fails the pass.
    */
   batchPodLoops?: boolean;
+  /**
+   * Suspend (retain policy) and un-suspend go through the VM workflows (docs/cocoonset.md#suspend): the
+   * pass asks each pod's VM workflow for the set's desire (`askVM`) instead of patching the hibernate
+   * annotation itself, so the VM workflow stays the one writer of it. The workflow sets it behind
+   * `patched()`; without it, suspend is handed over (`delegate`) and un-suspend patches, as before.
+   */
+  setDesires?: boolean;
+  /**
+   * Pods whose VM workflow reported that a CocoonHibernation holds the VM against the set's desire, with
+   * its message (`vmDesireConflict`): a suspending set shows it on its status.
+   */
+  desireConflicts?: Readonly<Record<string, string>>;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -121,6 +136,18 @@ export type PassAction =
   | { id: string; type: 'patchStatus'; body: { status: Record<string, unknown> }; status: CocoonSetStatus }
   /** Emit a Kubernetes Event on the CocoonSet (fire and forget). Outcome: ok. */
   | { id: string; type: 'event'; eventType: 'Normal' | 'Warning'; reason: string; message: string }
+  /**
+   * Tell a pod's VM workflow what the set wants of its VM (signal-with-start `setDesire`; the pod as read
+   * by the pass). Outcome: ok | error.
+   */
+  | {
+      id: string;
+      type: 'askVM';
+      pod: string;
+      desire: 'Hibernate' | 'Wake';
+      podUID?: string;
+      podResourceVersion?: string;
+    }
   /** Increment a counter (fire and forget). Outcome: ok. */
   | { id: string; type: 'metric'; metric: PassMetric; labels: Record<string, string> };
 
@@ -754,6 +781,110 @@ async function ensureToolboxes(st: PassState): Promise<boolean> {
   return changed;
 }
 
+/**
+ * Asks the VM workflow of each of `pods` for the set's `desire`, as one batch; the first error (in the
+ * pods' order) fails the pass with `prefix`.
+ */
+async function askVMs(
+  st: PassState,
+  pods: V1Pod[],
+  desire: 'Hibernate' | 'Wake',
+  prefix: string,
+): Promise<void> {
+  const outcomes = await st.r.runAll(
+    pods.map(
+      (pod): PassAction => ({
+        id: `ask:${desire}:${pod.metadata?.name ?? ''}`,
+        type: 'askVM',
+        pod: pod.metadata?.name ?? '',
+        desire,
+        podUID: pod.metadata?.uid,
+        podResourceVersion: pod.metadata?.resourceVersion,
+      }),
+    ),
+  );
+  const i = outcomes.findIndex((o) => o.kind === 'error');
+  if (i >= 0)
+    return fail(st, `${prefix} ${st.ns}/${pods[i]!.metadata?.name ?? ''}: ${errText(outcomes[i]!)}`);
+}
+
+/**
+ * The suspend completion gate (reference `allOwnedPodsHibernated`; docs/cocoonset.md#suspend), over `pods`
+ * in name order: unmanaged (static toolboxes) and terminal pods are skipped; every other pod needs a VM
+ * name, lifecycle `hibernated` reported for at least the set's generation (a stale tag or lagging
+ * annotation from an earlier round cannot pass), and then its `:hibernate` tag in the registry. The
+ * annotation checks come first and cost nothing; only when all pass are the tags probed, all at once (the
+ * reference probes one by one and stops at the first absent tag). A probe error fails the pass. Resolves
+ * the first pod not done yet with why, or undefined when all are done (also when every pod is skipped).
+ */
+async function suspendGate(st: PassState, pods: V1Pod[]): Promise<string | undefined> {
+  const generation = st.cs.metadata.generation ?? 0;
+  const toProbe: V1Pod[] = [];
+  for (const pod of pods) {
+    if (pod.metadata?.annotations?.[Annotations.managed] !== 'true' || isTerminal(pod)) continue;
+    const name = pod.metadata?.name ?? '';
+    if (vmNameOf(pod) === '') return `pod ${name} has no VM name yet`;
+    const lc = lifecycleOf(pod);
+    if (lc.state !== 'hibernated' || lc.observedGeneration < generation)
+      return `pod ${name}: vk-cocoon has not reported hibernated for generation ${generation} yet`;
+    toProbe.push(pod);
+  }
+  if (!st.input.registryConfigured) return undefined;
+  const outcomes = await st.r.runAll(
+    toProbe.map(
+      (pod): PassAction => ({ id: `gate:${vmNameOf(pod)}`, type: 'probeHibernate', vmName: vmNameOf(pod) }),
+    ),
+  );
+  for (const [i, o] of outcomes.entries()) {
+    const vm = vmNameOf(toProbe[i]);
+    if (o.kind === 'error') return fail(st, `probe hibernate snapshot ${vm}: ${o.message}`);
+    if (o.kind === 'probe' && !o.present) return `snapshot ${vm}:hibernate is not in the registry yet`;
+  }
+  return undefined;
+}
+
+/**
+ * Suspend with the retain policy (reference `reconcileSuspend`; docs/cocoonset.md#suspend):
+ * 1. No main: create it (restoring from its `:hibernate` tag when one exists; a probe error creates nothing)
+ *    and requeue at once: a retain set always keeps its main's seat. Sub-agents and toolboxes are not
+ *    created while suspended. Any create error fails the pass (AlreadyExists too, as the reference).
+ * 2. Ask every pod's VM workflow, in name order, for `Hibernate` (the VM workflow patches the annotation,
+ *    unless a CocoonHibernation holds the VM awake: then the conflict shows here, on `Progressing`).
+ * 3. The completion gate (`suspendGate`): `Suspended` and done, or `Suspending` and a 5 s requeue.
+ * Never deletes a tag or a pod.
+ */
+async function suspendRetain(st: PassState): Promise<never> {
+  if (!st.c.main) {
+    const pod = await build(st, 'build main agent before suspend', () => buildAgentPod(st.cs, 0, '', ''));
+    const podName = pod.metadata?.name ?? '';
+    const [probeErr] = await restoreMarks(st, [pod], new Set([podName]));
+    if (probeErr !== undefined) return fail(st, probeErr);
+    const o = await st.r.run({ id: `create:${podName}`, type: 'createPod', pod });
+    if (o.kind === 'alreadyExists')
+      return fail(st, `create main agent before suspend: pod ${st.ns}/${podName} already exists`);
+    const err = errText(o);
+    if (err !== undefined) return fail(st, `create main agent before suspend: ${err}`);
+    return finish(st, { requeue: true });
+  }
+  const pods = podsInNameOrder(st.c);
+  await askVMs(st, pods, 'Hibernate', 'ask the VM workflow to hibernate');
+  const waiting = await suspendGate(st, pods);
+  if (waiting === undefined) return writeStatusAndFinish(st, 'Suspended', {});
+  const conflicts = pods.flatMap((p) => {
+    const m = st.input.desireConflicts?.[p.metadata?.name ?? ''];
+    return m === undefined ? [] : [`pod ${p.metadata?.name}: ${m}`];
+  });
+  const status = await writeStatus(
+    st,
+    'Suspending',
+    'status',
+    conflicts.length > 0
+      ? { reason: ConditionReasons.desireConflict, message: conflicts.join('; ') }
+      : undefined,
+  );
+  return finish(st, { requeueAfterMs: REQUEUE_SUSPEND_POLL_MS }, status);
+}
+
 /** Ends the pass by handing it to `flow`, once the queued effects have run (so events precede it). */
 async function handOver(st: PassState, flow: DelegatedFlow): Promise<never> {
   await st.r.flush();
@@ -817,16 +948,22 @@ async function reconcile(st: PassState): Promise<never> {
       });
     }
   }
-  // 8. Suspend — extension point.
-  if (cs.spec.suspend)
-    return handOver(st, hibernatePolicyOf(cs) === 'release' ? 'suspendRelease' : 'suspend');
+  // 8. Suspend (retain); release is an extension point.
+  if (cs.spec.suspend) {
+    if (hibernatePolicyOf(cs) === 'release') return handOver(st, 'suspendRelease');
+    if (st.input.setDesires) return suspendRetain(st);
+    return handOver(st, 'suspend');
+  }
   // 9. Migration — extension point (offered only when its entry gate can engage).
   if (migrationMayEngage(cs, main, st.input.registryConfigured)) await offer(st, 'migration');
   // 10. Released-seat wake — extension point.
   if (wakeMayEngage(cs, main, st.input.registryConfigured)) await offer(st, 'wake');
-  // 11. Un-suspend: clear leftover hibernate annotations, except on CR-owned pods.
+  // 11. Un-suspend: clear leftover hibernate annotations, except on CR-owned pods. With `setDesires` the
+  // pods' VM workflows decide (they know the CocoonHibernations): no List here.
   const hibernating = podsInNameOrder(c).filter(hibernateRequested);
-  if (hibernating.length > 0) {
+  if (hibernating.length > 0 && st.input.setDesires)
+    await askVMs(st, hibernating, 'Wake', 'ask the VM workflow to wake');
+  else if (hibernating.length > 0) {
     const crs = await hibernations(st);
     if ('error' in crs) return fail(st, crs.error);
     const skip = podsHibernatedByCR(crs.items);

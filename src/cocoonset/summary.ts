@@ -5,7 +5,7 @@
  * crosses into workflow history as an activity result, whose payload Temporal caps at 2 MB, so a set of a
  * few hundred full pods could no longer be read at all. The summary keeps:
  *
- * - metadata: name, deletionTimestamp, the controller owner reference (uid), labels and annotations under
+ * - metadata: name, uid, resourceVersion (the VM workflow asked by the pass compares them), deletionTimestamp, the controller owner reference (uid), labels and annotations under
  *   the cocoonstack.io domains (VM spec, runtime, lifecycle, generation, hibernate, restore, dead letter,
  *   pool) except the post-clone reports and clone-from-dir, which no pass reads; the lifecycle message is
  *   cut to LIFECYCLE_MESSAGE_MAX characters (it only goes into an Event, itself cut at 1 KiB);
@@ -60,6 +60,8 @@ export function summarizePod(pod: V1Pod): V1Pod {
   const out: V1Pod = {
     metadata: {
       name: m.name,
+      ...(m.uid !== undefined ? { uid: m.uid } : {}),
+      ...(m.resourceVersion !== undefined ? { resourceVersion: m.resourceVersion } : {}),
       labels: pick(m.labels, cocoonKey),
       annotations,
       ...(m.deletionTimestamp != null ? { deletionTimestamp: m.deletionTimestamp } : {}),

@@ -54,6 +54,7 @@ import {
   olderThan,
   registryActivityOptions,
 } from './entity.js';
+import { vmDesireConflictSignal } from './messages.js';
 import { publishSearchAttributes } from './search-attributes.js';
 
 /** Start argument. `carried` is the state handed over by continue-as-new. */
@@ -131,6 +132,8 @@ export interface CocoonSetState {
   /** Signals handled so far (all runs), and the newest resourceVersion they carried: the query's barrier. */
   signals?: number;
   lastSignalRV?: string;
+  /** Per pod, why its VM workflow does not follow the set's desire (`vmDesireConflict`). */
+  desireConflicts?: Record<string, string>;
 }
 
 const kube = proxyActivities<CocoonSetActivities>(kubeActivityOptions(3));
@@ -183,6 +186,14 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
     if (obs.exists) state.pods[obs.name] = { uid: obs.uid, resourceVersion: obs.resourceVersion };
     else delete state.pods[obs.name];
     if (!state.failing) dirty = true;
+  });
+  setHandler(vmDesireConflictSignal, ({ pod, message }) => {
+    countSignal(state, undefined);
+    const conflicts = { ...(state.desireConflicts ?? {}) };
+    if (message === null) delete conflicts[pod];
+    else conflicts[pod] = message;
+    state.desireConflicts = Object.keys(conflicts).length > 0 ? conflicts : undefined;
+    dirty = true;
   });
   setHandler(cocoonSetStateQuery, () =>
     describe(state, passing, dirty || (state.nextPassAt !== undefined && state.nextPassAt <= Date.now())),
@@ -321,6 +332,8 @@ async function drive(
     registryConfigured: input.registryConfigured ?? true,
     subAgentsWaitForHibernatingMain: patched('sub-agents-wait-for-hibernating-main'),
     batchPodLoops: patched('batch-pod-loops'),
+    setDesires: patched('set-desires'),
+    desireConflicts: state.desireConflicts,
   };
   const end = await reconcilePass(passInput, {
     exec: (actions, concurrent, maxConcurrency) =>
@@ -343,9 +356,10 @@ async function drive(
       return await deletionFlow(state, cs, pods, (input.registryConfigured ?? true) ? registry : undefined);
     case 'suspend':
     case 'suspendRelease':
-      // Extension point (docs/cocoonset.md#not-built-yet): suspend is not implemented yet. The pass ends
-      // here, as the reference's does once it enters suspend (nothing past step 8 runs), and the user
-      // is told on the CocoonSet itself: a Warning Event (folded, so one Event whose count grows).
+      // Extension point (docs/cocoonset.md#not-built-yet): the release suspend is not implemented yet (nor
+      // the retain one in a run recorded before `set-desires`). The pass ends here, as the reference's does
+      // once it enters suspend (nothing past step 8 runs), and the user is told on the CocoonSet itself: a
+      // Warning Event (folded, so one Event whose count grows).
       log.warn(`cocoonset ${end.flow} flow not implemented yet: pass ends here`, { name: state.name });
       await execute(
         state,
@@ -453,6 +467,19 @@ async function execute(
         } catch (err) {
           log.warn('cocoonset event not recorded', { reason: a.reason, error: errorMessage(err) });
         }
+        return { kind: 'ok' };
+      case 'askVM':
+        await kube.cocoonSetAskVM({
+          namespace,
+          pod: a.pod,
+          desire: {
+            set: state.name,
+            desire: a.desire,
+            generation: cs.metadata.generation ?? 0,
+            podUID: a.podUID,
+            podResourceVersion: a.podResourceVersion,
+          },
+        });
         return { kind: 'ok' };
       case 'metric':
         try {

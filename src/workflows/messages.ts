@@ -28,3 +28,35 @@ export const resyncSignal = defineSignal('resync');
 
 /** Current state of a VM workflow, for `temporal workflow query --type state`. */
 export const vmStateQuery = defineQuery<unknown>('state');
+
+/**
+ * What a CocoonSet wants of one of its VMs (docs/cocoonset.md#suspend): `Hibernate` while the set is
+ * suspended, `Wake` when it no longer is (un-suspend). Sent by the set's workflow to the pod's VM workflow
+ * (signal-with-start), the one writer of the pod's hibernate annotation. `podUID`/`podResourceVersion` are
+ * the pod as the set's pass read it: a VM workflow whose own view is older re-reads the pod first.
+ */
+export interface SetDesire {
+  /** The CocoonSet's name (same namespace as the pod). */
+  set: string;
+  desire: 'Hibernate' | 'Wake';
+  /** `metadata.generation` of the set when its pass asked (diagnostics: the `state` query shows it). */
+  generation: number;
+  podUID?: string;
+  podResourceVersion?: string;
+}
+
+/** A CocoonSet's desire for the VM changed (see SetDesire). */
+export const setDesireSignal = defineSignal<[SetDesire]>('setDesire');
+
+/**
+ * The answer of a VM workflow to its set's desire, sent to the set's workflow when it changes: `message` set
+ * when a CocoonHibernation holds the VM against the set's desire (the set shows it on its status), null when
+ * the VM follows the set again.
+ */
+export interface VMDesireConflict {
+  pod: string;
+  message: string | null;
+}
+
+/** See VMDesireConflict. */
+export const vmDesireConflictSignal = defineSignal<[VMDesireConflict]>('vmDesireConflict');

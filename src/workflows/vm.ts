@@ -5,16 +5,20 @@
  * serialization the Go operator gets from its striped per-VM mutex holds by construction
  * (docs/architecture.md#why-serialization-holds).
  *
- * Protocol: signals podObserved / hibernationObserved / resync, query `state`. The body is a loop:
- * reconcile every CocoonHibernation targeting the pod (docs/hibernation.md#one-pass, rules in
- * src/hibernation/rules.ts), then sleep until a signal, a deadline or the slow fallback re-read; continue
- * as new before the history grows large; complete when no CocoonHibernation targets the pod any more.
+ * Protocol: signals podObserved / hibernationObserved / resync, setDesire (the pod's CocoonSet suspends or
+ * un-suspends it; docs/cocoonset.md#suspend), query `state`; it signals `vmDesireConflict` to the set's
+ * workflow when a CocoonHibernation holds the VM against the set. The body is a loop: reconcile every
+ * CocoonHibernation targeting the pod (docs/hibernation.md#one-pass, rules in src/hibernation/rules.ts),
+ * then the set's desire, then sleep until a signal, a deadline or the slow fallback re-read; continue as new
+ * before the history grows large; complete when no CocoonHibernation targets the pod and no set wants it
+ * hibernated.
  */
 import {
   allHandlersFinished,
   CancellationScope,
   condition,
   continueAsNew,
+  getExternalWorkflowHandle,
   log,
   patched,
   proxyActivities,
@@ -23,7 +27,7 @@ import {
 } from '@temporalio/workflow';
 import type { EventInput, KubeActivities } from '../activities/kube.js';
 import type { RegistryActivities } from '../activities/registry.js';
-import { taskQueues } from '../api/ids.js';
+import { cocoonSetWorkflowId, taskQueues } from '../api/ids.js';
 import { Annotations, EventReasons, Finalizers, Tags } from '../api/keys.js';
 import type { HibernationObservation, PodObservation } from '../api/observe.js';
 import { podNameProblem } from '../api/pod.js';
@@ -66,7 +70,10 @@ import {
   hibernationObservedSignal,
   podObservedSignal,
   resyncSignal,
+  type SetDesire,
+  setDesireSignal,
   type VMWorkflowInput,
+  vmDesireConflictSignal,
   vmStateQuery,
 } from './messages.js';
 import { publishSearchAttributes } from './search-attributes.js';
@@ -87,6 +94,11 @@ const DELETE_ROUND_WAIT_MS = HIBERNATE_TIMEOUT_MS;
 const DELETE_WAKE_WAIT_MS = HIBERNATE_TIMEOUT_MS + WAKE_TIMEOUT_MS;
 /** Continue as new past this many history events (well under Temporal's 51,200 limit). */
 const MAX_HISTORY_EVENTS = 5_000;
+/**
+ * While a CocoonSet's desire keeps this workflow alive (no watch event reaches it when no CocoonHibernation
+ * targets the pod), re-read the pod this often: a pod deleted meanwhile ends the desire.
+ */
+const SET_DESIRE_RECHECK_MS = 10 * 60_000;
 
 /** One CocoonHibernation as this workflow tracks it, plus its private scheduling state. */
 interface TrackedCR extends HibernationObservation {
@@ -128,6 +140,12 @@ export interface VMState {
   lastSignalRV?: string;
   /** Reconcile rounds started so far (all runs). */
   passes?: number;
+  /**
+   * What the pod's CocoonSet wants of the VM (docs/cocoonset.md#suspend), since when (epoch ms, workflow
+   * time of the first signal with this desire), and the conflict last reported to the set (a
+   * CocoonHibernation holds the VM the other way).
+   */
+  setDesire?: SetDesire & { since: number; conflict?: string };
 }
 
 const kube = proxyActivities<KubeActivities>(kubeActivityOptions(5));
@@ -169,6 +187,10 @@ export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
     state.readingSince?.push({ cr: obs });
     if (observeHibernationSignal(state, obs)) dirty = true;
   });
+  setHandler(setDesireSignal, (d) => {
+    countSignal(state, d.podResourceVersion);
+    if (observeSetDesire(state, d)) dirty = true;
+  });
   setHandler(resyncSignal, () => {
     countSignal(state, undefined);
     state.needResync = true;
@@ -186,7 +208,7 @@ export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
       });
     }
     publish(state);
-    if (Object.keys(state.crs).length === 0 && !state.needResync) {
+    if (Object.keys(state.crs).length === 0 && !state.needResync && !state.setDesire) {
       await condition(allHandlersFinished);
       if (!dirty) return; // no CocoonHibernation targets this pod any more
       continue;
@@ -213,7 +235,7 @@ export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
       dirty = true;
       if (state.lastResyncAt === undefined || Date.now() - state.lastResyncAt >= FALLBACK_RESYNC_MS) {
         // Never clears a pending re-read (a NotFound asked for one): only a successful resync does.
-        state.needResync = state.needResync || inFlight(state);
+        state.needResync = state.needResync || inFlight(state) || state.setDesire !== undefined;
       }
     }
   }
@@ -261,6 +283,25 @@ function observeHibernationSignal(state: VMState, obs: HibernationObservation): 
   return true;
 }
 
+/**
+ * Applies a CocoonSet's desire (docs/cocoonset.md#suspend); true when the workflow should act on it: the
+ * desire changed, the pod annotation does not say it yet, or the set read a newer pod than this workflow
+ * knows (which then re-reads the pod first). The set repeats its desire on each of its passes, so a repeat
+ * that changes nothing costs no round.
+ */
+function observeSetDesire(state: VMState, d: SetDesire): boolean {
+  const cur = state.setDesire;
+  const pod = state.podObs;
+  const newerPod =
+    d.podUID !== undefined &&
+    (pod?.uid !== d.podUID || olderThan(pod?.resourceVersion, d.podResourceVersion));
+  if (newerPod) state.needResync = true;
+  const same = cur?.desire === d.desire && cur.set === d.set;
+  state.setDesire = { ...d, since: same ? cur.since : Date.now(), conflict: same ? cur.conflict : undefined };
+  const annotated = pod !== undefined && hibernateAnnotated(pod);
+  return !same || newerPod || annotated !== (d.desire === 'Hibernate');
+}
+
 function stripScheduling(cr: TrackedCR): HibernationObservation {
   const { failures: _f, backoffUntil: _b, retryAt: _r, firstSeenRV: _s, ...obs } = cr;
   return obs;
@@ -296,6 +337,7 @@ function nextWake(state: VMState): number | undefined {
   }
   if (state.needResync) consider(state.resyncAt);
   if (inFlight(state)) consider((state.lastResyncAt ?? Date.now()) + FALLBACK_RESYNC_MS);
+  if (state.setDesire) consider((state.lastResyncAt ?? Date.now()) + SET_DESIRE_RECHECK_MS);
   return at;
 }
 
@@ -395,6 +437,67 @@ async function reconcileAll(state: VMState, registry: RegistryActivities): Promi
       if (tracked && !actedMeanwhile) backoff(tracked);
     }
   }
+  try {
+    await setDesirePass(state);
+  } catch (err) {
+    // The set repeats its desire on its next pass (every 5 s while it waits on its VMs), so no backoff here.
+    log.warn('set desire pass failed', { error: errorMessage(err) });
+    if (isNotFound(err)) state.needResync = true;
+  }
+}
+
+/**
+ * The pod's CocoonSet desire (docs/cocoonset.md#suspend), after the CocoonHibernations' passes:
+ * - `Hibernate` (the set is suspended): set the hibernate annotation, unless a CocoonHibernation that wants
+ *   the VM awake holds it (`holderOf`: in flight, or older than the set's desire); then the set is told why
+ *   (`vmDesireConflict`) and the annotation is left alone. The desire stays (and keeps this workflow
+ *   running) until the set wakes the VM or the pod is gone.
+ * - `Wake` (un-suspend): clear the annotation unless a CocoonHibernation still wants the VM hibernated
+ *   (desire Hibernate, or phase Hibernating in the reverse-desire window: the reference's
+ *   `podsHibernatedByCR`); then the desire is spent.
+ * Nothing here probes the registry: the set's completion gate does (docs/cocoonset.md#suspend).
+ */
+async function setDesirePass(state: VMState): Promise<void> {
+  const d = state.setDesire;
+  if (!d) return;
+  const pod = state.podObs;
+  if (!pod?.exists || pod.deleting || d.desire === 'Wake') {
+    const held = Object.values(state.crs).some(
+      (cr) => cr.exists && (cr.desire === 'Hibernate' || cr.status?.phase === 'Hibernating'),
+    );
+    if (pod?.exists && !pod.deleting && !held && hibernateAnnotated(pod)) await patchHibernate(state, null);
+    // Spent (or nothing to annotate: a suspended set asks again for a pod it creates anew).
+    await reportConflict(state, undefined);
+    state.setDesire = undefined;
+    return;
+  }
+  const holder = holderOf(state);
+  if (holder?.kind === 'cr' && holder.path === 'wake') {
+    const vmName = pod.annotations?.[Annotations.vmName] ?? state.pod;
+    await reportConflict(
+      state,
+      `VM ${vmName} is held by cocoonhibernation ${holder.cr.name} (desire ${holder.cr.desire}, ${holder.why}); the set's hibernate waits until that one is deleted or wants Hibernate`,
+    );
+    return;
+  }
+  await reportConflict(state, undefined);
+  if (!hibernateAnnotated(pod)) await patchHibernate(state, 'true');
+}
+
+/** Tells the set's workflow when the answer to its desire changes (a conflict appears or goes). */
+async function reportConflict(state: VMState, message: string | undefined): Promise<void> {
+  const d = state.setDesire;
+  if (!d || d.conflict === message) return;
+  d.conflict = message;
+  try {
+    await getExternalWorkflowHandle(cocoonSetWorkflowId(state.namespace, d.set)).signal(
+      vmDesireConflictSignal,
+      { pod: state.pod, message: message ?? null },
+    );
+  } catch (err) {
+    // The set's workflow is not running (the set is gone): nobody to tell.
+    log.info('set workflow not told of the desire conflict', { set: d.set, error: errorMessage(err) });
+  }
 }
 
 function backoff(cr: TrackedCR): void {
@@ -464,8 +567,12 @@ async function pass(state: VMState, name: string, registry: RegistryActivities):
     return false;
   }
   const holder = holderOf(state);
-  if (holder && holder.cr.name !== cr.name && holder.path !== path) {
-    const msg = `VM ${vmName} is held by cocoonhibernation ${holder.cr.name} (desire ${holder.cr.desire}, ${holder.why}); desire ${cr.desire} waits until that one is deleted`;
+  const self = holder?.kind === 'cr' && holder.cr.name === cr.name;
+  if (holder && !self && holder.path !== path) {
+    const msg =
+      holder.kind === 'cr'
+        ? `VM ${vmName} is held by cocoonhibernation ${holder.cr.name} (desire ${holder.cr.desire}, ${holder.why}); desire ${cr.desire} waits until that one is deleted`
+        : `VM ${vmName} is held by cocoonset ${holder.set}, which is suspended (${holder.why}); desire ${cr.desire} waits until the set is un-suspended`;
     await writeStatus(state, cr, conflictWaitPatch(cr, msg, Date.now()));
     return false;
   }
@@ -488,18 +595,34 @@ async function pass(state: VMState, name: string, registry: RegistryActivities):
  * oldest live one (`ordered`: creation time, then creation order within the second). A deliberate
  * addition: the reference only serializes, so opposite desires take turns flipping the annotation.
  */
-function holderOf(state: VMState): { cr: TrackedCR; path: Path; why: string } | undefined {
-  const live = ordered(state).flatMap((cr) => {
+function holderOf(state: VMState): Holder | undefined {
+  const live: Holder[] = ordered(state).flatMap((cr) => {
     if (!cr.exists || cr.deleting || !cr.podRef) return [];
     const path = route(cr.desire, cr.status?.phase);
-    return typeof path === 'string' ? [{ cr, path }] : [];
+    return typeof path === 'string' ? [{ kind: 'cr' as const, cr, path, why: '' }] : [];
   });
-  const inFlight = live.find((l) => l.cr.status?.phase === 'Hibernating' || l.cr.status?.phase === 'Waking');
+  const inFlight = live.find(
+    (l) => l.kind === 'cr' && (l.cr.status?.phase === 'Hibernating' || l.cr.status?.phase === 'Waking'),
+  );
   if (inFlight) return { ...inFlight, why: 'its transition is in flight' };
-  const kept = live.find((l) => !conflicting(l.cr));
+  const d = state.setDesire;
+  if (d?.desire === 'Hibernate') {
+    // The set's desire counts from when this workflow first received it; a CR created in the same second
+    // counts as older.
+    const since = rfc3339(d.since);
+    const at = live.findIndex((l) => l.kind === 'cr' && (l.cr.creationTimestamp ?? '') > since);
+    live.splice(at < 0 ? live.length : at, 0, { kind: 'set', set: d.set, path: 'hibernate', why: '' });
+  }
+  const lost = (h: Holder) => (h.kind === 'cr' ? conflicting(h.cr) : state.setDesire?.conflict !== undefined);
+  const kept = live.find((l) => !lost(l));
   if (kept && kept !== live[0]) return { ...kept, why: 'it held the VM first' };
   return live[0] && { ...live[0], why: 'created first' };
 }
+
+/** Who the VM follows: a CocoonHibernation, or its CocoonSet's `Hibernate` desire (`holderOf`). */
+type Holder =
+  | { kind: 'cr'; cr: TrackedCR; path: Path; why: string }
+  | { kind: 'set'; set: string; path: 'hibernate'; why: string };
 
 function track(state: VMState, obs: HibernationObservation): TrackedCR | undefined {
   const cur = state.crs[obs.name];
@@ -795,7 +918,8 @@ function wakeInFlight(pod: PodObservation, vmName: string): boolean {
  *   from the tag right after the CR goes, so wake it here first (clear the hibernate annotation);
  * - while vk is waking this VM (`wakeInFlight`: the tag is the only copy and vk is pulling it), wait until
  *   the VM runs (then the tag is spent and goes), until DELETE_WAKE_WAIT_MS after the deletion started; past
- *   that, keep the tag: a wake vk still retries must find it. The reference deletes at once and loses the VM.
+ *   that, keep the tag: a wake vk still retries must find it. The reference deletes at once and loses the VM;
+ * - while the pod's CocoonSet is suspended (its `Hibernate` desire), neither wake the VM nor drop the tag.
  */
 async function deletionFlow(state: VMState, cr: TrackedCR, registry: RegistryActivities): Promise<void> {
   const vmName = cr.status?.vmName ?? '';
@@ -815,8 +939,11 @@ async function deletionFlow(state: VMState, cr: TrackedCR, registry: RegistryAct
     const waitForWake = () => {
       cr.retryAt = Math.min(since + DELETE_WAKE_WAIT_MS, Date.now() + FALLBACK_RESYNC_MS);
     };
+    // The pod's CocoonSet is suspended (its Hibernate desire): the VM stays hibernated and its tag is kept,
+    // whatever the CocoonHibernations say (docs/cocoonset.md#suspend).
+    const setSuspends = state.setDesire?.desire === 'Hibernate';
     let others: HibernationObservation[] | undefined;
-    if (pod && setVMHibernated(pod, vmName) && patched('deletion-wakes-set-vm')) {
+    if (pod && !setSuspends && setVMHibernated(pod, vmName) && patched('deletion-wakes-set-vm')) {
       others = await kube.listHibernations({ namespace: cr.namespace });
       if (!heldByAnother({ uid: cr.uid, podRef: cr.podRef, vmName }, others)) {
         log.info(`waking ${vmName} before dropping its snapshot: its CocoonSet would wake it from that tag`);
@@ -832,8 +959,12 @@ async function deletionFlow(state: VMState, cr: TrackedCR, registry: RegistryAct
       }
       keepTag = true;
     }
-    others ??= keepTag ? [] : await kube.listHibernations({ namespace: cr.namespace });
-    if (keepTag) {
+    others ??= keepTag || setSuspends ? [] : await kube.listHibernations({ namespace: cr.namespace });
+    if (setSuspends) {
+      log.info(
+        `not deleting ${vmName}:hibernate: cocoonset ${state.setDesire?.set} is suspended and needs it`,
+      );
+    } else if (keepTag) {
       log.warn(
         `keeping hibernate snapshot ${vmName}: vk-cocoon has not finished waking it within ${goDuration(DELETE_WAKE_WAIT_MS)}`,
       );
@@ -870,7 +1001,9 @@ function publish(state: VMState): void {
   publishSearchAttributes(state, {
     namespace: state.namespace,
     vmName: state.vmName ?? state.podObs?.annotations?.[Annotations.vmName] ?? '',
-    phase: holder?.cr.status?.phase || (Object.keys(state.crs).length ? 'Pending' : 'Idle'),
+    phase:
+      (holder?.kind === 'cr' ? holder.cr.status?.phase : undefined) ||
+      (Object.keys(state.crs).length ? 'Pending' : state.setDesire ? 'SetSuspend' : 'Idle'),
     kind: 'VM',
   });
 }
@@ -897,7 +1030,8 @@ function describe(state: VMState, busy: boolean) {
     podExists: state.podObs?.exists ?? null,
     hibernateAnnotation: state.podObs?.annotations?.[Annotations.hibernate] ?? null,
     lifecycleState: state.podObs?.annotations?.[Annotations.lifecycleState] ?? null,
-    holder: holderOf(state)?.cr.name ?? null,
+    holder: holderName(holderOf(state)),
+    setDesire: state.setDesire ?? null,
     hibernations: ordered(state).map((cr) => ({
       name: cr.name,
       desire: cr.desire,
@@ -908,6 +1042,11 @@ function describe(state: VMState, busy: boolean) {
       backoffUntil: cr.backoffUntil ? new Date(cr.backoffUntil).toISOString() : null,
     })),
   };
+}
+
+function holderName(h: Holder | undefined): string | null {
+  if (!h) return null;
+  return h.kind === 'cr' ? h.cr.name : `cocoonset/${h.set}`;
 }
 
 /** The answer of the VM workflow's `state` query. */

@@ -191,6 +191,42 @@ export const scenarios: Scenario[] = [
       }),
   },
   {
+    name: 'vm-set-desire',
+    covers:
+      "a CocoonSet's suspend on its VM: an older CR's Wake holds it (conflict told to the set), deleted; the set's Hibernate desire annotates, a later CR's Wake loses (DesireConflict), its deletion keeps the tag, the set's Wake clears the annotation, the workflow completes",
+    record: (env) =>
+      withWorld(env, async (world) => {
+        await world.putPod(NS, POD, {
+          annotations: podAnnotations({ [Annotations.vmID]: 'vmid-1' }),
+          containerRunning: true,
+          ownerKind: 'CocoonSet',
+          ownerUID: 'set-uid',
+        });
+        await world.putCR({ namespace: NS, name: 'awake', podRef: POD, desire: 'Wake' });
+        await waitFor('Active', () => phase(world, 'awake') === 'Active');
+        await world.setDesire(NS, POD, 'Hibernate');
+        await world.settled(env, NS, POD);
+        await world.deleteCR(NS, 'awake');
+        await waitFor('annotated', () => world.pod(NS, POD)?.annotations?.[Annotations.hibernate] === 'true');
+        await vkHibernated(world);
+        await world.putCR({
+          namespace: NS,
+          name: 'late',
+          podRef: POD,
+          desire: 'Wake',
+          creationTimestamp: new Date(Date.now() + 3_600_000).toISOString(),
+        });
+        await waitFor('DesireConflict', () =>
+          (world.cr(NS, 'late')?.status?.conditions ?? []).some((c) => c.type === 'DesireConflict'),
+        );
+        await world.deleteCR(NS, 'late');
+        await waitFor('CR gone', () => world.cr(NS, 'late') === undefined);
+        await world.setDesire(NS, POD, 'Wake');
+        await env.client.workflow.getHandle(VM_ID).result();
+        return { 'vm-set-desire': await vmHistory(env) };
+      }),
+  },
+  {
     name: 'vm-continue-as-new',
     covers:
       'hibernate/wake cycles past a low history limit: the first run continues as new, the next one re-reads',
@@ -280,6 +316,43 @@ export const scenarios: Scenario[] = [
         await w.settled(env);
         return { 'cocoonset-creates': await env.client.workflow.getHandle(w.workflowId).fetchHistory() };
       }),
+  },
+  {
+    name: 'cocoonset-suspend',
+    covers:
+      'a running set suspended (retain): VM workflows asked to hibernate, Suspending, vk reports, the gate probes, Suspended; un-suspended: asked to wake, Pending, Running',
+    record: async (env) => {
+      const cs = demoSet(withFinalizer);
+      return withCocoonSetWorld(env, new CocoonSetWorld(cs, convergedPods(cs)), async (w) => {
+        const names = ['demo-0', 'demo-1', 'demo-2', 'demo-tb'];
+        await w.start();
+        await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+        await w.editSpec((c) => (c.spec.suspend = true));
+        await waitFor('annotated', () =>
+          names.every((n) => w.pod(n)?.metadata?.annotations?.[Annotations.hibernate] === 'true'),
+        );
+        for (const n of names) {
+          w.tags.add(`${w.pod(n)!.metadata!.annotations![Annotations.vmName]}:hibernate`);
+          await w.updatePod(n, (p) => {
+            p.metadata!.annotations = {
+              ...p.metadata!.annotations,
+              [Annotations.lifecycleState]: 'hibernated',
+              [Annotations.lifecycleObservedGeneration]: '2',
+            };
+            p.status = { phase: 'Running' };
+          });
+        }
+        await waitFor('Suspended', () => w.cs?.status?.phase === 'Suspended');
+        await w.editSpec((c) => (c.spec.suspend = false));
+        await waitFor('woken', () =>
+          names.every((n) => w.pod(n)?.metadata?.annotations?.[Annotations.hibernate] === undefined),
+        );
+        for (const n of names) await w.makeReady(n);
+        await waitFor('Running again', () => w.cs?.status?.phase === 'Running');
+        await w.settled(env);
+        return { 'cocoonset-suspend': await env.client.workflow.getHandle(w.workflowId).fetchHistory() };
+      });
+    },
   },
   {
     name: 'cocoonset-rebuild-dead-letter',

@@ -11,7 +11,14 @@ import { mainPodFailedReason } from '../../src/cocoonset/classify.js';
 import { migrationMayEngage, wakeMayEngage } from '../../src/cocoonset/plan.js';
 import { buildAgentPod, buildToolboxPod } from '../../src/cocoonset/pods.js';
 import { readRebuildHistory } from '../../src/cocoonset/rebuild.js';
-import { annotate, finalizedSet, hibernation, newCocoonSet, readyPod } from '../support/builders.js';
+import {
+  annotate,
+  finalizedSet,
+  hibernation,
+  lifecycleHibernated,
+  newCocoonSet,
+  readyPod,
+} from '../support/builders.js';
 import { done, PlanWorld } from './plan-world.js';
 
 const T0 = Date.parse('2026-05-14T01:00:00Z');
@@ -479,6 +486,180 @@ describe('toolboxes', () => {
   });
 });
 
+/**
+ * Suspend with the retain policy (docs/cocoonset.md#suspend): the reference's reconcileSuspend and
+ * allOwnedPodsHibernated (reconciler_test.go AllOwnedPodsHibernated*: §7.4 #3–#7 of the flows catalogue).
+ * The VM workflows the pass asks are not part of this world: tests set the annotations vk-cocoon and the VM
+ * workflow would write.
+ */
+describe('suspend (retain)', () => {
+  const suspended =
+    (generation = 1) =>
+    (c: CocoonSet) => {
+      c.spec.suspend = true;
+      c.metadata.generation = generation;
+    };
+  /** A pod of `cs` as vk-cocoon leaves it hibernated for the set's generation (stamped by earlier passes). */
+  const hibernatedPod = (cs: CocoonSet, p: V1Pod) =>
+    lifecycleHibernated(
+      annotate(p, {
+        [Annotations.cocoonSetGeneration]: String(cs.metadata.generation ?? 0),
+        [Annotations.hibernate]: 'true',
+      }),
+    );
+  const suspendWorld = (...mods: ((c: CocoonSet) => void)[]) => {
+    const cs = finalizedSet(suspended(), ...mods);
+    return { cs, w: new PlanWorld(cs) };
+  };
+
+  it('asks every pod VM workflow, in name order and in one batch, to hibernate; Suspending and a 5 s poll until vk reports', async () => {
+    const { cs, w } = suspendWorld(replicas(1), toolboxes('tb'));
+    for (const p of [
+      readyPod(buildAgentPod(cs, 0, '', '')),
+      readyPod(buildAgentPod(cs, 1, 'vk-ns-demo-0', '')),
+      readyPod(buildToolboxPod(cs, { name: 'tb' })),
+    ])
+      w.pods.set(p.metadata!.name!, p);
+    const end = done(await w.pass());
+    expect(w.asks).toEqual([
+      { pod: 'demo-0', desire: 'Hibernate' },
+      { pod: 'demo-1', desire: 'Hibernate' },
+      { pod: 'demo-tb', desire: 'Hibernate' },
+    ]);
+    expect(w.batches.find((b) => b.ids[0]?.startsWith('ask:'))?.concurrent).toBe(true);
+    expect(end.result).toEqual({ requeue: false, requeueAfterMs: 5_000, error: undefined });
+    expect(w.cs.status?.phase).toBe('Suspending');
+    // Nothing is probed while vk has not reported (the gate's annotation checks come first), and the pass
+    // writes no annotation itself: the VM workflows do.
+    expect([w.probes, w.ids('patchPodAnnotations').filter((id) => !id.startsWith('stamp:'))]).toEqual([
+      [],
+      [],
+    ]);
+  });
+
+  it('settles Suspended (no requeue) once every managed VM is hibernated for this generation with its tag; Progressing False Stable', async () => {
+    const { cs, w } = suspendWorld(replicas(1));
+    w.pods.set('demo-0', hibernatedPod(cs, buildAgentPod(cs, 0, '', '')));
+    w.pods.set('demo-1', hibernatedPod(cs, buildAgentPod(cs, 1, 'vk-ns-demo-0', '')));
+    w.tags.add('vk-ns-demo-0:hibernate');
+    // AllOwnedPodsHibernatedWaitsForEachManagedPod: the sub's tag is missing.
+    expect(done(await w.pass()).result.requeueAfterMs).toBe(5_000);
+    expect(w.cs.status?.phase).toBe('Suspending');
+    w.tags.add('vk-ns-demo-1:hibernate');
+    const end = done(await w.pass());
+    expect(end.result).toEqual({ requeue: false, requeueAfterMs: 0, error: undefined });
+    expect(w.cs.status?.phase).toBe('Suspended');
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')).toMatchObject({
+      status: 'False',
+      reason: 'Stable',
+    });
+  });
+
+  it('ignores a stale tag: lifecycle hibernated and its generation floor come before the probe', async () => {
+    // AllOwnedPodsHibernatedIgnoresStaleTag (a771f1c, 472581f).
+    const { cs, w } = suspendWorld();
+    const main = annotate(buildAgentPod(cs, 0, '', ''), { [Annotations.cocoonSetGeneration]: '1' });
+    w.pods.set('demo-0', main);
+    w.tags.add('vk-ns-demo-0:hibernate');
+    done(await w.pass());
+    expect([w.cs.status?.phase, w.probes]).toEqual(['Suspending', []]);
+    lifecycleHibernated(main);
+    done(await w.pass());
+    expect([w.cs.status?.phase, w.probes]).toEqual(['Suspended', ['vk-ns-demo-0']]);
+    // A spec edit while suspended raises the floor: vk must report hibernated for generation 5.
+    w.cs.metadata.generation = 5;
+    done(await w.pass());
+    expect(w.cs.status?.phase).toBe('Suspending');
+  });
+
+  it('skips unmanaged (static) toolboxes and terminal pods in the gate', async () => {
+    // AllOwnedPodsHibernatedSkipsUnmanagedToolbox, AllOwnedPodsHibernatedSkipsTerminalPod.
+    const tb = { name: 'vnc', mode: 'static' as const, staticVMID: 'qemu-1', staticIP: '10.0.0.1' };
+    const { cs, w } = suspendWorld(replicas(1), (c) => (c.spec.toolboxes = [tb]));
+    w.pods.set('demo-0', hibernatedPod(cs, buildAgentPod(cs, 0, '', '')));
+    w.pods.set('demo-1', failed(buildAgentPod(cs, 1, 'vk-ns-demo-0', '')));
+    w.pods.set('demo-vnc', readyPod(buildToolboxPod(cs, tb)));
+    w.tags.add('vk-ns-demo-0:hibernate');
+    done(await w.pass());
+    expect(w.cs.status?.phase).toBe('Suspended');
+    expect(w.probes).toEqual(['vk-ns-demo-0']);
+    // Both still get the set's desire (the reference annotates every classified pod).
+    expect(w.asks.map((a) => a.pod)).toEqual(['demo-0', 'demo-1', 'demo-vnc']);
+  });
+
+  it('fails the pass on a probe error (AllOwnedPodsHibernatedPropagatesProbeError), with no phase change', async () => {
+    const { cs, w } = suspendWorld();
+    w.pods.set('demo-0', hibernatedPod(cs, buildAgentPod(cs, 0, '', '')));
+    w.probeError = 'registry down';
+    expect(done(await w.pass()).result.error).toBe('probe hibernate snapshot vk-ns-demo-0: registry down');
+    expect(w.cs.status?.phase).not.toBe('Suspended');
+  });
+
+  it('a missing main is created first, restoring from its tag, and the pass requeues at once with no status write; no sub-agent or toolbox is created', async () => {
+    const { w } = suspendWorld(replicas(1), toolboxes('tb'));
+    w.tags.add('vk-ns-demo-0:hibernate');
+    const end = done(await w.pass());
+    expect(end.result.requeue).toBe(true);
+    expect([...w.pods.keys()]).toEqual(['demo-0']);
+    expect(w.pod('demo-0')!.metadata!.annotations![Annotations.restoreFromHibernate]).toBe('true');
+    expect([w.statusPatches, w.asks]).toEqual([[], []]);
+    // Without a tag it boots fresh.
+    const fresh = suspendWorld().w;
+    done(await fresh.pass());
+    expect(fresh.pod('demo-0')!.metadata!.annotations![Annotations.restoreFromHibernate]).toBeUndefined();
+  });
+
+  it('a missing main is not created when the probe fails (fail closed), nor on AlreadyExists', async () => {
+    const { w } = suspendWorld();
+    w.probeError = 'registry down';
+    expect(done(await w.pass()).result.error).toBe('probe hibernate snapshot vk-ns-demo-0: registry down');
+    expect(w.pods.size).toBe(0);
+    const { cs, w: racing } = suspendWorld();
+    racing.pods.set('demo-0', buildAgentPod(cs, 0, '', ''));
+    const end = done(await racing.pass({ view: [] }));
+    expect(end.result.error).toBe('create main agent before suspend: pod ns/demo-0 already exists');
+  });
+
+  it('a failed main short-circuits the suspend: the set goes Failed, no VM workflow is asked', async () => {
+    const { cs, w } = suspendWorld();
+    w.pods.set(
+      'demo-0',
+      annotate(buildAgentPod(cs, 0, '', ''), {
+        [Annotations.lifecycleState]: 'failed',
+        [Annotations.lifecycleStateMessage]: 'push failed',
+      }),
+    );
+    done(await w.pass());
+    expect([w.cs.status?.phase, w.asks]).toEqual(['Failed', []]);
+  });
+
+  it('shows a CocoonHibernation that holds a VM awake on Progressing (reason DesireConflict) while Suspending', async () => {
+    const { cs, w } = suspendWorld();
+    w.pods.set('demo-0', readyPod(buildAgentPod(cs, 0, '', '')));
+    done(
+      await w.pass({ desireConflicts: { 'demo-0': 'VM vk-ns-demo-0 is held by cocoonhibernation keep' } }),
+    );
+    expect(w.cs.status?.phase).toBe('Suspending');
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')).toMatchObject({
+      status: 'False',
+      reason: 'DesireConflict',
+      message: 'pod demo-0: VM vk-ns-demo-0 is held by cocoonhibernation keep',
+    });
+    // Gone once the VM workflow follows the set again.
+    done(await w.pass());
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')?.reason).toBe('Stable');
+  });
+
+  it('never deletes a pod or patches the restore mark of an existing pod', async () => {
+    const { cs, w } = suspendWorld(replicas(2));
+    w.pods.set('demo-0', hibernatedPod(cs, buildAgentPod(cs, 0, '', '')));
+    done(await w.pass());
+    expect(w.ids('deletePod')).toEqual([]);
+    expect(w.ids('createPod')).toEqual([]);
+    expect(w.pod('demo-0')!.metadata!.annotations![Annotations.restoreFromHibernate]).toBeUndefined();
+  });
+});
+
 describe('un-suspend', () => {
   function hibernatedWorld(crs = [] as ReturnType<typeof hibernation>[]) {
     const cs = finalizedSet(replicas(1), toolboxes('tb'));
@@ -492,9 +673,31 @@ describe('un-suspend', () => {
   }
   const hib = (w: PlanWorld, pod: string) => w.pod(pod)!.metadata!.annotations![Annotations.hibernate];
 
-  it('clears leftover hibernate annotations and leaves other pods alone', async () => {
-    const w = hibernatedWorld();
+  it('asks the VM workflow of each hibernating pod, in name order, to wake it: one batch, no CocoonHibernation List (the VM workflow knows them)', async () => {
+    const w = hibernatedWorld([hibernation('demo-0', 'Hibernate', 'Hibernated')]);
     done(await w.pass({ registryConfigured: false }));
+    expect(w.asks).toEqual([
+      { pod: 'demo-0', desire: 'Wake' },
+      { pod: 'demo-1', desire: 'Wake' },
+    ]);
+    expect(w.batches.find((b) => b.ids[0]?.startsWith('ask:'))).toMatchObject({
+      ids: ['ask:Wake:demo-0', 'ask:Wake:demo-1'],
+      concurrent: true,
+    });
+    expect([w.lists, w.ids('patchPodAnnotations')]).toEqual([0, []]);
+  });
+
+  it('fails the pass when a VM workflow cannot be asked', async () => {
+    const w = hibernatedWorld();
+    w.failures.set('ask:Wake:demo-1', 'temporal unavailable');
+    expect(done(await w.pass({ registryConfigured: false })).result.error).toBe(
+      'ask the VM workflow to wake ns/demo-1: temporal unavailable',
+    );
+  });
+
+  it('before set-desires (runs recorded earlier): clears leftover hibernate annotations itself and leaves other pods alone', async () => {
+    const w = hibernatedWorld();
+    done(await w.pass({ registryConfigured: false, setDesires: false }));
     expect([hib(w, 'demo-0'), hib(w, 'demo-1'), hib(w, 'demo-tb')]).toEqual([
       undefined,
       undefined,
@@ -504,27 +707,29 @@ describe('un-suspend', () => {
     expect(w.lists).toBe(1);
   });
 
-  it('skips pods a CocoonHibernation holds (desire Hibernate, or Hibernating on a reverse desire)', async () => {
+  it('before set-desires: skips pods a CocoonHibernation holds (desire Hibernate, or Hibernating on a reverse desire)', async () => {
     const w = hibernatedWorld([
       hibernation('demo-0', 'Hibernate', 'Hibernated'),
       hibernation('demo-1', 'Wake', 'Hibernating'),
     ]);
-    done(await w.pass({ registryConfigured: false }));
+    done(await w.pass({ registryConfigured: false, setDesires: false }));
     expect([hib(w, 'demo-0'), hib(w, 'demo-1')]).toEqual(['true', 'true']);
   });
 
-  it('is free on a clean set: no List, no patch', async () => {
+  it('is free on a clean set: no List, no patch, no VM workflow asked', async () => {
     const cs = finalizedSet();
     const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
     done(await w.pass());
-    expect([w.lists, w.ids('patchPodAnnotations').length]).toEqual([0, 0]);
+    expect([w.lists, w.ids('patchPodAnnotations').length, w.asks.length]).toEqual([0, 0, 0]);
   });
 });
 
 describe('extension points', () => {
-  it('delegates suspend by policy, after the failed-main check', async () => {
+  it('delegates the release suspend (and, before set-desires, the retain one), after the failed-main check', async () => {
     const cs = finalizedSet((c) => (c.spec.suspend = true));
-    expect(await new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]).pass()).toEqual({
+    expect(
+      await new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]).pass({ setDesires: false }),
+    ).toEqual({
       kind: 'delegate',
       flow: 'suspend',
     });
@@ -550,7 +755,7 @@ describe('extension points', () => {
       };
     });
     const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
-    expect(await w.pass()).toEqual({ kind: 'delegate', flow: 'suspend' });
+    expect(await w.pass({ setDesires: false })).toEqual({ kind: 'delegate', flow: 'suspend' });
     expect(w.events.map((e) => e.reason)).toEqual(['RecoveredFromFailure']);
   });
 

@@ -41,6 +41,8 @@ export class PlanWorld {
   readonly events: { eventType: string; reason: string; message: string }[] = [];
   readonly metrics: { metric: string; labels: Record<string, string> }[] = [];
   readonly statusPatches: unknown[] = [];
+  /** The set's desires sent to VM workflows (`askVM`), in order; the world changes nothing for them. */
+  readonly asks: { pod: string; desire: string }[] = [];
 
   constructor(cs: CocoonSet, pods: V1Pod[] = []) {
     this.cs = clone(cs);
@@ -99,6 +101,9 @@ export class PlanWorld {
       case 'metric':
         this.metrics.push({ metric: a.metric, labels: a.labels });
         return { kind: 'ok' };
+      case 'askVM':
+        this.asks.push({ pod: a.pod, desire: a.desire });
+        return { kind: 'ok' };
     }
   }
 
@@ -116,6 +121,8 @@ export class PlanWorld {
       declined?: { migration?: boolean; wake?: boolean };
       subAgentsWaitForHibernatingMain?: boolean;
       batchPodLoops?: boolean;
+      setDesires?: boolean;
+      desireConflicts?: Record<string, string>;
     } = {},
   ): Promise<PassEnd> {
     const input: PassInput = {
@@ -125,6 +132,8 @@ export class PlanWorld {
       registryConfigured: opts.registryConfigured ?? true,
       subAgentsWaitForHibernatingMain: opts.subAgentsWaitForHibernatingMain ?? true,
       batchPodLoops: opts.batchPodLoops ?? true,
+      setDesires: opts.setDesires ?? true,
+      desireConflicts: opts.desireConflicts,
     };
     const ran = new Set<string>();
     return reconcilePass(input, {

@@ -8,8 +8,8 @@
  *
  * Files: U-plan = test/unit/cocoonset-plan.test.ts, U-pods = …-pods, U-status = …-status,
  * U-restore = …-restore, U-rebuild = …-rebuild, U-life = …-lifecycle, U-config = test/unit/config.test.ts,
- * W = test/workflow/cocoonset.test.ts, C = this file. "later issue (flows)": suspend / un-suspend
- * (docs/cocoonset.md#not-built-yet), out of scope here.
+ * W = test/workflow/cocoonset.test.ts, C = this file, V = test/workflow/vm-set-desire.test.ts (the un-suspend's
+ * decision per pod now lives in the pod's VM workflow; docs/cocoonset.md#suspend).
  *
  * Where the reference's seams differ from ours: its tests call internal functions (ensureToolboxes,
  * reconcileDelete, …) on a fake client; here the same behaviour is driven through whole passes of the
@@ -18,17 +18,17 @@
  * `registryConfigured: false`. Two cases name a deliberate difference (rows marked so).
  *
  * reconciler_test.go
- * | ApplyUnsuspendClearsHibernateAnnotation | later issue (flows); planner pin today: U-plan "clears leftover hibernate annotations and leaves other pods alone" |
- * | ApplyUnsuspendNoopOnCleanSet | later issue (flows); planner pin today: U-plan "is free on a clean set: no List, no patch" |
+ * | ApplyUnsuspendClearsHibernateAnnotation | U-plan "asks the VM workflow of each hibernating pod, in name order, to wake it: …"; V "Hibernate sets the annotation … Wake clears it …"; W "spec.suspend (retain) asks every VM workflow to hibernate, …; un-suspend asks them to wake" |
+ * | ApplyUnsuspendNoopOnCleanSet | U-plan "is free on a clean set: no List, no patch, no VM workflow asked" |
  * | EnsureToolboxesCollisionReturnsError | U-plan "rejects a toolbox named like an agent slot before any write ("0" and "1")"; C "a toolbox named like an agent slot ("0", "1") or a repeated name fails every pass before any toolbox write, …" |
  * | EnsureToolboxesRejectsIntegerName | same two tests |
  * | EnsureToolboxesRejectsDuplicateNames | U-plan "rejects duplicate names before any create"; C same test as above |
  * | EnsureToolboxesIdempotentOnExistingToolbox | U-plan "is idempotent when its own toolbox exists but the cache does not show it"; C "its own toolbox hidden by a lagging cache: …" |
- * | AllOwnedPodsHibernatedWaitsForEachManagedPod | later issue (flows) |
- * | AllOwnedPodsHibernatedSkipsUnmanagedToolbox | later issue (flows) |
- * | AllOwnedPodsHibernatedPropagatesProbeError | later issue (flows) |
- * | AllOwnedPodsHibernatedIgnoresStaleTag | later issue (flows) |
- * | AllOwnedPodsHibernatedSkipsTerminalPod | later issue (flows) |
+ * | AllOwnedPodsHibernatedWaitsForEachManagedPod | U-plan "settles Suspended (no requeue) once every managed VM is hibernated for this generation with its tag; …" |
+ * | AllOwnedPodsHibernatedSkipsUnmanagedToolbox | U-plan "skips unmanaged (static) toolboxes and terminal pods in the gate" |
+ * | AllOwnedPodsHibernatedPropagatesProbeError | U-plan "fails the pass on a probe error (AllOwnedPodsHibernatedPropagatesProbeError), with no phase change" |
+ * | AllOwnedPodsHibernatedIgnoresStaleTag | U-plan "ignores a stale tag: lifecycle hibernated and its generation floor come before the probe" |
+ * | AllOwnedPodsHibernatedSkipsTerminalPod | U-plan "skips unmanaged (static) toolboxes and terminal pods in the gate" |
  * | EnsureSubAgentsReplacesTerminalPod | U-plan "replaces a terminal sub-agent: history first, then delete, metric and event"; W "rebuilds a terminal sub-agent with 0/1/5/30 s backoff and dead-letters it after 4 rebuilds" |
  * | EnsureSubAgentsDeadLetterYieldsToSpecDrift | U-plan "a dead-lettered sub-agent yields to a spec edit, which resets its history"; C "a dead-lettered sub-agent stays until a spec edit, which deletes it, drops its history and recreates it" |
  * | MainPodFailedReason | U-plan "names the failure reason with the lifecycle annotation winning" |
@@ -40,8 +40,8 @@
  * | ReconcileDeleteSnapshotPolicyGC (4) | C "deletion GC, policy %s: …" (never / always / main-only / main-only with toolbox db-0, plus an empty policy read as `always`, the code-side default); W "deletes the pods, drops the registry tags per snapshot policy …" |
  * | ReconcileDeleteStashesPodVMNamesEvenWhenStatusIsEmpty | C "deletion stashes the VM names of owned pods when status lists none, …" |
  * | ReconcileDeleteCleansTagsAfterPodsGone | C "deletion takes the GC names from status when no pod is left: …"; W "deletion waits (5 s requeue) while owned pods are still terminating, then collects" |
- * | ApplyUnsuspendSkipsPodHibernatedByCR | later issue (flows); planner pin today: U-plan "skips pods a CocoonHibernation holds (…)" |
- * | ApplyUnsuspendSkipsPodMidHibernateOnReverseDesire | later issue (flows); planner pin today: same test |
+ * | ApplyUnsuspendSkipsPodHibernatedByCR | V "un-suspend (Wake) leaves the annotation of a VM a CocoonHibernation holds: desire Hibernate (§7.4 #8)"; before `set-desires`: U-plan "before set-desires: skips pods a CocoonHibernation holds (…)" |
+ * | ApplyUnsuspendSkipsPodMidHibernateOnReverseDesire | V "un-suspend (Wake) leaves the annotation during the reverse-desire window: …(§7.4 #9)"; before `set-desires`: same U-plan test |
  * | SetupWithManagerRejectsInvalidConcurrency | deliberate difference — U-config "rejects %s below 1 with the reference wording, and non-integers too (deliberate: …)": the knob is the registry activity slots, validated at start (non-integers too, where Go falls back to 4), not in SetupWithManager |
  *
  * pods_test.go (all U-pods)

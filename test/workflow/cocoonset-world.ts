@@ -385,6 +385,20 @@ export class CocoonSetWorld {
         this.calls.push(`metric ${metric}`);
         this.metrics.push({ metric, labels: { ...labels } });
       },
+      // Plays the pod's VM workflow in the plain case (no CocoonHibernation holds the VM; the VM workflow's
+      // own tests cover the rest): the annotation follows the set's desire, and the watcher reports it.
+      cocoonSetAskVM: async ({ pod, desire }) => {
+        this.calls.push(`ask ${pod} ${desire.desire}`);
+        const p = this.pods.get(pod);
+        if (!p) return;
+        const want = desire.desire === 'Hibernate' ? 'true' : undefined;
+        if (p.metadata?.annotations?.[Annotations.hibernate] === want) return;
+        p.metadata!.annotations = mergePatch(p.metadata!.annotations ?? {}, {
+          [Annotations.hibernate]: want ?? null,
+        }) as Record<string, string>;
+        this.storePod(p);
+        await this.signalPod(p);
+      },
     };
   }
 

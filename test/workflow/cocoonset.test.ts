@@ -5,7 +5,8 @@ import type { CocoonSet } from '../../src/api/types.js';
 import { toolboxVMName } from '../../src/cocoonset/pods.js';
 import { lastDeletedMs, readRebuildHistory } from '../../src/cocoonset/rebuild.js';
 import { RECONCILE_FAILED, SUSPEND_NOT_IMPLEMENTED } from '../../src/workflows/cocoonset.js';
-import { hibernation, IMAGE, withFinalizer } from '../support/builders.js';
+import { vmDesireConflictSignal } from '../../src/workflows/messages.js';
+import { hibernation, IMAGE, newCocoonSet, withFinalizer } from '../support/builders.js';
 import { waitFor } from '../support/wait.js';
 import { CocoonSetWorld, convergedPods, demoSet, MAIN_VM, withCocoonSetWorld } from './cocoonset-world.js';
 import { createEnv, skipUntil, timerDurations } from './harness.js';
@@ -105,9 +106,11 @@ describe('CocoonSet workflow', () => {
     });
   });
 
-  it('spec.suspend (an extension point until the flows land) leaves every pod alone and says so in a Warning Event, not silently', async () => {
-    const cs = demoSet(withFinalizer, (c) => {
+  it('spec.suspend with hibernatePolicy release (an extension point until that flow lands) leaves every pod alone and says so in a Warning Event, not silently', async () => {
+    const cs = newCocoonSet('demo', withFinalizer, (c) => {
+      c.metadata.generation = 1;
       c.spec.suspend = true;
+      c.spec.hibernatePolicy = 'release';
     });
     const world = new CocoonSetWorld(cs, convergedPods(cs));
     const before = uids(world);
@@ -117,7 +120,72 @@ describe('CocoonSet workflow', () => {
       await waitFor('the Warning Event', () => w.events.some((e) => e.reason === SUSPEND_NOT_IMPLEMENTED));
       expect(w.events.find((e) => e.reason === SUSPEND_NOT_IMPLEMENTED)).toMatchObject({ type: 'Warning' });
       expect(uids(w)).toEqual(before);
-      expect(w.calls.filter((c) => /^(create|delete|annotate|status)/.test(c))).toEqual([]);
+      expect(w.calls.filter((c) => /^(create|delete|annotate|status|ask)/.test(c))).toEqual([]);
+    });
+  });
+
+  it('spec.suspend (retain) asks every VM workflow to hibernate, reports Suspending until vk reports hibernated for this generation and the tags are in, then Suspended; un-suspend asks them to wake', async () => {
+    const cs = demoSet(withFinalizer);
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    const before = uids(world);
+    const names = ['demo-0', 'demo-1', 'demo-2', 'demo-tb'];
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      await w.editSpec((c) => (c.spec.suspend = true));
+      await waitFor('Suspending', () => w.cs?.status?.phase === 'Suspending');
+      await waitFor('every pod asked to hibernate', () =>
+        names.every((n) => w.pod(n)?.metadata?.annotations?.[Annotations.hibernate] === 'true'),
+      );
+      expect(names.map((n) => w.calls.indexOf(`ask ${n} Hibernate`) >= 0)).toEqual([true, true, true, true]);
+      // vk-cocoon hibernates each VM: tag pushed, lifecycle hibernated for the set's generation (2).
+      for (const n of names) {
+        w.tags.add(`${w.pod(n)!.metadata!.annotations![Annotations.vmName]}:hibernate`);
+        await w.updatePod(n, (p) => {
+          p.metadata!.annotations = {
+            ...p.metadata!.annotations,
+            [Annotations.lifecycleState]: 'hibernated',
+            [Annotations.lifecycleObservedGeneration]: '2',
+          };
+          p.status = { phase: 'Running' };
+        });
+      }
+      await waitFor('Suspended', () => w.cs?.status?.phase === 'Suspended');
+      const done = await w.lastResult();
+      expect(done).toMatchObject({ requeue: false, requeueAfterMs: 0 });
+      expect(uids(w)).toEqual(before);
+      await w.editSpec((c) => (c.spec.suspend = false));
+      await waitFor('every hibernate annotation cleared', () =>
+        names.every((n) => w.pod(n)?.metadata?.annotations?.[Annotations.hibernate] === undefined),
+      );
+      expect(names.map((n) => w.calls.indexOf(`ask ${n} Wake`) >= 0)).toEqual([true, true, true, true]);
+      expect(w.lists).toBe(0);
+      expect(uids(w)).toEqual(before);
+      // Suspend and un-suspend never delete a tag.
+      expect(w.calls.filter((c) => c.startsWith('registry-delete'))).toEqual([]);
+    });
+  });
+
+  it('a VM workflow reporting that a CocoonHibernation holds its VM awake shows on the suspending set as Progressing=False DesireConflict, until it follows the set again', async () => {
+    const cs = demoSet(withFinalizer, (c) => (c.spec.suspend = true));
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await waitFor('Suspending', () => w.cs?.status?.phase === 'Suspending');
+      const handle = env.client.workflow.getHandle(w.workflowId);
+      await handle.signal(vmDesireConflictSignal, {
+        pod: 'demo-1',
+        message: 'VM vk-ns-demo-1 is held by cocoonhibernation keep',
+      });
+      const progressing = () => w.cs?.status?.conditions?.find((c) => c.type === 'Progressing');
+      await waitFor('DesireConflict', () => progressing()?.reason === 'DesireConflict');
+      expect(progressing()).toMatchObject({
+        status: 'False',
+        message: 'pod demo-1: VM vk-ns-demo-1 is held by cocoonhibernation keep',
+      });
+      await handle.signal(vmDesireConflictSignal, { pod: 'demo-1', message: null });
+      await waitFor('Stable', () => progressing()?.reason === 'Stable');
+      expect(w.cs?.status?.phase).toBe('Suspending');
     });
   });
 

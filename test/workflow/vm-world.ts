@@ -13,7 +13,12 @@ import { vmWorkflowId } from '../../src/api/ids.js';
 import { Annotations, Finalizers } from '../../src/api/keys.js';
 import type { HibernationObservation, PodObservation } from '../../src/api/observe.js';
 import type { CocoonHibernation } from '../../src/api/types.js';
-import { hibernationObservedSignal, podObservedSignal } from '../../src/workflows/messages.js';
+import {
+  hibernationObservedSignal,
+  podObservedSignal,
+  type SetDesire,
+  setDesireSignal,
+} from '../../src/workflows/messages.js';
 import type { VMStateView } from '../../src/workflows/vm.js';
 import { noteSent, type Sent, settled } from './harness.js';
 
@@ -179,6 +184,22 @@ export class VMWorld {
       return;
     }
     await this.putCR({ ...cr, deleting: true, deletionTimestamp: new Date().toISOString() });
+  }
+
+  /**
+   * Plays the pod's CocoonSet workflow asking for its desire (`setDesire`, signal-with-start), with the pod
+   * as this world has it.
+   */
+  async setDesire(namespace: string, pod: string, desire: 'Hibernate' | 'Wake', set = 'demo'): Promise<void> {
+    const p = this.pods.get(`${namespace}/${pod}`);
+    const payload: SetDesire = {
+      set,
+      desire,
+      generation: 1,
+      podUID: p?.uid,
+      podResourceVersion: p?.resourceVersion,
+    };
+    await this.signal(vmWorkflowId(namespace, pod), setDesireSignal.name, payload);
   }
 
   cr(namespace: string, name: string): HibernationObservation | undefined {

@@ -1,0 +1,172 @@
+/**
+ * A CocoonSet's desire on the VM workflow (docs/cocoonset.md#suspend): the set's suspend and un-suspend reach
+ * a VM only through that VM's workflow, which serializes them with the CocoonHibernations targeting the same
+ * pod. The set's side is played by the world (`setDesire`, as the set workflow's `askVM` activity sends it);
+ * the un-suspend skips of the reference (reconciler_test.go ApplyUnsuspendSkipsPodHibernatedByCR,
+ * ApplyUnsuspendSkipsPodMidHibernateOnReverseDesire: §7.4 #8, #9 of the flows catalogue) are pinned here,
+ * where the decision now lives.
+ */
+import type { TestWorkflowEnvironment } from '@temporalio/testing';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { vmWorkflowId } from '../../src/api/ids.js';
+import { Annotations, CONDITION_CONFLICT } from '../../src/api/keys.js';
+import { hibernatedPodAnnotations, vmPodAnnotations } from '../support/builders.js';
+import { waitFor } from '../support/wait.js';
+import { createEnv, withWorld } from './harness.js';
+import type { VMWorld } from './vm-world.js';
+
+const NS = 'ns';
+const POD = 'demo-0';
+const VM = 'vk-ns-demo-0';
+let env: TestWorkflowEnvironment;
+
+beforeEach(async () => {
+  env = await createEnv();
+});
+afterEach(async () => {
+  await env?.teardown();
+});
+
+const settled = (world: VMWorld) => world.settled(env, NS, POD);
+const hibernate = (world: VMWorld) => world.pod(NS, POD)?.annotations?.[Annotations.hibernate];
+/** A running VM of a CocoonSet's pod. */
+const setPod = (world: VMWorld, annotations = vmPodAnnotations(VM, { [Annotations.vmID]: 'vm-1' })) =>
+  world.putPod(NS, POD, { annotations, containerRunning: true, ownerKind: 'CocoonSet' });
+const conflictOf = (world: VMWorld, name: string) =>
+  world.cr(NS, name)?.status?.conditions?.find((c) => c.type === CONDITION_CONFLICT);
+
+describe('VM workflow: a CocoonSet desire', () => {
+  it('Hibernate sets the annotation of a pod no CocoonHibernation targets and keeps the workflow running; Wake clears it and the workflow completes', async () => {
+    await withWorld(env, async (world) => {
+      await setPod(world);
+      await world.setDesire(NS, POD, 'Hibernate');
+      await waitFor('hibernate annotation', () => hibernate(world) === 'true');
+      const s = await settled(world);
+      expect([s.holder, s.setDesire?.desire, s.setDesire?.conflict]).toEqual([
+        'cocoonset/demo',
+        'Hibernate',
+        undefined,
+      ]);
+      const handle = env.client.workflow.getHandle(vmWorkflowId(NS, POD));
+      expect((await handle.describe()).status.name).toBe('RUNNING');
+      await world.setDesire(NS, POD, 'Wake');
+      await waitFor('annotation cleared', () => hibernate(world) === undefined);
+      await handle.result();
+      // The set's gate probes the registry, not the VM workflow.
+      expect(world.calls.filter((c) => c.startsWith('HEAD') || c.startsWith('DELETE'))).toEqual([]);
+    });
+  });
+
+  it('a repeated desire (the set asks on every pass) writes nothing more', async () => {
+    await withWorld(env, async (world) => {
+      await setPod(world);
+      await world.setDesire(NS, POD, 'Hibernate');
+      await waitFor('hibernate annotation', () => hibernate(world) === 'true');
+      await settled(world);
+      const patches = world.calls.filter((c) => c.startsWith('patchPod')).length;
+      await world.setDesire(NS, POD, 'Hibernate');
+      await world.setDesire(NS, POD, 'Hibernate');
+      await settled(world);
+      expect(world.calls.filter((c) => c.startsWith('patchPod'))).toHaveLength(patches);
+    });
+  });
+
+  it('un-suspend (Wake) leaves the annotation of a VM a CocoonHibernation holds: desire Hibernate (§7.4 #8)', async () => {
+    await withWorld(env, async (world) => {
+      await setPod(world, hibernatedPodAnnotations(VM));
+      await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
+      await waitFor('CR finalizer', () => (world.cr(NS, 'hib')?.finalizers ?? []).length > 0);
+      await world.setDesire(NS, POD, 'Wake');
+      const s = await settled(world);
+      expect([hibernate(world), s.setDesire]).toEqual(['true', null]);
+      // Never cleared, not even for a moment (the CR would set it again).
+      expect(world.calls.filter((c) => c.includes(`"${Annotations.hibernate}":null`))).toEqual([]);
+    });
+  });
+
+  it('un-suspend (Wake) leaves the annotation during the reverse-desire window: desire Wake, phase Hibernating (§7.4 #9)', async () => {
+    await withWorld(env, async (world) => {
+      await setPod(world, hibernatedPodAnnotations(VM));
+      // vk has not finished: lifecycle still hibernating, so the CR stays Hibernating under a Wake desire.
+      await world.annotatePod(NS, POD, { [Annotations.lifecycleState]: 'hibernating' });
+      await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
+      await waitFor('Hibernating', () => world.cr(NS, 'hib')?.status?.phase === 'Hibernating');
+      await world.putCR({ ...world.cr(NS, 'hib')!, desire: 'Wake' });
+      await world.setDesire(NS, POD, 'Wake');
+      await settled(world);
+      expect([hibernate(world), world.cr(NS, 'hib')?.status?.phase]).toEqual(['true', 'Hibernating']);
+      expect(world.calls.filter((c) => c.includes(`"${Annotations.hibernate}":null`))).toEqual([]);
+    });
+  });
+
+  it('a CocoonHibernation that wants the VM awake and came first holds it: the set’s Hibernate waits, its conflict recorded; the CR deleted, the set hibernates the VM', async () => {
+    await withWorld(env, async (world) => {
+      await setPod(world);
+      await world.putCR({ namespace: NS, name: 'awake', podRef: POD, desire: 'Wake' });
+      await waitFor('Active', () => world.cr(NS, 'awake')?.status?.phase === 'Active');
+      await world.setDesire(NS, POD, 'Hibernate');
+      const s = await settled(world);
+      expect(hibernate(world)).toBeUndefined();
+      expect(s.holder).toBe('awake');
+      expect(s.setDesire?.conflict).toBe(
+        "VM vk-ns-demo-0 is held by cocoonhibernation awake (desire Wake, created first); the set's hibernate waits until that one is deleted or wants Hibernate",
+      );
+      await world.deleteCR(NS, 'awake');
+      await waitFor('hibernate annotation', () => hibernate(world) === 'true');
+      expect((await settled(world)).setDesire?.conflict).toBeUndefined();
+    });
+  });
+
+  it('a CocoonHibernation that wants the VM awake and came after the set’s Hibernate loses: DesireConflict on the CR, the annotation stays', async () => {
+    await withWorld(env, async (world) => {
+      await setPod(world);
+      await world.setDesire(NS, POD, 'Hibernate');
+      await waitFor('hibernate annotation', () => hibernate(world) === 'true');
+      // The world's CRs are created in 2026-01-01; the set's desire is newer (workflow time): make the CR newer.
+      await world.putCR({
+        namespace: NS,
+        name: 'late',
+        podRef: POD,
+        desire: 'Wake',
+        creationTimestamp: new Date(Date.now() + 3_600_000).toISOString(),
+      });
+      await waitFor('DesireConflict', () => conflictOf(world, 'late')?.status === 'True');
+      expect(conflictOf(world, 'late')?.message).toBe(
+        'VM vk-ns-demo-0 is held by cocoonset demo, which is suspended (created first); desire Wake waits until the set is un-suspended',
+      );
+      await settled(world);
+      expect(hibernate(world)).toBe('true');
+      // Un-suspended: the CR's Wake goes ahead.
+      await world.setDesire(NS, POD, 'Wake');
+      await waitFor('CR Waking or Active', () =>
+        ['Waking', 'Active'].includes(world.cr(NS, 'late')?.status?.phase ?? ''),
+      );
+      expect(hibernate(world)).toBeUndefined();
+    });
+  });
+
+  it('a CocoonHibernation deleted while the set is suspended neither wakes the VM nor drops its tag', async () => {
+    await withWorld(env, async (world) => {
+      await setPod(world);
+      await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
+      await waitFor('annotated', () => hibernate(world) === 'true');
+      await world.vkHibernated(NS, POD, VM);
+      await waitFor('Hibernated', () => world.cr(NS, 'hib')?.status?.phase === 'Hibernated');
+      await world.setDesire(NS, POD, 'Hibernate');
+      await world.deleteCR(NS, 'hib');
+      await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
+      await settled(world);
+      expect(hibernate(world)).toBe('true');
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+      expect(world.calls.filter((c) => c.startsWith('DELETE'))).toEqual([]);
+    });
+  });
+
+  it('a Hibernate desire for a pod that is gone is dropped and the workflow completes', async () => {
+    await withWorld(env, async (world) => {
+      await world.setDesire(NS, POD, 'Hibernate');
+      await env.client.workflow.getHandle(vmWorkflowId(NS, POD)).result();
+      expect(world.calls.filter((c) => c.startsWith('patchPod'))).toEqual([]);
+    });
+  });
+});
