@@ -36,6 +36,7 @@ import {
   podReady,
   restoreFromHibernate,
   vmIDOf,
+  vmNameForAgent,
   vmNameOf,
 } from '../api/pod.js';
 import type { CocoonHibernation, CocoonSet, CocoonSetPhase, ToolboxSpec } from '../api/types.js';
@@ -52,9 +53,9 @@ import {
   subSlotsAscending,
 } from './classify.js';
 import { podSpecMatchesAgent, podSpecMatchesToolbox } from './drift.js';
-import { buildAgentPod, buildToolboxPod, toolboxPodName } from './pods.js';
+import { buildAgentPod, buildToolboxPod, preferredHostnameAffinity, toolboxPodName } from './pods.js';
 import { readRebuildHistory, triageSubAgent } from './rebuild.js';
-import { markRestoreIfHibernated, podsHibernatedByCR, podsRestorableByCR } from './restore.js';
+import { markRestoreIfHibernated, podsHibernatedByCR, podsRestorableByCR, vmsHeldByCR } from './restore.js';
 import { buildStatus, type CocoonSetStatus, planStatusWrite } from './status.js';
 import { invalidSpecReason } from './validate.js';
 import { hibernatePolicyOf, replicasOf } from './vmspec.js';
@@ -103,12 +104,23 @@ export interface PassInput {
    * its message (`vmDesireConflict`): a suspending set shows it on its status.
    */
   desireConflicts?: Readonly<Record<string, string>>;
+  /**
+   * `hibernatePolicy: release` (docs/cocoonset.md#seat-release): the release suspend frees the pods' node
+   * seats, and the released-seat wake restores the main. The workflow sets it behind `patched()`; without
+   * it, the release suspend is handed over (`delegate`) and the wake is offered to `io` (which declines).
+   */
+  seatRelease?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
 export type PassMetric = Extract<
   keyof OperatorMetrics,
-  'subagentRebuildTotal' | 'subagentDeadLetterTotal' | 'lifecycleStateFailedObservedTotal'
+  | 'subagentRebuildTotal'
+  | 'subagentDeadLetterTotal'
+  | 'lifecycleStateFailedObservedTotal'
+  | 'slotReleasePodsDeletedTotal'
+  | 'slotReleaseWakeTotal'
+  | 'slotReleaseWakeUnschedulableTotal'
 >;
 
 /**
@@ -128,6 +140,10 @@ export type PassAction =
   | { id: string; type: 'createPod'; pod: V1Pod }
   /** Read a pod (from the cache). Outcome: pod | error (NotFound is an error here). */
   | { id: string; type: 'getPod'; pod: string }
+  /** Read a pod from the apiserver, not a cache (the wake's delete check). Outcome: pod | notFound | error. */
+  | { id: string; type: 'readPod'; pod: string }
+  /** Registry `DeleteManifest(vmName, "hibernate")`; absent counts as done. Outcome: ok | error. */
+  | { id: string; type: 'dropHibernateTag'; vmName: string }
   /** List all CocoonHibernations in the namespace. Outcome: hibernations | error. */
   | { id: string; type: 'listHibernations'; namespace: string }
   /** Registry `HasManifest(vmName, "hibernate")`. Outcome: probe | error. */
@@ -315,6 +331,8 @@ interface PassState {
   input: PassInput;
   /** Annotations written to the CocoonSet so far (mirrored into later reads). */
   written: Record<string, string>;
+  /** Annotations removed from the CocoonSet so far (hidden from later reads). */
+  cleared?: Set<string>;
   /** The namespace's CocoonHibernation List of this pass, once asked for. */
   crs?: Promise<{ items: CocoonHibernation[] } | { error: string }>;
   /** The pass is ending with an error (its failure status is being written). */
@@ -394,11 +412,10 @@ async function build(st: PassState, prefix: string, fn: () => V1Pod): Promise<V1
 
 /** The CocoonSet with the annotations written in this pass (Go mirrors them into the in-memory object). */
 function currentCS(st: PassState): CocoonSet {
-  if (Object.keys(st.written).length === 0) return st.cs;
-  return {
-    ...st.cs,
-    metadata: { ...st.cs.metadata, annotations: { ...(st.cs.metadata.annotations ?? {}), ...st.written } },
-  };
+  if (Object.keys(st.written).length === 0 && !st.cleared?.size) return st.cs;
+  const annotations = { ...(st.cs.metadata.annotations ?? {}), ...st.written };
+  for (const k of st.cleared ?? []) delete annotations[k];
+  return { ...st.cs, metadata: { ...st.cs.metadata, annotations } };
 }
 
 /** The namespace's CocoonHibernations, listed at most once per pass; a List error is kept too. */
@@ -867,9 +884,19 @@ async function suspendRetain(st: PassState): Promise<never> {
     return finish(st, { requeue: true });
   }
   const pods = podsInNameOrder(st.c);
+  await hibernateAll(st, pods);
+  return writeStatusAndFinish(st, 'Suspended', {});
+}
+
+/**
+ * Asks every pod's VM workflow to hibernate its VM and runs the completion gate (`suspendGate`); while the
+ * gate is closed, ends the pass `Suspending` (with any DesireConflict on `Progressing`) and a 5 s requeue.
+ * Returns only when every pod is done.
+ */
+async function hibernateAll(st: PassState, pods: V1Pod[]): Promise<void> {
   await askVMs(st, pods, 'Hibernate', 'ask the VM workflow to hibernate');
   const waiting = await suspendGate(st, pods);
-  if (waiting === undefined) return writeStatusAndFinish(st, 'Suspended', {});
+  if (waiting === undefined) return;
   const conflicts = pods.flatMap((p) => {
     const m = st.input.desireConflicts?.[p.metadata?.name ?? ''];
     return m === undefined ? [] : [`pod ${p.metadata?.name}: ${m}`];
@@ -883,6 +910,210 @@ async function suspendRetain(st: PassState): Promise<never> {
       : undefined,
   );
   return finish(st, { requeueAfterMs: REQUEUE_SUSPEND_POLL_MS }, status);
+}
+
+/** Writes CocoonSet annotations (`null` deletes); a failure ends the pass with the reference's wording. */
+async function annotateSet(
+  st: PassState,
+  id: string,
+  annotations: Record<string, string | null>,
+): Promise<void> {
+  const o = await st.r.run({ id, type: 'patchCocoonSetAnnotations', annotations });
+  const err = errText(o);
+  if (err !== undefined)
+    return fail(
+      st,
+      `patch cocoonset ${st.ns}/${st.name} annotation ${Object.keys(annotations).join(',')}: ${err}`,
+    );
+  for (const [k, v] of Object.entries(annotations)) {
+    if (v === null) {
+      delete st.written[k];
+      (st.cleared ??= new Set()).add(k);
+    } else {
+      st.written[k] = v;
+      st.cleared?.delete(k);
+    }
+  }
+}
+
+/**
+ * Suspend with `hibernatePolicy: release` (reference `reconcileSuspendRelease`; docs/cocoonset.md#seat-release):
+ * 1. No registry: fail closed (the snapshot could be neither checked nor restored).
+ * 2. No pods (already released, or suspended before the first boot): `Suspended`, done.
+ * 3. Hibernate every VM through its VM workflow and wait for the completion gate (`hibernateAll`).
+ * 4. Before any delete: the VM names for the deletion GC (`delete-vm-names`, the union of the status, the
+ *    annotation and the pods), and the main's node as the wake's hint (`hibernated-on-node`).
+ * 5. Per pod in name order (terminal pods are kept for triage): `keep-snapshot-on-delete` (best effort: its
+ *    loss only costs the wake a pull), then the delete, counted in `slot_release_pods_deleted_total`.
+ * 6. `Suspended` in the same pass (the receipt the wake keys on), and a 5 s requeue.
+ * Never deletes a tag.
+ */
+async function suspendRelease(st: PassState): Promise<never> {
+  if (!st.input.registryConfigured)
+    return fail(st, `hibernatePolicy=release on ${st.ns}/${st.name} requires a configured registry`);
+  const pods = podsInNameOrder(st.c);
+  if (pods.length === 0) return writeStatusAndFinish(st, 'Suspended', {});
+  await hibernateAll(st, pods);
+  const cs = currentCS(st);
+  const names = new Set<string>();
+  for (const a of cs.status?.agents ?? []) if (a.vmName) names.add(a.vmName);
+  for (const t of cs.status?.toolboxes ?? []) if (t.vmName) names.add(t.vmName);
+  for (const n of (cs.metadata.annotations?.[Annotations.deleteVMNames] ?? '').split(','))
+    if (n.trim() !== '') names.add(n.trim());
+  for (const p of pods) if (vmNameOf(p) !== '') names.add(vmNameOf(p));
+  const joined = [...names].sort().join(',');
+  if (joined !== '' && joined !== (cs.metadata.annotations?.[Annotations.deleteVMNames] ?? '')) {
+    const o = await st.r.run({
+      id: 'stash-vm-names',
+      type: 'patchCocoonSetAnnotations',
+      annotations: { [Annotations.deleteVMNames]: joined },
+    });
+    const err = errText(o);
+    if (err !== undefined) return fail(st, `stash vm names before slot release: ${err}`);
+    st.written[Annotations.deleteVMNames] = joined;
+  }
+  const node = st.c.main?.spec?.nodeName ?? '';
+  if (node !== '') await annotateSet(st, 'hint', { [Annotations.hibernatedOnNode]: node });
+  for (const pod of pods) {
+    if (isTerminal(pod)) continue;
+    const podName = pod.metadata?.name ?? '';
+    if (pod.metadata?.annotations?.[Annotations.keepSnapshotOnDelete] !== 'true') {
+      // Best effort: the outcome is not checked (a lost flag costs the wake a registry pull; failing here
+      // would forfeit the seat).
+      await st.r.run({
+        id: `keep-snapshot:${podName}`,
+        type: 'patchPodAnnotations',
+        pod: podName,
+        annotations: { [Annotations.keepSnapshotOnDelete]: 'true' },
+      });
+    }
+    await deletePod(st, podName, `slot release: delete pod ${st.ns}/${podName}`);
+    st.r.effect({
+      id: `metric:slotReleasePodsDeletedTotal:${podName}`,
+      type: 'metric',
+      metric: 'slotReleasePodsDeletedTotal',
+      labels: { namespace: st.ns, cocoonset: st.name },
+    });
+  }
+  return writeStatusAndFinish(st, 'Suspended', { requeueAfterMs: REQUEUE_SUSPEND_POLL_MS });
+}
+
+/**
+ * The message of a `PodScheduled=False` condition with reason `Unschedulable` (the scheduler's, e.g. `0/1
+ * nodes are available: …`), or '' (also for such a condition with an empty message, as the reference).
+ */
+export function podUnschedulable(pod: V1Pod): string {
+  const c = (pod.status?.conditions ?? []).find(
+    (x) => x.type === 'PodScheduled' && x.status === 'False' && x.reason === 'Unschedulable',
+  );
+  return c?.message ?? '';
+}
+
+/**
+ * The released-seat wake (reference `reconcileWake`; docs/cocoonset.md#seat-release), before un-suspend and
+ * before the main's create (whose restore intent only looks at CocoonHibernations). Engages on the phase,
+ * not the policy: `Waking`, `Suspended`, `Suspending` with the node hint, or an unfinished wake whose
+ * `Waking` was overwritten (a restore-marked, non-hibernating main while the hint is set). Returns when
+ * it does not handle the pass ("not handled": the pass goes on); else ends it.
+ * - No main: `startReleasedWake`.
+ * - Waking, VM not live: `WakeNoCapacity` (Warning Event, `slot_release_wake_unschedulable_total`) while the
+ *   scheduler finds no seat; `Waking`; look again in 5 s.
+ * - Waking, VM live: drop the `:hibernate` tag (unless the main is being hibernated again or a live
+ *   CocoonHibernation needs the tag: ours, the reference drops it unconditionally), then, only while the
+ *   hint is still there, score the placement (`slot_release_wake_total{placement=hint-node|pool}`) and clear
+ *   the hint (so a stale-status re-entry never scores twice); derived phase; run again at once.
+ * - Suspended/Suspending with the hint and a visible, non-terminal main: read it from the apiserver; gone or
+ *   terminating → a stale cache, wait 5 s; alive → its delete never ran: not handled (un-suspend wakes it in
+ *   place).
+ */
+async function releasedWake(st: PassState): Promise<void> {
+  const cs = currentCS(st);
+  const main = st.c.main;
+  const hint = cs.metadata.annotations?.[Annotations.hibernatedOnNode] ?? '';
+  const phase = cs.status?.phase;
+  const cleanupPending =
+    main !== undefined && restoreFromHibernate(main) && !hibernateRequested(main) && hint !== '';
+  const waking = phase === 'Waking' || cleanupPending;
+  const suspended = phase === 'Suspended';
+  const suspending = phase === 'Suspending' && hint !== '';
+  if ((!waking && !suspended && !suspending) || !st.input.registryConfigured) return;
+  if (!main) return startReleasedWake(st, hint);
+  const mainName = main.metadata?.name ?? '';
+  if (waking && !vmLive(main)) {
+    const msg = podUnschedulable(main);
+    if (msg !== '') {
+      st.r.effect({
+        id: 'metric:slotReleaseWakeUnschedulableTotal',
+        type: 'metric',
+        metric: 'slotReleaseWakeUnschedulableTotal',
+        labels: { namespace: st.ns, cocoonset: st.name },
+      });
+      st.r.effect({
+        id: `event:${EventReasons.wakeNoCapacity}`,
+        type: 'event',
+        eventType: 'Warning',
+        reason: EventReasons.wakeNoCapacity,
+        message: `main pod ${mainName} unschedulable: ${msg}`,
+      });
+    }
+    return writeStatusAndFinish(st, 'Waking', { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });
+  }
+  if (waking) {
+    const vm = vmNameOf(main);
+    if (!hibernateRequested(main)) {
+      const crs = await hibernations(st);
+      if ('error' in crs) return fail(st, crs.error);
+      if (!vmsHeldByCR(st.ns, crs.items).has(vm)) {
+        const o = await st.r.run({ id: `drop-tag:${vm}`, type: 'dropHibernateTag', vmName: vm });
+        const err = errText(o);
+        if (err !== undefined) return fail(st, `wake: drop hibernate snapshot ${vm}: ${err}`);
+      }
+    }
+    if (hint !== '') {
+      const placement = hint === (main.spec?.nodeName ?? '') ? 'hint-node' : 'pool';
+      st.r.effect({
+        id: 'metric:slotReleaseWakeTotal',
+        type: 'metric',
+        metric: 'slotReleaseWakeTotal',
+        labels: { namespace: st.ns, cocoonset: st.name, placement },
+      });
+      await annotateSet(st, 'clear-hint', { [Annotations.hibernatedOnNode]: null });
+    }
+    return writeStatusAndFinish(st, '', { requeue: true });
+  }
+  if (hint === '' || isTerminal(main)) return;
+  const o = await st.r.run({ id: `confirm-delete:${mainName}`, type: 'readPod', pod: mainName });
+  if (o.kind === 'notFound' || (o.kind === 'pod' && o.pod.metadata?.deletionTimestamp != null))
+    return finish(st, { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });
+  const err = errText(o);
+  if (err !== undefined) return fail(st, `wake: confirm delete of ${st.ns}/${mainName}: ${err}`);
+}
+
+/**
+ * `startReleasedWake` (docs/cocoonset.md#seat-release): probe the main's `:hibernate` tag (an error fails
+ * closed: falling through would boot fresh over the snapshot); absent → not handled (never booted: the
+ * normal flow boots it). Else persist `Waking` first, then create the main restoring from the tag, with the
+ * weight-100 preferred affinity to the hint unless the pod has an affinity already (the pin wins; the pool
+ * and CPU-class selectors always apply; the wake pod never gets a `spec.nodeName`); 5 s to look again
+ * (also on AlreadyExists: the old pod is still terminating).
+ */
+async function startReleasedWake(st: PassState, hint: string): Promise<void> {
+  const vm = vmNameForAgent(st.ns, st.name, 0);
+  const probe = await st.r.run({ id: `wake-probe:${vm}`, type: 'probeHibernate', vmName: vm });
+  if (probe.kind !== 'probe')
+    return fail(st, `wake: probe hibernate snapshot ${vm}: ${errText(probe) ?? 'unexpected outcome'}`);
+  if (!probe.present) return;
+  await writeStatus(st, 'Waking', 'status-waking');
+  const pod = await build(st, 'wake: build main', () => buildAgentPod(st.cs, 0, '', ''));
+  pod.metadata!.annotations = {
+    ...(pod.metadata!.annotations ?? {}),
+    [Annotations.restoreFromHibernate]: 'true',
+  };
+  if (hint !== '' && pod.spec!.affinity === undefined) pod.spec!.affinity = preferredHostnameAffinity(hint);
+  const o = await st.r.run({ id: `create:${pod.metadata!.name}`, type: 'createPod', pod });
+  const err = errText(o);
+  if (err !== undefined) return fail(st, `wake: create main: ${err}`);
+  return finish(st, { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });
 }
 
 /** Ends the pass by handing it to `flow`, once the queued effects have run (so events precede it). */
@@ -948,16 +1179,18 @@ async function reconcile(st: PassState): Promise<never> {
       });
     }
   }
-  // 8. Suspend (retain); release is an extension point.
+  // 8. Suspend: retain, or release (seat release).
   if (cs.spec.suspend) {
-    if (hibernatePolicyOf(cs) === 'release') return handOver(st, 'suspendRelease');
+    if (hibernatePolicyOf(cs) === 'release')
+      return st.input.seatRelease ? suspendRelease(st) : handOver(st, 'suspendRelease');
     if (st.input.setDesires) return suspendRetain(st);
     return handOver(st, 'suspend');
   }
   // 9. Migration — extension point (offered only when its entry gate can engage).
   if (migrationMayEngage(cs, main, st.input.registryConfigured)) await offer(st, 'migration');
-  // 10. Released-seat wake — extension point.
-  if (wakeMayEngage(cs, main, st.input.registryConfigured)) await offer(st, 'wake');
+  // 10. Released-seat wake.
+  if (st.input.seatRelease) await releasedWake(st);
+  else if (wakeMayEngage(cs, main, st.input.registryConfigured)) await offer(st, 'wake');
   // 11. Un-suspend: clear leftover hibernate annotations, except on CR-owned pods. With `setDesires` the
   // pods' VM workflows decide (they know the CocoonHibernations): no List here.
   const hibernating = podsInNameOrder(c).filter(hibernateRequested);

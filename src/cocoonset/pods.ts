@@ -156,6 +156,23 @@ export function requiredHostnameAffinity(node: string): V1Affinity {
 }
 
 /**
+ * Preferred node affinity `kubernetes.io/hostname In [node]`, weight 100: the released-seat wake's hint
+ * (docs/cocoonset.md#seat-release). It never relaxes the pool and CPU-class selectors, which are hard.
+ */
+export function preferredHostnameAffinity(node: string): V1Affinity {
+  return {
+    nodeAffinity: {
+      preferredDuringSchedulingIgnoredDuringExecution: [
+        {
+          weight: 100,
+          preference: { matchExpressions: [{ key: Labels.hostname, operator: 'In', values: [node] }] },
+        },
+      ],
+    },
+  };
+}
+
+/**
  * `buildAgentPod(cs, slot, mainVMName, bindNodeName)` (docs/cocoonset.md#pods). Slot 0 is the main (role
  * `main`, no fork-from); slot ≥ 1 is a sub-agent forking from `mainVMName`. VM annotations from
  * `vmSpecFromAgent`, resources + storage, envFrom, service account when set. A non-empty

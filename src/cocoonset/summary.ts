@@ -11,7 +11,8 @@
  *   cut to LIFECYCLE_MESSAGE_MAX characters (it only goes into an Event, itself cut at 1 KiB);
  * - spec: nodeName, the pool and CPU-class node selector, serviceAccountName, container 0's name,
  *   resources (limits/requests) and envFrom;
- * - status: phase, the Ready condition, and one container status with `state.running` when any runs.
+ * - status: phase, the Ready condition, a `PodScheduled=False Unschedulable` condition with its message (the
+ *   released-seat wake's `WakeNoCapacity`), and one container status with `state.running` when any runs.
  *
  * Pure; `summarizePod(summarizePod(p))` equals `summarizePod(p)`.
  */
@@ -112,9 +113,25 @@ export function summarizePod(pod: V1Pod): V1Pod {
   }
   if (pod.status) {
     const ready = pod.status.conditions?.find((c) => c.type === 'Ready');
+    const unschedulable = pod.status.conditions?.find(
+      (c) => c.type === 'PodScheduled' && c.status === 'False' && c.reason === 'Unschedulable',
+    );
+    const conditions = [
+      ...(ready ? [{ type: 'Ready', status: ready.status }] : []),
+      ...(unschedulable
+        ? [
+            {
+              type: 'PodScheduled',
+              status: 'False',
+              reason: 'Unschedulable',
+              message: (unschedulable.message ?? '').slice(0, LIFECYCLE_MESSAGE_MAX),
+            },
+          ]
+        : []),
+    ];
     out.status = {
       ...(pod.status.phase ? { phase: pod.status.phase } : {}),
-      ...(ready ? { conditions: [{ type: 'Ready', status: ready.status }] } : {}),
+      ...(conditions.length > 0 ? { conditions } : {}),
       ...(containerRunning(pod)
         ? {
             containerStatuses: [

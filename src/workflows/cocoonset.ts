@@ -50,6 +50,7 @@ import { cocoonSetObservedSignal, ownedPodObservedSignal } from '../watcher/coco
 import {
   backoffDelay,
   errorMessage,
+  isNotFound,
   kubeActivityOptions,
   olderThan,
   registryActivityOptions,
@@ -333,6 +334,7 @@ async function drive(
     subAgentsWaitForHibernatingMain: patched('sub-agents-wait-for-hibernating-main'),
     batchPodLoops: patched('batch-pod-loops'),
     setDesires: patched('set-desires'),
+    seatRelease: patched('seat-release'),
     desireConflicts: state.desireConflicts,
   };
   const end = await reconcilePass(passInput, {
@@ -437,6 +439,16 @@ async function execute(
         return { kind: await kube.cocoonSetCreatePod({ namespace, pod: a.pod }) };
       case 'getPod':
         return { kind: 'pod', pod: await kube.cocoonSetGetPod({ namespace, pod: a.pod }) };
+      case 'readPod':
+        try {
+          return { kind: 'pod', pod: await kube.cocoonSetGetPod({ namespace, pod: a.pod }) };
+        } catch (err) {
+          if (isNotFound(err)) return { kind: 'notFound' };
+          throw err;
+        }
+      case 'dropHibernateTag':
+        await registry.deleteManifest({ vmName: a.vmName, tag: Tags.hibernate });
+        return { kind: 'ok' };
       case 'listHibernations':
         return {
           kind: 'hibernations',

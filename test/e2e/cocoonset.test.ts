@@ -913,6 +913,106 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     }
   });
 
+  it('hibernatePolicy release on a one-seat node: suspend frees the seat (pod deleted, tag kept, node hint); with the seat taken meanwhile the wake reports WakeNoCapacity; once the seat frees the main is restored on the hinted node from its snapshot, the tag dropped, the hint cleared', async () => {
+    const pool = `${ns}-rel`;
+    const node = `${ns}-rel-node`;
+    const one = new VkSimulator({
+      kube: kube.kc,
+      registry,
+      nodeName: node,
+      pool,
+      cpuClass: place.cpuClass,
+      seats: 1,
+      tickMs: 500,
+    });
+    const releaseSpec = (): CocoonSet['spec'] => ({
+      ...realisticSpec(AGENT_V1, TOOLBOX_IMAGE, { pool, cpuClass: place.cpuClass }),
+      agent: { image: AGENT_V1, replicas: 0 },
+      toolboxes: [],
+      hibernatePolicy: 'release',
+    });
+    const name = 'release';
+    const mainPod = `${name}-0`;
+    const vm = vmOf(name, 0);
+    try {
+      await one.start();
+      await createSet(name, releaseSpec());
+      await sets.waitPhase(name, 'Running', BRING_UP_MS);
+      const first = (await podsOf(name)).get(mainPod)!;
+      expect(first.spec?.nodeName).toBe(node);
+
+      await sets.patchSpec(name, { suspend: true });
+      const suspended = await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
+      await waitFor(
+        'the main pod deleted',
+        async () => ((await podsOf(name)).has(mainPod) ? undefined : true),
+        QUICK_MS,
+      );
+      expect(suspended.metadata.annotations?.[Annotations.hibernatedOnNode]).toBe(node);
+      expect(suspended.metadata.annotations?.[Annotations.deleteVMNames]).toBe(vm);
+      expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
+      // The keep-snapshot flag was on the pod before its delete (the recorder saw every version of it).
+      expect(rec.podHistory(mainPod).some((x) => x.uid === first.metadata?.uid && x.keepSnapshot)).toBe(true);
+      expect(
+        metricSum(await metrics(), 'cocoon_operator_slot_release_pods_deleted_total', { cocoonset: name }),
+      ).toBe(1);
+
+      // Another set takes the only seat meanwhile.
+      await createSet('blocker', releaseSpec());
+      await sets.waitPhase('blocker', 'Running', BRING_UP_MS);
+
+      const startedBefore = one.state().started.length;
+      await sets.patchSpec(name, { suspend: false });
+      await waitFor(
+        'WakeNoCapacity',
+        async () => ((await setEvents(name, EventReasons.wakeNoCapacity)).length > 0 ? true : undefined),
+        QUICK_MS,
+      );
+      const [noCapacity] = await setEvents(name, EventReasons.wakeNoCapacity);
+      expect(noCapacity!.type).toBe('Warning');
+      expect(noCapacity!.message).toContain(`main pod ${mainPod} unschedulable: 0/1 nodes are available`);
+      expect((await sets.get(name))?.status?.phase).toBe('Waking');
+      const restorePod = (await podsOf(name)).get(mainPod)!;
+      expect(restorePod.metadata?.annotations?.[Annotations.restoreFromHibernate]).toBe('true');
+      expect(restorePod.spec?.nodeName ?? '').toBe('');
+      expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
+      expect(
+        metricSum(await metrics(), 'cocoon_operator_slot_release_wake_unschedulable_total', {
+          cocoonset: name,
+        }),
+      ).toBeGreaterThan(0);
+
+      await sets.delete('blocker');
+      await sets.waitUntil('blocker', 'gone', (x) => x === undefined, QUICK_MS);
+      const running = await sets.waitPhase(name, 'Running', BRING_UP_MS);
+      expect(running.metadata.annotations?.[Annotations.hibernatedOnNode]).toBeUndefined();
+      const restored = one
+        .state()
+        .started.slice(startedBefore)
+        .filter((v) => v.name === vm);
+      expect(restored).toHaveLength(1);
+      expect(restored[0]!.source).toMatch(new RegExp(`^restore .*${vm}`));
+      expect((await podsOf(name)).get(mainPod)?.spec?.nodeName).toBe(node);
+      await waitFor(
+        'the tag dropped once the VM is live',
+        async () => ((await headTag(registry, vm, Tags.hibernate)) === 404 ? true : undefined),
+        QUICK_MS,
+      );
+      expect(
+        metricSum(await metrics(), 'cocoon_operator_slot_release_wake_total', {
+          cocoonset: name,
+          placement: 'hint-node',
+        }),
+      ).toBe(1);
+    } finally {
+      for (const set of [name, 'blocker']) await sets.delete(set).catch(() => undefined);
+      for (const set of [name, 'blocker'])
+        await sets.waitUntil(set, 'gone', (x) => x === undefined, QUICK_MS).catch(() => undefined);
+      await one.stop();
+      await kube.core.deleteNode({ name: node }).catch(() => undefined);
+    }
+  });
+
   it('a main hibernated by a CocoonHibernation and then deleted is recreated with restore-from-hibernate, and its VM comes back from the snapshot', async () => {
     const name = 'restore';
     const mainPod = `${name}-0`;

@@ -53,6 +53,8 @@ export interface PodSnapshot {
   phase: string;
   deleting: boolean;
   restore: boolean;
+  /** `vm.cocoonstack.io/keep-snapshot-on-delete` is "true" (a seat release marks it before the delete). */
+  keepSnapshot: boolean;
 }
 
 /** One version of a CocoonSet as the watch delivered it. */
@@ -188,6 +190,7 @@ function podSnapshot(type: string, pod: V1Pod): PodSnapshot {
     phase: pod.status?.phase ?? '',
     deleting: pod.metadata?.deletionTimestamp != null,
     restore: restoreFromHibernate(pod),
+    keepSnapshot: pod.metadata?.annotations?.[Annotations.keepSnapshotOnDelete] === 'true',
   };
 }
 

@@ -9,7 +9,12 @@ import type { History } from '@temporalio/common/lib/proto-utils.js';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { vmWorkflowId } from '../../src/api/ids.js';
 import { Annotations, EventReasons } from '../../src/api/keys.js';
-import { hibernatedPodAnnotations, vmPodAnnotations, withFinalizer } from '../support/builders.js';
+import {
+  hibernatedPodAnnotations,
+  newCocoonSet,
+  vmPodAnnotations,
+  withFinalizer,
+} from '../support/builders.js';
 import { waitFor } from '../support/wait.js';
 import {
   CocoonSetWorld,
@@ -351,6 +356,55 @@ export const scenarios: Scenario[] = [
         await waitFor('Running again', () => w.cs?.status?.phase === 'Running');
         await w.settled(env);
         return { 'cocoonset-suspend': await env.client.workflow.getHandle(w.workflowId).fetchHistory() };
+      });
+    },
+  },
+  {
+    name: 'cocoonset-release',
+    covers:
+      'hibernatePolicy release: suspend hibernates, stashes names and hint, keep-snapshot, deletes the pod, Suspended; un-suspend: probe, Waking, restore pod with the hint, live, tag dropped, hint cleared, Running',
+    record: async (env) => {
+      const cs = newCocoonSet('demo', withFinalizer, (c) => {
+        c.metadata.generation = 1;
+        c.spec.hibernatePolicy = 'release';
+      });
+      const pods = convergedPods(cs);
+      pods[0]!.spec!.nodeName = 'node-a';
+      return withCocoonSetWorld(env, new CocoonSetWorld(cs, pods), async (w) => {
+        await w.start();
+        await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+        await w.editSpec((c) => (c.spec.suspend = true));
+        await waitFor(
+          'annotated',
+          () => w.pod('demo-0')?.metadata?.annotations?.[Annotations.hibernate] === 'true',
+        );
+        w.tags.add(`${MAIN_VM}:hibernate`);
+        await w.updatePod('demo-0', (p) => {
+          p.metadata!.annotations = {
+            ...p.metadata!.annotations,
+            [Annotations.lifecycleState]: 'hibernated',
+            [Annotations.lifecycleObservedGeneration]: '2',
+          };
+          p.status = { phase: 'Running' };
+        });
+        await waitFor('Suspended', () => w.cs?.status?.phase === 'Suspended');
+        await w.editSpec((c) => (c.spec.suspend = false));
+        await waitFor('restore pod', () => w.pods.has('demo-0'));
+        await waitFor('Waking', () => w.cs?.status?.phase === 'Waking');
+        await w.updatePod('demo-0', (p) => {
+          p.spec!.nodeName = 'node-a';
+          p.metadata!.annotations = { ...p.metadata!.annotations, [Annotations.vmID]: 'vm-restored' };
+          p.status = {
+            phase: 'Running',
+            conditions: [{ type: 'Ready', status: 'True' }],
+            containerStatuses: [
+              { name: 'agent', image: '', imageID: '', ready: true, restartCount: 0, state: { running: {} } },
+            ],
+          };
+        });
+        await waitFor('Running again', () => w.cs?.status?.phase === 'Running');
+        await w.settled(env);
+        return { 'cocoonset-release': await env.client.workflow.getHandle(w.workflowId).fetchHistory() };
       });
     },
   },

@@ -725,7 +725,7 @@ describe('un-suspend', () => {
 });
 
 describe('extension points', () => {
-  it('delegates the release suspend (and, before set-desires, the retain one), after the failed-main check', async () => {
+  it('before seat-release / set-desires: delegates the release suspend (and the retain one), after the failed-main check', async () => {
     const cs = finalizedSet((c) => (c.spec.suspend = true));
     expect(
       await new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]).pass({ setDesires: false }),
@@ -737,7 +737,10 @@ describe('extension points', () => {
       c.spec.suspend = true;
       c.spec.hibernatePolicy = 'release';
     });
-    expect(await new PlanWorld(rel).pass()).toEqual({ kind: 'delegate', flow: 'suspendRelease' });
+    expect(await new PlanWorld(rel).pass({ seatRelease: false })).toEqual({
+      kind: 'delegate',
+      flow: 'suspendRelease',
+    });
     const dead = new PlanWorld(cs, [failed(buildAgentPod(cs, 0, '', ''))]);
     expect(done(await dead.pass()).result.error).toBeUndefined();
     expect(dead.cs.status!.phase).toBe('Failed');

@@ -41,6 +41,10 @@ export class PlanWorld {
   readonly events: { eventType: string; reason: string; message: string }[] = [];
   readonly metrics: { metric: string; labels: Record<string, string> }[] = [];
   readonly statusPatches: unknown[] = [];
+  /** Registry tags the passes dropped (`<vm>:hibernate`), in order. */
+  readonly droppedTags: string[] = [];
+  /** When set, every apiserver read of a pod (`readPod`) fails with this text. */
+  readPodError?: string;
   /** The set's desires sent to VM workflows (`askVM`), in order; the world changes nothing for them. */
   readonly asks: { pod: string; desire: string }[] = [];
 
@@ -104,6 +108,15 @@ export class PlanWorld {
       case 'askVM':
         this.asks.push({ pod: a.pod, desire: a.desire });
         return { kind: 'ok' };
+      case 'readPod': {
+        if (this.readPodError !== undefined) return { kind: 'error', message: this.readPodError };
+        const p = this.pods.get(a.pod);
+        return p ? { kind: 'pod', pod: clone(p) } : { kind: 'notFound' };
+      }
+      case 'dropHibernateTag':
+        this.droppedTags.push(`${a.vmName}:hibernate`);
+        this.tags.delete(`${a.vmName}:hibernate`);
+        return { kind: 'ok' };
     }
   }
 
@@ -122,6 +135,7 @@ export class PlanWorld {
       subAgentsWaitForHibernatingMain?: boolean;
       batchPodLoops?: boolean;
       setDesires?: boolean;
+      seatRelease?: boolean;
       desireConflicts?: Record<string, string>;
     } = {},
   ): Promise<PassEnd> {
@@ -133,6 +147,7 @@ export class PlanWorld {
       subAgentsWaitForHibernatingMain: opts.subAgentsWaitForHibernatingMain ?? true,
       batchPodLoops: opts.batchPodLoops ?? true,
       setDesires: opts.setDesires ?? true,
+      seatRelease: opts.seatRelease ?? true,
       desireConflicts: opts.desireConflicts,
     };
     const ran = new Set<string>();

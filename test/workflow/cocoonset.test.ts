@@ -4,7 +4,7 @@ import { Annotations, EventReasons } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { toolboxVMName } from '../../src/cocoonset/pods.js';
 import { lastDeletedMs, readRebuildHistory } from '../../src/cocoonset/rebuild.js';
-import { RECONCILE_FAILED, SUSPEND_NOT_IMPLEMENTED } from '../../src/workflows/cocoonset.js';
+import { RECONCILE_FAILED } from '../../src/workflows/cocoonset.js';
 import { vmDesireConflictSignal } from '../../src/workflows/messages.js';
 import { hibernation, IMAGE, newCocoonSet, withFinalizer } from '../support/builders.js';
 import { waitFor } from '../support/wait.js';
@@ -106,21 +106,73 @@ describe('CocoonSet workflow', () => {
     });
   });
 
-  it('spec.suspend with hibernatePolicy release (an extension point until that flow lands) leaves every pod alone and says so in a Warning Event, not silently', async () => {
+  it('hibernatePolicy release: suspend hibernates the main, stashes its VM name and node hint, marks keep-snapshot and deletes the pod (Suspended); un-suspend restores it preferring the hinted node (Waking), drops the tag and clears the hint once live, scored hint-node', async () => {
     const cs = newCocoonSet('demo', withFinalizer, (c) => {
       c.metadata.generation = 1;
-      c.spec.suspend = true;
       c.spec.hibernatePolicy = 'release';
     });
-    const world = new CocoonSetWorld(cs, convergedPods(cs));
-    const before = uids(world);
+    const pods = convergedPods(cs);
+    pods[0]!.spec!.nodeName = 'node-a';
+    const world = new CocoonSetWorld(cs, pods);
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
-      await w.settledAfter(0);
-      await waitFor('the Warning Event', () => w.events.some((e) => e.reason === SUSPEND_NOT_IMPLEMENTED));
-      expect(w.events.find((e) => e.reason === SUSPEND_NOT_IMPLEMENTED)).toMatchObject({ type: 'Warning' });
-      expect(uids(w)).toEqual(before);
-      expect(w.calls.filter((c) => /^(create|delete|annotate|status|ask)/.test(c))).toEqual([]);
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      await w.editSpec((c) => (c.spec.suspend = true));
+      await waitFor(
+        'asked to hibernate',
+        () => w.pod('demo-0')?.metadata?.annotations?.[Annotations.hibernate] === 'true',
+      );
+      w.tags.add(`${MAIN_VM}:hibernate`);
+      await w.updatePod('demo-0', (p) => {
+        p.metadata!.annotations = {
+          ...p.metadata!.annotations,
+          [Annotations.lifecycleState]: 'hibernated',
+          [Annotations.lifecycleObservedGeneration]: '2',
+        };
+        p.status = { phase: 'Running' };
+      });
+      await waitFor('Suspended', () => w.cs?.status?.phase === 'Suspended');
+      expect(w.pods.has('demo-0')).toBe(false);
+      expect(w.cs?.metadata.annotations?.[Annotations.hibernatedOnNode]).toBe('node-a');
+      expect(w.cs?.metadata.annotations?.[Annotations.deleteVMNames]).toBe(MAIN_VM);
+      const keep = w.calls.findIndex(
+        (c) => c.startsWith('annotate demo-0') && c.includes(Annotations.keepSnapshotOnDelete),
+      );
+      expect(keep).toBeGreaterThanOrEqual(0);
+      expect(keep).toBeLessThan(w.calls.indexOf('delete demo-0'));
+      expect(
+        w.metrics.filter((m) => m.metric === 'slotReleasePodsDeletedTotal').length,
+      ).toBeGreaterThanOrEqual(1);
+
+      await w.editSpec((c) => (c.spec.suspend = false));
+      await waitFor('restore pod created', () => w.pods.has('demo-0'));
+      const restore = w.pod('demo-0')!;
+      expect(restore.metadata?.annotations?.[Annotations.restoreFromHibernate]).toBe('true');
+      expect(restore.spec?.nodeName).toBeUndefined();
+      expect(
+        restore.spec?.affinity?.nodeAffinity?.preferredDuringSchedulingIgnoredDuringExecution?.[0]?.preference
+          .matchExpressions?.[0]?.values,
+      ).toEqual(['node-a']);
+      await waitFor('Waking', () => w.cs?.status?.phase === 'Waking');
+      expect(w.tags.has(`${MAIN_VM}:hibernate`)).toBe(true);
+      // vk-cocoon restores the VM on the hinted node.
+      await w.updatePod('demo-0', (p) => {
+        p.spec!.nodeName = 'node-a';
+        p.metadata!.annotations = { ...p.metadata!.annotations, [Annotations.vmID]: 'vm-restored' };
+        p.status = {
+          phase: 'Running',
+          conditions: [{ type: 'Ready', status: 'True' }],
+          containerStatuses: [
+            { name: 'agent', image: '', imageID: '', ready: true, restartCount: 0, state: { running: {} } },
+          ],
+        };
+      });
+      await waitFor('Running again', () => w.cs?.status?.phase === 'Running');
+      expect(w.tags.has(`${MAIN_VM}:hibernate`)).toBe(false);
+      expect(w.cs?.metadata.annotations?.[Annotations.hibernatedOnNode]).toBeUndefined();
+      expect(
+        w.metrics.filter((m) => m.metric === 'slotReleaseWakeTotal').map((m) => m.labels.placement),
+      ).toEqual(['hint-node']);
     });
   });
 
