@@ -105,6 +105,12 @@ export interface PassInput {
    */
   desireConflicts?: Readonly<Record<string, string>>;
   /**
+   * Pods whose VM workflow the set asked to hibernate and not to wake since (`setDesires`): un-suspend asks
+   * them to wake too, annotated or not (a VM a CocoonHibernation held awake, or a suspend undone before the
+   * VM workflow acted, would otherwise keep a stale desire).
+   */
+  hibernateAsked?: Readonly<Record<string, string>>;
+  /**
    * `hibernatePolicy: release` (docs/cocoonset.md#seat-release): the release suspend frees the pods' node
    * seats, and the released-seat wake restores the main. The workflow sets it behind `patched()`; without
    * it, the release suspend is handed over (`delegate`) and the wake is offered to `io` (which declines).
@@ -1194,9 +1200,12 @@ async function reconcile(st: PassState): Promise<never> {
   // 11. Un-suspend: clear leftover hibernate annotations, except on CR-owned pods. With `setDesires` the
   // pods' VM workflows decide (they know the CocoonHibernations): no List here.
   const hibernating = podsInNameOrder(c).filter(hibernateRequested);
-  if (hibernating.length > 0 && st.input.setDesires)
-    await askVMs(st, hibernating, 'Wake', 'ask the VM workflow to wake');
-  else if (hibernating.length > 0) {
+  const toWake = podsInNameOrder(c).filter(
+    (p) => hibernateRequested(p) || st.input.hibernateAsked?.[p.metadata?.name ?? ''] !== undefined,
+  );
+  if (toWake.length > 0 && st.input.setDesires)
+    await askVMs(st, toWake, 'Wake', 'ask the VM workflow to wake');
+  else if (hibernating.length > 0 && !st.input.setDesires) {
     const crs = await hibernations(st);
     if ('error' in crs) return fail(st, crs.error);
     const skip = podsHibernatedByCR(crs.items);

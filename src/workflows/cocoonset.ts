@@ -135,6 +135,12 @@ export interface CocoonSetState {
   lastSignalRV?: string;
   /** Per pod, why its VM workflow does not follow the set's desire (`vmDesireConflict`). */
   desireConflicts?: Record<string, string>;
+  /**
+   * Pods (name → uid asked about) whose VM workflow was asked to hibernate and not asked to wake since:
+   * un-suspend asks them to wake even when their annotation was never written (a CocoonHibernation held the
+   * VM awake, or the un-suspend came first), so no VM workflow keeps a stale desire.
+   */
+  hibernateAsked?: Record<string, string>;
 }
 
 const kube = proxyActivities<CocoonSetActivities>(kubeActivityOptions(3));
@@ -336,6 +342,7 @@ async function drive(
     setDesires: patched('set-desires'),
     seatRelease: patched('seat-release'),
     desireConflicts: state.desireConflicts,
+    hibernateAsked: state.hibernateAsked,
   };
   const end = await reconcilePass(passInput, {
     exec: (actions, concurrent, maxConcurrency) =>
@@ -480,7 +487,7 @@ async function execute(
           log.warn('cocoonset event not recorded', { reason: a.reason, error: errorMessage(err) });
         }
         return { kind: 'ok' };
-      case 'askVM':
+      case 'askVM': {
         await kube.cocoonSetAskVM({
           namespace,
           pod: a.pod,
@@ -492,7 +499,12 @@ async function execute(
             podResourceVersion: a.podResourceVersion,
           },
         });
+        const asked = { ...(state.hibernateAsked ?? {}) };
+        if (a.desire === 'Hibernate') asked[a.pod] = a.podUID ?? '';
+        else delete asked[a.pod];
+        state.hibernateAsked = Object.keys(asked).length > 0 ? asked : undefined;
         return { kind: 'ok' };
+      }
       case 'metric':
         try {
           await kube.cocoonSetCountMetric({ metric: a.metric, labels: a.labels });

@@ -296,7 +296,7 @@ function observeSetDesire(state: VMState, d: SetDesire): boolean {
     d.podUID !== undefined &&
     (pod?.uid !== d.podUID || olderThan(pod?.resourceVersion, d.podResourceVersion));
   if (newerPod) state.needResync = true;
-  const same = cur?.desire === d.desire && cur.set === d.set;
+  const same = cur?.desire === d.desire && cur.set === d.set && cur.podUID === d.podUID;
   state.setDesire = { ...d, since: same ? cur.since : Date.now(), conflict: same ? cur.conflict : undefined };
   const annotated = pod !== undefined && hibernateAnnotated(pod);
   return !same || newerPod || annotated !== (d.desire === 'Hibernate');
@@ -461,11 +461,15 @@ async function setDesirePass(state: VMState): Promise<void> {
   const d = state.setDesire;
   if (!d) return;
   const pod = state.podObs;
-  if (!pod?.exists || pod.deleting || d.desire === 'Wake') {
+  // A desire is for the pod incarnation the set asked about: a pod deleted and created again (a seat
+  // release's restore pod) is not hibernated on an old request; the set asks again if it still wants it.
+  const sameIncarnation = d.podUID === undefined || pod?.uid === d.podUID;
+  if (!pod?.exists || pod.deleting || !sameIncarnation || d.desire === 'Wake') {
     const held = Object.values(state.crs).some(
       (cr) => cr.exists && (cr.desire === 'Hibernate' || cr.status?.phase === 'Hibernating'),
     );
-    if (pod?.exists && !pod.deleting && !held && hibernateAnnotated(pod)) await patchHibernate(state, null);
+    if (pod?.exists && !pod.deleting && sameIncarnation && !held && hibernateAnnotated(pod))
+      await patchHibernate(state, null);
     // Spent (or nothing to annotate: a suspended set asks again for a pod it creates anew).
     await reportConflict(state, undefined);
     state.setDesire = undefined;

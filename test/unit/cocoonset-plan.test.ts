@@ -687,6 +687,16 @@ describe('un-suspend', () => {
     expect([w.lists, w.ids('patchPodAnnotations')]).toEqual([0, []]);
   });
 
+  it('also asks the VM workflows the set asked to hibernate whose annotation was never written (a CocoonHibernation held the VM awake, or the suspend was undone first): no stale desire stays behind', async () => {
+    const cs = finalizedSet(replicas(1));
+    const w = new PlanWorld(cs, [
+      readyPod(buildAgentPod(cs, 0, '', '')),
+      readyPod(buildAgentPod(cs, 1, 'vk-ns-demo-0', '')),
+    ]);
+    done(await w.pass({ hibernateAsked: { 'demo-0': 'uid-0' } }));
+    expect(w.asks).toEqual([{ pod: 'demo-0', desire: 'Wake' }]);
+  });
+
   it('fails the pass when a VM workflow cannot be asked', async () => {
     const w = hibernatedWorld();
     w.failures.set('ask:Wake:demo-1', 'temporal unavailable');

@@ -137,6 +137,7 @@ export class PlanWorld {
       setDesires?: boolean;
       seatRelease?: boolean;
       desireConflicts?: Record<string, string>;
+      hibernateAsked?: Record<string, string>;
     } = {},
   ): Promise<PassEnd> {
     const input: PassInput = {
@@ -149,6 +150,7 @@ export class PlanWorld {
       setDesires: opts.setDesires ?? true,
       seatRelease: opts.seatRelease ?? true,
       desireConflicts: opts.desireConflicts,
+      hibernateAsked: opts.hibernateAsked,
     };
     const ran = new Set<string>();
     return reconcilePass(input, {

@@ -162,6 +162,26 @@ describe('VM workflow: a CocoonSet desire', () => {
     });
   });
 
+  it('a Hibernate desire is for the pod incarnation the set asked about: a pod created again under the same name (a seat release restore) is not hibernated on the old request', async () => {
+    await withWorld(env, async (world) => {
+      await setPod(world);
+      await world.setDesire(NS, POD, 'Hibernate');
+      await waitFor('hibernate annotation', () => hibernate(world) === 'true');
+      await settled(world);
+      // The pod is deleted and created again (new uid) without a hibernate annotation; the workflow hears of
+      // it only on its next re-read (no CocoonHibernation targets the pod, so no watch event reaches it).
+      world.pods.set(`${NS}/${POD}`, {
+        ...world.pod(NS, POD)!,
+        uid: 'pod-uid-new',
+        annotations: vmPodAnnotations(VM, { [Annotations.vmID]: 'vm-2' }),
+      });
+      await world.resync(NS, POD);
+      const handle = env.client.workflow.getHandle(vmWorkflowId(NS, POD));
+      await handle.result();
+      expect(hibernate(world)).toBeUndefined();
+    });
+  });
+
   it('a Hibernate desire for a pod that is gone is dropped and the workflow completes', async () => {
     await withWorld(env, async (world) => {
       await world.setDesire(NS, POD, 'Hibernate');

@@ -16,6 +16,7 @@ import type { CocoonHibernation } from '../../src/api/types.js';
 import {
   hibernationObservedSignal,
   podObservedSignal,
+  resyncSignal,
   type SetDesire,
   setDesireSignal,
 } from '../../src/workflows/messages.js';
@@ -202,6 +203,11 @@ export class VMWorld {
     await this.signal(vmWorkflowId(namespace, pod), setDesireSignal.name, payload);
   }
 
+  /** Asks the VM workflow of `ns/pod` to re-read the world (the `resync` signal, as an operator by hand). */
+  async resync(namespace: string, pod: string): Promise<void> {
+    await this.signal(vmWorkflowId(namespace, pod), resyncSignal.name, undefined);
+  }
+
   cr(namespace: string, name: string): HibernationObservation | undefined {
     return this.crs.get(`${namespace}/${name}`);
   }
@@ -258,7 +264,11 @@ export class VMWorld {
           signal,
           signalArgs: [payload],
         });
-        noteSent(this.sent, workflowId, (payload as { resourceVersion?: string }).resourceVersion);
+        noteSent(
+          this.sent,
+          workflowId,
+          (payload as { resourceVersion?: string } | undefined)?.resourceVersion,
+        );
         return;
       } catch (err) {
         // Two concurrent signal-with-starts can also race there ("already started"); the real server
