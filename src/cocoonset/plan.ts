@@ -116,6 +116,11 @@ export interface PassInput {
    * it, the release suspend is handed over (`delegate`) and the wake is offered to `io` (which declines).
    */
   seatRelease?: boolean;
+  /**
+   * Cross-node migration of the main when `spec.nodeName` changes (docs/cocoonset.md#migration). The
+   * workflow sets it behind `patched()`; without it, migration is offered to `io` (which declines).
+   */
+  migration?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -1004,6 +1009,97 @@ async function suspendRelease(st: PassState): Promise<never> {
   return writeStatusAndFinish(st, 'Suspended', { requeueAfterMs: REQUEUE_SUSPEND_POLL_MS });
 }
 
+/** `Migrating`, and a 5 s look (reference `markMigrating`). */
+function markMigrating(st: PassState): Promise<never> {
+  return writeStatusAndFinish(st, 'Migrating', { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });
+}
+
+/**
+ * Drops the main's `:hibernate` tag unless a live CocoonHibernation needs it (the one "who needs the tag"
+ * rule of the set, `vmsHeldByCR`; the reference drops it unconditionally); `prefix` names the step in errors.
+ */
+async function dropTagUnlessHeld(st: PassState, vm: string, prefix: string): Promise<void> {
+  const crs = await hibernations(st);
+  if ('error' in crs) return fail(st, crs.error);
+  if (vmsHeldByCR(st.ns, crs.items).has(vm)) return;
+  const o = await st.r.run({ id: `drop-tag:${vm}`, type: 'dropHibernateTag', vmName: vm });
+  const err = errText(o);
+  if (err !== undefined) return fail(st, `${prefix} ${vm}: ${err}`);
+}
+
+/**
+ * Cross-node migration of the main (reference `reconcileMigration`; docs/cocoonset.md#migration), called
+ * when its cheap gates (`migrationMayEngage`) say it may engage. Returns when it does not handle the pass;
+ * else ends it. Every decision is a function of durable state (phase, tag, pod, node, annotations), so a
+ * crash at any point resumes at the right step.
+ * - A main the set sees hibernated on its target (or unpinned) that a CocoonHibernation holds: not handled
+ *   (the CR's long-lived idle state; no probe).
+ * - Probe the main's `:hibernate` tag (an error fails the pass: falling through could clear the migration's
+ *   hibernate request or boot fresh over the only snapshot).
+ * - No tag: a main live on another node than the pin → `Migrating` first, then ask its VM workflow to
+ *   hibernate it, 5 s; else not handled.
+ * - Tag, main on another node: hibernating → delete the old pod; not hibernating → the tag is stale (never
+ *   quiesced by us): drop it (ours: not while the main is a restore still pulling it, nor while a live CR
+ *   needs it) and start over. No main → create it restoring from the tag (pinned, or unpinned when the pin was
+ *   cleared); AlreadyExists waits 5 s. Hibernated on the target (a re-target back, or un-suspend) → ask its
+ *   VM workflow to wake it in place. Restoring → wait (not handled unless `Migrating`: a CR wake in flight is
+ *   not ours). Live → drop the tag. Each of these writes `Migrating` and looks again in 5 s; the pass that
+ *   finds no tag hands back to the normal flow.
+ */
+async function migrate(st: PassState): Promise<void> {
+  const cs = st.cs;
+  const main = st.c.main;
+  const desired = cs.spec.nodeName ?? '';
+  const node = main?.spec?.nodeName ?? '';
+  const vm = vmNameForAgent(st.ns, st.name, 0);
+  if (main && hibernateRequested(main) && (desired === '' || node === desired)) {
+    const crs = await hibernations(st);
+    if ('error' in crs) return fail(st, `migrate: ${crs.error}`);
+    if (podsHibernatedByCR(crs.items).has(main.metadata?.name ?? '')) return;
+  }
+  const probe = await st.r.run({ id: `migrate-probe:${vm}`, type: 'probeHibernate', vmName: vm });
+  if (probe.kind !== 'probe')
+    return fail(st, `migrate: probe hibernate snapshot ${vm}: ${errText(probe) ?? 'unexpected outcome'}`);
+  if (!probe.present) {
+    if (desired === '' || !main || node === '' || node === desired) return;
+    await writeStatus(st, 'Migrating', 'status-migrating');
+    await askVMs(st, [main], 'Hibernate', 'migrate: ask the VM workflow to hibernate');
+    return finish(st, { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });
+  }
+  if (main && desired !== '' && node !== '' && node !== desired) {
+    if (hibernateRequested(main)) {
+      await deletePod(st, main.metadata!.name!, 'migrate: delete old main');
+      return markMigrating(st);
+    }
+    // Ours: a restore still pulling the tag (restore-marked, VM not live) is not a stale tag; wait for it.
+    if (restoreFromHibernate(main) && !vmLive(main)) return markMigrating(st);
+    await dropTagUnlessHeld(st, vm, 'migrate: drop stale hibernate snapshot');
+    return markMigrating(st);
+  }
+  if (!main) {
+    const pod = await build(st, `migrate: build main`, () => buildAgentPod(st.cs, 0, '', ''));
+    pod.metadata!.annotations = {
+      ...(pod.metadata!.annotations ?? {}),
+      [Annotations.restoreFromHibernate]: 'true',
+    };
+    const o = await st.r.run({ id: `create:${pod.metadata!.name}`, type: 'createPod', pod });
+    if (o.kind === 'alreadyExists') return finish(st, { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });
+    const err = errText(o);
+    if (err !== undefined) return fail(st, `migrate: recreate main on ${desired || 'any node'}: ${err}`);
+    return markMigrating(st);
+  }
+  if (hibernateRequested(main) && (desired === '' || node === desired)) {
+    await askVMs(st, [main], 'Wake', 'migrate: ask the VM workflow to wake');
+    return markMigrating(st);
+  }
+  if (!vmLive(main)) {
+    if (cs.status?.phase !== 'Migrating') return;
+    return markMigrating(st);
+  }
+  await dropTagUnlessHeld(st, vm, 'migrate: drop hibernate snapshot');
+  return markMigrating(st);
+}
+
 /**
  * The message of a `PodScheduled=False` condition with reason `Unschedulable` (the scheduler's, e.g. `0/1
  * nodes are available: …`), or '' (also for such a condition with an empty message, as the reference).
@@ -1192,8 +1288,11 @@ async function reconcile(st: PassState): Promise<never> {
     if (st.input.setDesires) return suspendRetain(st);
     return handOver(st, 'suspend');
   }
-  // 9. Migration — extension point (offered only when its entry gate can engage).
-  if (migrationMayEngage(cs, main, st.input.registryConfigured)) await offer(st, 'migration');
+  // 9. Migration (before the wake and un-suspend: un-suspend would clear its hibernate request).
+  if (migrationMayEngage(cs, main, st.input.registryConfigured)) {
+    if (st.input.migration) await migrate(st);
+    else await offer(st, 'migration');
+  }
   // 10. Released-seat wake.
   if (st.input.seatRelease) await releasedWake(st);
   else if (wakeMayEngage(cs, main, st.input.registryConfigured)) await offer(st, 'wake');

@@ -341,6 +341,7 @@ async function drive(
     batchPodLoops: patched('batch-pod-loops'),
     setDesires: patched('set-desires'),
     seatRelease: patched('seat-release'),
+    migration: patched('migration'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
   };

@@ -409,6 +409,62 @@ export const scenarios: Scenario[] = [
     },
   },
   {
+    name: 'cocoonset-migration',
+    covers:
+      'spec.nodeName changed under a live main: Migrating, hibernate asked, old pod deleted after the tag, restore pod pinned, live, tag dropped, Running',
+    record: async (env) => {
+      const cs = newCocoonSet('demo', withFinalizer, (c) => {
+        c.metadata.generation = 1;
+      });
+      const pods = convergedPods(cs);
+      pods[0]!.spec!.nodeName = 'node-a';
+      pods[0]!.metadata!.annotations = { ...pods[0]!.metadata!.annotations, [Annotations.vmID]: 'vm-a' };
+      pods[0]!.status!.containerStatuses = [
+        { name: 'agent', image: '', imageID: '', ready: true, restartCount: 0, state: { running: {} } },
+      ];
+      return withCocoonSetWorld(env, new CocoonSetWorld(cs, pods), async (w) => {
+        await w.start();
+        await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+        await w.editSpec((c) => (c.spec.nodeName = 'node-b'));
+        await waitFor(
+          'asked to hibernate',
+          () => w.pod('demo-0')?.metadata?.annotations?.[Annotations.hibernate] === 'true',
+        );
+        await waitFor('Migrating', () => w.cs?.status?.phase === 'Migrating');
+        const oldUID = w.pod('demo-0')!.metadata!.uid;
+        // vk-cocoon pushes the snapshot and stops the VM.
+        w.tags.add(`${MAIN_VM}:hibernate`);
+        await w.updatePod('demo-0', (p) => {
+          p.metadata!.annotations = {
+            ...p.metadata!.annotations,
+            [Annotations.lifecycleState]: 'hibernated',
+          };
+          delete p.metadata!.annotations![Annotations.vmID];
+          p.status = { phase: 'Running' };
+        });
+        await waitFor('restore pod on the new node', () => {
+          const p = w.pod('demo-0');
+          return p !== undefined && p.metadata?.uid !== oldUID;
+        });
+        // vk-cocoon restores the VM on node-b.
+        await w.updatePod('demo-0', (p) => {
+          p.spec!.nodeName = 'node-b';
+          p.metadata!.annotations = { ...p.metadata!.annotations, [Annotations.vmID]: 'vm-b' };
+          p.status = {
+            phase: 'Running',
+            conditions: [{ type: 'Ready', status: 'True' }],
+            containerStatuses: [
+              { name: 'agent', image: '', imageID: '', ready: true, restartCount: 0, state: { running: {} } },
+            ],
+          };
+        });
+        await waitFor('Running on node-b', () => w.cs?.status?.phase === 'Running');
+        await w.settled(env);
+        return { 'cocoonset-migration': await env.client.workflow.getHandle(w.workflowId).fetchHistory() };
+      });
+    },
+  },
+  {
     name: 'cocoonset-rebuild-dead-letter',
     covers: 'a sub-agent that keeps failing is rebuilt with 0/1/5/30 s backoff (timers) and dead-lettered',
     record: async (env) => {

@@ -772,7 +772,7 @@ describe('extension points', () => {
     expect(w.events.map((e) => e.reason)).toEqual(['RecoveredFromFailure']);
   });
 
-  it('delegates migration only when its gate can engage, and continues when it declines', async () => {
+  it('before the migration patch: delegates migration only when its gate can engage, and continues when it declines', async () => {
     const cs = finalizedSet((c) => (c.spec.nodeName = 'node-b'));
     const main = annotate(readyPod(buildAgentPod(cs, 0, '', '')), { [Annotations.vmID]: 'vm' });
     main.spec!.nodeName = 'node-a';
@@ -780,8 +780,10 @@ describe('extension points', () => {
       { name: 'agent', image: 'x', imageID: '', ready: true, restartCount: 0, state: { running: {} } },
     ];
     const w = new PlanWorld(cs, [main]);
-    expect(await w.pass()).toEqual({ kind: 'delegate', flow: 'migration' });
-    expect(done(await w.pass({ declined: { migration: true } })).result.error).toBeUndefined();
+    expect(await w.pass({ migration: false })).toEqual({ kind: 'delegate', flow: 'migration' });
+    expect(
+      done(await w.pass({ migration: false, declined: { migration: true } })).result.error,
+    ).toBeUndefined();
     expect(migrationMayEngage(cs, main, false)).toBe(false);
     main.spec!.nodeName = 'node-b';
     expect(migrationMayEngage(cs, main, true)).toBe(false);

@@ -136,6 +136,7 @@ export class PlanWorld {
       batchPodLoops?: boolean;
       setDesires?: boolean;
       seatRelease?: boolean;
+      migration?: boolean;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
     } = {},
@@ -149,6 +150,7 @@ export class PlanWorld {
       batchPodLoops: opts.batchPodLoops ?? true,
       setDesires: opts.setDesires ?? true,
       seatRelease: opts.seatRelease ?? true,
+      migration: opts.migration ?? true,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
     };

@@ -176,6 +176,61 @@ describe('CocoonSet workflow', () => {
     });
   });
 
+  it('a changed spec.nodeName migrates the live main: Migrating, its VM workflow asked to hibernate, the old pod deleted once the tag is in, a restore pod pinned to the new node, the tag dropped once the VM runs there', async () => {
+    const cs = newCocoonSet('demo', withFinalizer, (c) => {
+      c.metadata.generation = 1;
+    });
+    const pods = convergedPods(cs);
+    pods[0]!.spec!.nodeName = 'node-a';
+    pods[0]!.metadata!.annotations = { ...pods[0]!.metadata!.annotations, [Annotations.vmID]: 'vm-a' };
+    pods[0]!.status!.containerStatuses = [
+      { name: 'agent', image: '', imageID: '', ready: true, restartCount: 0, state: { running: {} } },
+    ];
+    await withCocoonSetWorld(env, new CocoonSetWorld(cs, pods), async (w) => {
+      await w.start();
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      await w.editSpec((c) => (c.spec.nodeName = 'node-b'));
+      await waitFor(
+        'asked to hibernate',
+        () => w.pod('demo-0')?.metadata?.annotations?.[Annotations.hibernate] === 'true',
+      );
+      await waitFor('Migrating', () => w.cs?.status?.phase === 'Migrating');
+      const oldUID = w.pod('demo-0')!.metadata!.uid;
+      // vk-cocoon pushes the snapshot and stops the VM.
+      w.tags.add(`${MAIN_VM}:hibernate`);
+      await w.updatePod('demo-0', (p) => {
+        p.metadata!.annotations = { ...p.metadata!.annotations, [Annotations.lifecycleState]: 'hibernated' };
+        delete p.metadata!.annotations![Annotations.vmID];
+        p.status = { phase: 'Running' };
+      });
+      await waitFor('restore pod on the new node', () => {
+        const p = w.pod('demo-0');
+        return p !== undefined && p.metadata?.uid !== oldUID;
+      });
+      const restore = w.pod('demo-0')!;
+      expect(restore.metadata?.annotations?.[Annotations.restoreFromHibernate]).toBe('true');
+      expect(
+        restore.spec?.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution
+          ?.nodeSelectorTerms?.[0]?.matchExpressions?.[0]?.values,
+      ).toEqual(['node-b']);
+      expect(w.tags.has(`${MAIN_VM}:hibernate`)).toBe(true);
+      // vk-cocoon restores the VM on node-b.
+      await w.updatePod('demo-0', (p) => {
+        p.spec!.nodeName = 'node-b';
+        p.metadata!.annotations = { ...p.metadata!.annotations, [Annotations.vmID]: 'vm-b' };
+        p.status = {
+          phase: 'Running',
+          conditions: [{ type: 'Ready', status: 'True' }],
+          containerStatuses: [
+            { name: 'agent', image: '', imageID: '', ready: true, restartCount: 0, state: { running: {} } },
+          ],
+        };
+      });
+      await waitFor('Running on node-b', () => w.cs?.status?.phase === 'Running');
+      expect(w.tags.has(`${MAIN_VM}:hibernate`)).toBe(false);
+    });
+  });
+
   it('spec.suspend (retain) asks every VM workflow to hibernate, reports Suspending until vk reports hibernated for this generation and the tags are in, then Suspended; un-suspend asks them to wake', async () => {
     const cs = demoSet(withFinalizer);
     const world = new CocoonSetWorld(cs, convergedPods(cs));

@@ -1,0 +1,371 @@
+/**
+ * Cross-node migration of the main (`migrate`, entry gate `migrationMayEngage`; docs/cocoonset.md#migration),
+ * driven as whole passes (`reconcilePass`) against the in-memory world of plan-world.ts. Where the reference
+ * patches the old main's hibernate annotation (`true` to quiesce it, cleared to wake it in place), the pass
+ * asks the main's VM workflow instead (`w.asks`: the world changes no annotation for it), so these tests
+ * assert the asks; registry tag deletes are `w.droppedTags`. "Not handled" shows as the normal flow running
+ * on: no `Migrating`, and (where the reference says so) no probe.
+ *
+ * Port of the reference's cocoonset/migrate_test.go. Each test's name ends with the reference test it ports,
+ * in parentheses:
+ *
+ * | reference (Go)                                  | here                                                          |
+ * | ----------------------------------------------- | ------------------------------------------------------------- |
+ * | MigrationNoopWithoutNodeName                    | no pin: not handled, no probe                                 |
+ * | MigrationNoopWhenSettledOnTarget                | settled on the pin: not handled, no probe                     |
+ * | MigrationStartsHibernateOnWrongNode             | live on the wrong node: Migrating, then the Hibernate ask     |
+ * | MigrationDeletesOldPodAfterSnapshotLands        | the snapshot landed: deletes the old main, keeps the tag      |
+ * | MigrationRecreatesOnTargetWithRestoreAnnotation | no main: recreates it restoring, pinned to the target         |
+ * | MigrationWaitsWhileRestoring                    | waits while the restore runs, keeps the tag                   |
+ * | MigrationDropsSnapshotWhenRestored              | restored and live: drops the tag                              |
+ * | MigrationDoesNotDeleteRecreatedRestorePod       | an unscheduled restore pod is not deleted                     |
+ * | MigrationProbeErrorIsHandled                    | a probe error fails the pass, nothing else done               |
+ * | MigrationDropsStaleTagInsteadOfDeletingLivePod  | a stale tag is dropped, the live main survives                |
+ * | MigrationWakesInPlaceOnRetargetBack             | re-target back: the main asked to wake in place               |
+ * | MigrationLeavesCRHibernationAlone               | a CR-hibernated main on the target: not handled, no probe     |
+ * | MigrationFinishesAbortedRestore                 | pin cleared mid-migration: restores with no affinity          |
+ * | MigrationSkipsProbeWhenSettled                  | settled: a broken registry is never probed                    |
+ * | MigrationDisengagesFromCRWakeWindow             | a CR wake on the target without Migrating: not handled        |
+ * | (ours, deliberate difference)                   | a re-target while the restore pulls the tag keeps the tag     |
+ * | (ours, deliberate difference)                   | a live CocoonHibernation keeps the tag (stale / completion)   |
+ * | (ours)                                          | a pinned released set: migration restores, the wake cleans up |
+ */
+import type { V1Pod } from '@kubernetes/client-node';
+import { describe, expect, it } from 'vitest';
+import { Annotations, Labels } from '../../src/api/keys.js';
+import type { CocoonSet } from '../../src/api/types.js';
+import { buildAgentPod } from '../../src/cocoonset/pods.js';
+import { annotate, finalizedSet, hibernation, readyPod } from '../support/builders.js';
+import { done, PlanWorld } from './plan-world.js';
+
+const VM = 'vk-ns-demo-0';
+const TAG = `${VM}:hibernate`;
+const OK_5S = { requeue: false, requeueAfterMs: 5_000, error: undefined };
+/** The normal flow's end for a live, Ready main with nothing else to do: derived status, no requeue. */
+const SETTLED = { requeue: false, requeueAfterMs: 0, error: undefined };
+/** The normal flow's end for a main that is not Ready: `Pending`, 5 s. */
+const PENDING_5S = OK_5S;
+
+/** `spec.nodeName` (the pin); '' leaves the set unpinned. */
+const pinned =
+  (node: string) =>
+  (c: CocoonSet): void => {
+    if (node !== '') c.spec.nodeName = node;
+  };
+/** The set's status phase. */
+const phase =
+  (p: string) =>
+  (c: CocoonSet): void => {
+    c.status = { phase: p } as CocoonSet['status'];
+  };
+/** A migration set (`migCocoonSet`): pinned to `node` ('' = no pin), then `mods`. */
+const migSet = (node: string, ...mods: ((c: CocoonSet) => void)[]) => finalizedSet(pinned(node), ...mods);
+
+/**
+ * The main as the reference's `migMainPod` builds it: bound to `node` ('' = unscheduled), with VM id `vmid`
+ * when given, and a running container when `running` (Ready too, so the normal flow after a "not handled"
+ * derives Running).
+ */
+function migMain(cs: CocoonSet, node: string, vmid: string, running: boolean): V1Pod {
+  const p = buildAgentPod(cs, 0, '', '');
+  if (node !== '') p.spec!.nodeName = node;
+  if (vmid !== '') annotate(p, { [Annotations.vmID]: vmid });
+  if (running) {
+    readyPod(p);
+    p.status!.containerStatuses = [
+      { name: 'agent', image: 'x', imageID: '', ready: true, restartCount: 0, state: { running: {} } },
+    ];
+  }
+  return p;
+}
+const hibernating = (p: V1Pod) => annotate(p, { [Annotations.hibernate]: 'true' });
+const restoreMarked = (p: V1Pod) => annotate(p, { [Annotations.restoreFromHibernate]: 'true' });
+const requiredHosts = (p: V1Pod) =>
+  p.spec!.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms;
+const pinTerm = (node: string) => [
+  { matchExpressions: [{ key: Labels.hostname, operator: 'In', values: [node] }] },
+];
+/** Actions the pass took beyond status writes (what "nothing else done" means). */
+const effects = (w: PlanWorld) => w.log.filter((a) => a.type !== 'patchStatus').map((a) => a.id);
+
+describe('migration', () => {
+  it('no pin: not handled, no probe; the normal flow runs (MigrationNoopWithoutNodeName)', async () => {
+    const cs = migSet('');
+    const w = new PlanWorld(cs, [migMain(cs, 'node-a', 'vmid-1', true)]);
+    w.probeError = 'registry down';
+    expect(done(await w.pass()).result).toEqual(SETTLED);
+    expect([w.probes, w.asks, w.droppedTags, w.ids('deletePod')]).toEqual([[], [], [], []]);
+    expect(w.cs.status?.phase).toBe('Running');
+  });
+
+  it('settled on the pin (on it, live, not hibernating): not handled, no probe (MigrationNoopWhenSettledOnTarget)', async () => {
+    const cs = migSet('node-b');
+    const w = new PlanWorld(cs, [migMain(cs, 'node-b', 'vmid-1', true)]);
+    expect(done(await w.pass()).result).toEqual(SETTLED);
+    expect([w.probes, w.asks, w.droppedTags, w.ids('deletePod')]).toEqual([[], [], [], []]);
+    expect(w.cs.status?.phase).toBe('Running');
+  });
+
+  it('a main live on another node than the pin, no tag: Migrating written first, then its VM workflow asked to hibernate it; 5 s (MigrationStartsHibernateOnWrongNode)', async () => {
+    const cs = migSet('node-b');
+    const w = new PlanWorld(cs, [migMain(cs, 'node-a', 'vmid-1', true)]);
+    expect(done(await w.pass()).result).toEqual(OK_5S);
+    expect(w.cs.status?.phase).toBe('Migrating');
+    expect(w.asks).toEqual([{ pod: 'demo-0', desire: 'Hibernate' }]);
+    expect(w.ids()).toEqual([`migrate-probe:${VM}`, 'status-migrating', 'ask:Hibernate:demo-0']);
+    expect([w.droppedTags, w.ids('deletePod'), w.ids('createPod')]).toEqual([[], [], []]);
+  });
+
+  it('the snapshot landed (old main hibernating, tag present): deletes the old main, keeps the tag; Migrating (MigrationDeletesOldPodAfterSnapshotLands)', async () => {
+    const cs = migSet('node-b');
+    const w = new PlanWorld(cs, [hibernating(migMain(cs, 'node-a', 'vmid-1', true))]);
+    w.tags.add(TAG);
+    expect(done(await w.pass()).result).toEqual(OK_5S);
+    expect(w.pods.has('demo-0')).toBe(false);
+    expect(w.ids('deletePod')).toEqual(['delete:demo-0']);
+    expect([w.droppedTags, w.tags.has(TAG)]).toEqual([[], true]);
+    expect(w.cs.status?.phase).toBe('Migrating');
+  });
+
+  it('no main, tag present: recreates it restoring from the tag, with the required affinity to the target; Migrating (MigrationRecreatesOnTargetWithRestoreAnnotation)', async () => {
+    const w = new PlanWorld(migSet('node-b'));
+    w.tags.add(TAG);
+    expect(done(await w.pass()).result).toEqual(OK_5S);
+    const pod = w.pod('demo-0')!;
+    expect(pod.metadata!.annotations![Annotations.restoreFromHibernate]).toBe('true');
+    expect(requiredHosts(pod)).toEqual(pinTerm('node-b'));
+    expect(pod.spec!.nodeName).toBeUndefined();
+    expect(w.ids('createPod')).toEqual(['create:demo-0']);
+    expect([w.droppedTags, w.tags.has(TAG)]).toEqual([[], true]);
+    expect(w.cs.status?.phase).toBe('Migrating');
+  });
+
+  it('Migrating while the restore runs on the target (no VM id, not running): Migrating, 5 s; no tag dropped (MigrationWaitsWhileRestoring)', async () => {
+    const cs = migSet('node-b', phase('Migrating'));
+    const w = new PlanWorld(cs, [migMain(cs, 'node-b', '', false)]);
+    w.tags.add(TAG);
+    expect(done(await w.pass()).result).toEqual(OK_5S);
+    expect(w.cs.status?.phase).toBe('Migrating');
+    expect([w.droppedTags, w.tags.has(TAG), w.asks]).toEqual([[], true, []]);
+  });
+
+  it('Migrating, the main restored and live on the target: drops the tag; Migrating, 5 s (MigrationDropsSnapshotWhenRestored)', async () => {
+    const cs = migSet('node-b', phase('Migrating'));
+    const w = new PlanWorld(cs, [migMain(cs, 'node-b', 'vmid-new', true)]);
+    w.tags.add(TAG);
+    expect(done(await w.pass()).result).toEqual(OK_5S);
+    expect(w.droppedTags).toEqual([TAG]);
+    expect(w.tags.has(TAG)).toBe(false);
+    expect(w.cs.status?.phase).toBe('Migrating');
+    // The next pass finds no tag and hands back to the normal flow.
+    done(await w.pass());
+    expect(w.cs.status?.phase).toBe('Running');
+    expect(w.droppedTags).toEqual([TAG]);
+  });
+
+  it('does not delete the recreated restore pod while it is unscheduled (empty nodeName, no VM id) (MigrationDoesNotDeleteRecreatedRestorePod)', async () => {
+    const cs = migSet('node-b', phase('Migrating'));
+    const w = new PlanWorld(cs, [migMain(cs, '', '', false)]);
+    w.tags.add(TAG);
+    expect(done(await w.pass()).result).toEqual(OK_5S);
+    expect(w.pods.has('demo-0')).toBe(true);
+    expect([w.ids('deletePod'), w.droppedTags, w.asks]).toEqual([[], [], []]);
+    expect(w.cs.status?.phase).toBe('Migrating');
+  });
+
+  it('a probe error fails the pass with the migration prefix; nothing else done (MigrationProbeErrorIsHandled)', async () => {
+    const cs = migSet('node-b');
+    const w = new PlanWorld(cs, [migMain(cs, 'node-a', 'vmid-1', true)]);
+    w.probeError = 'boom';
+    const end = done(await w.pass());
+    expect(end.result.error).toBe(`migrate: probe hibernate snapshot ${VM}: boom`);
+    expect(effects(w)).toEqual([`migrate-probe:${VM}`]);
+    expect([w.asks, w.droppedTags]).toEqual([[], []]);
+    expect(w.pods.has('demo-0')).toBe(true);
+    expect(w.cs.status?.phase).not.toBe('Migrating');
+  });
+
+  it('a stale tag (main live on another node, not hibernating): drops the tag, the live main survives; Migrating (MigrationDropsStaleTagInsteadOfDeletingLivePod)', async () => {
+    const cs = migSet('node-b');
+    const w = new PlanWorld(cs, [migMain(cs, 'node-a', 'vmid-1', true)]);
+    w.tags.add(TAG);
+    expect(done(await w.pass()).result).toEqual(OK_5S);
+    expect(w.pods.has('demo-0')).toBe(true);
+    expect(w.ids('deletePod')).toEqual([]);
+    expect(w.droppedTags).toEqual([TAG]);
+    expect(w.cs.status?.phase).toBe('Migrating');
+    // Start over: the next pass (no tag) quiesces the main for the move.
+    done(await w.pass());
+    expect(w.asks).toEqual([{ pod: 'demo-0', desire: 'Hibernate' }]);
+  });
+
+  it('re-target back (main hibernating on the pin, tag present, no CR): its VM workflow asked to wake it in place; no tag dropped (MigrationWakesInPlaceOnRetargetBack)', async () => {
+    const cs = migSet('node-b');
+    const w = new PlanWorld(cs, [hibernating(migMain(cs, 'node-b', '', false))]);
+    w.tags.add(TAG);
+    expect(done(await w.pass()).result).toEqual(OK_5S);
+    expect(w.asks).toEqual([{ pod: 'demo-0', desire: 'Wake' }]);
+    expect([w.droppedTags, w.tags.has(TAG), w.ids('deletePod'), w.ids('createPod')]).toEqual([
+      [],
+      true,
+      [],
+      [],
+    ]);
+    expect(w.lists).toBe(1);
+    expect(w.cs.status?.phase).toBe('Migrating');
+  });
+
+  it('a main a CocoonHibernation keeps hibernated on the pin: not handled, no probe, no error; un-suspend (set desires) asks its VM workflow to wake, which decides; the pod stays hibernating (MigrationLeavesCRHibernationAlone)', async () => {
+    const cs = migSet('node-b');
+    const w = new PlanWorld(cs, [hibernating(migMain(cs, 'node-b', '', false))]);
+    w.crs = [hibernation('demo-0', 'Hibernate')];
+    w.probeError = 'boom';
+    const end = done(await w.pass());
+    expect(end.result).toEqual(PENDING_5S);
+    expect(w.probes).toEqual([]);
+    expect(w.lists).toBe(1);
+    expect(w.cs.status?.phase).toBe('Pending');
+    // Not migration's ask: step 11 (un-suspend) asks every hibernating pod's VM workflow to wake; the VM
+    // workflow knows the CocoonHibernation and keeps the VM hibernated (the world changes nothing).
+    expect(w.asks).toEqual([{ pod: 'demo-0', desire: 'Wake' }]);
+    expect(w.pod('demo-0')!.metadata!.annotations![Annotations.hibernate]).toBe('true');
+    expect([w.droppedTags, w.ids('deletePod'), w.ids('createPod')]).toEqual([[], [], []]);
+    // Without set desires, un-suspend skips the CR-owned pod itself: the annotation is never touched.
+    const legacy = new PlanWorld(cs, [hibernating(migMain(cs, 'node-b', '', false))]);
+    legacy.crs = [hibernation('demo-0', 'Hibernate')];
+    legacy.probeError = 'boom';
+    expect(done(await legacy.pass({ setDesires: false })).result.error).toBeUndefined();
+    expect([legacy.probes, legacy.asks, legacy.ids('patchPodAnnotations'), legacy.lists]).toEqual([
+      [],
+      [],
+      [],
+      1,
+    ]);
+    expect(legacy.pod('demo-0')!.metadata!.annotations![Annotations.hibernate]).toBe('true');
+  });
+
+  it('the pin cleared mid-migration, no main, tag present: recreates it restoring, with no affinity; Migrating (MigrationFinishesAbortedRestore)', async () => {
+    const w = new PlanWorld(migSet('', phase('Migrating')));
+    w.tags.add(TAG);
+    expect(done(await w.pass()).result).toEqual(OK_5S);
+    const pod = w.pod('demo-0')!;
+    expect(pod.metadata!.annotations![Annotations.restoreFromHibernate]).toBe('true');
+    expect(pod.spec!.affinity).toBeUndefined();
+    expect(pod.spec!.nodeName).toBeUndefined();
+    expect([w.droppedTags, w.tags.has(TAG)]).toEqual([[], true]);
+    expect(w.cs.status?.phase).toBe('Migrating');
+  });
+
+  it('settled on the pin: a broken registry is never probed, no error (MigrationSkipsProbeWhenSettled)', async () => {
+    const cs = migSet('node-b');
+    const w = new PlanWorld(cs, [migMain(cs, 'node-b', 'vmid-1', true)]);
+    w.probeError = 'boom';
+    const end = done(await w.pass());
+    expect(end.result).toEqual(SETTLED);
+    expect(w.probes).toEqual([]);
+  });
+
+  it('a CR wake on the target without Migrating (not hibernating, no VM id, not running, tag present): not handled, no tag dropped (MigrationDisengagesFromCRWakeWindow)', async () => {
+    const cs = migSet('node-b');
+    const w = new PlanWorld(cs, [migMain(cs, 'node-b', '', false)]);
+    w.tags.add(TAG);
+    expect(done(await w.pass()).result).toEqual(PENDING_5S);
+    expect(w.probes).toEqual([VM]);
+    expect([w.droppedTags, w.tags.has(TAG), w.asks]).toEqual([[], true, []]);
+    expect(w.cs.status?.phase).toBe('Pending');
+  });
+
+  it('a re-target while the restore pod still pulls the tag (restore-marked on the old pin, not live, not hibernating): keeps the tag; Migrating, 5 s (deliberate difference: the reference drops it as stale, the only copy)', async () => {
+    const cs = migSet('node-b', phase('Migrating'));
+    const w = new PlanWorld(cs, [restoreMarked(migMain(cs, 'node-b', '', false))]);
+    w.tags.add(TAG);
+    w.cs.spec.nodeName = 'node-c';
+    expect(done(await w.pass()).result).toEqual(OK_5S);
+    expect([w.droppedTags, w.tags.has(TAG)]).toEqual([[], true]);
+    expect([w.ids('deletePod'), w.asks]).toEqual([[], []]);
+    expect(w.cs.status?.phase).toBe('Migrating');
+  });
+
+  it('a live CocoonHibernation needing the tag keeps it, for the stale-tag drop and for the completion drop; Migrating (deliberate difference: the reference drops unconditionally)', async () => {
+    // Stale tag: main live on another node, not hibernating.
+    const cs = migSet('node-b');
+    const stale = new PlanWorld(cs, [migMain(cs, 'node-a', 'vmid-1', true)]);
+    stale.tags.add(TAG);
+    stale.crs = [hibernation('demo-0', 'Hibernate')];
+    expect(done(await stale.pass()).result).toEqual(OK_5S);
+    expect([stale.droppedTags, stale.tags.has(TAG), stale.lists]).toEqual([[], true, 1]);
+    expect([stale.pods.has('demo-0'), stale.ids('deletePod')]).toEqual([true, []]);
+    expect(stale.cs.status?.phase).toBe('Migrating');
+    // Completion: Migrating, the main live on the target.
+    const csDone = migSet('node-b', phase('Migrating'));
+    const completion = new PlanWorld(csDone, [migMain(csDone, 'node-b', 'vmid-new', true)]);
+    completion.tags.add(TAG);
+    completion.crs = [hibernation('demo-0', 'Hibernate')];
+    expect(done(await completion.pass()).result).toEqual(OK_5S);
+    expect([completion.droppedTags, completion.tags.has(TAG)]).toEqual([[], true]);
+    expect(completion.cs.status?.phase).toBe('Migrating');
+    // A CR being deleted no longer holds the tag.
+    const deleting = hibernation('demo-0', 'Hibernate');
+    deleting.metadata!.deletionTimestamp = new Date('2026-05-14T00:59:00Z');
+    const released = new PlanWorld(csDone, [migMain(csDone, 'node-b', 'vmid-new', true)]);
+    released.tags.add(TAG);
+    released.crs = [deleting];
+    done(await released.pass());
+    expect(released.droppedTags).toEqual([TAG]);
+  });
+
+  it('a pinned released set (Suspended, hint node-a, pin node-b, no pods, tag): migration restores it pinned; once live and the tag dropped, the wake clears the hint and scores placement pool (ours)', async () => {
+    const cs = finalizedSet((c) => {
+      c.spec.hibernatePolicy = 'release';
+      c.metadata.generation = 1;
+      c.spec.nodeName = 'node-b';
+      c.metadata.annotations = { [Annotations.hibernatedOnNode]: 'node-a' };
+    }, phase('Suspended'));
+    const w = new PlanWorld(cs);
+    w.tags.add(TAG);
+    // Pass 1: migration takes it before the wake, restoring to the pin.
+    expect(done(await w.pass()).result).toEqual(OK_5S);
+    const pod = w.pod('demo-0')!;
+    expect(pod.metadata!.annotations![Annotations.restoreFromHibernate]).toBe('true');
+    expect(requiredHosts(pod)).toEqual(pinTerm('node-b'));
+    expect(pod.spec!.affinity!.nodeAffinity!.preferredDuringSchedulingIgnoredDuringExecution).toBeUndefined();
+    expect(w.cs.status?.phase).toBe('Migrating');
+    expect(w.ids('probeHibernate')).toEqual([`migrate-probe:${VM}`]);
+    expect(w.cs.metadata.annotations?.[Annotations.hibernatedOnNode]).toBe('node-a');
+    // vk-cocoon binds it to node-b and restores the VM.
+    const bound = w.pod('demo-0')!;
+    bound.spec!.nodeName = 'node-b';
+    annotate(readyPod(bound), { [Annotations.vmID]: 'vmid-new' });
+    bound.status!.containerStatuses = [
+      { name: 'agent', image: 'x', imageID: '', ready: true, restartCount: 0, state: { running: {} } },
+    ];
+    // Pass 2: live on the target, migration drops the tag.
+    expect(done(await w.pass()).result).toEqual(OK_5S);
+    expect(w.droppedTags).toEqual([TAG]);
+    expect(w.cs.status?.phase).toBe('Migrating');
+    expect(w.metrics.filter((m) => m.metric === 'slotReleaseWakeTotal')).toEqual([]);
+    // Pass 3: Migrating, no tag: migration hands to the wake's cleanup (restore-marked, hint set). The wake
+    // deletes the (already absent) tag once more: a no-op registry delete.
+    const before = w.log.length;
+    const end = done(await w.pass());
+    expect(end.result).toEqual({ requeue: true, requeueAfterMs: 0, error: undefined });
+    expect(w.ids().slice(before)).toEqual([
+      `migrate-probe:${VM}`,
+      'list-hibernations',
+      `drop-tag:${VM}`,
+      'metric:slotReleaseWakeTotal',
+      'clear-hint',
+      'status',
+    ]);
+    expect(w.droppedTags).toEqual([TAG, TAG]);
+    expect(w.cs.metadata.annotations?.[Annotations.hibernatedOnNode]).toBeUndefined();
+    expect(w.metrics.filter((m) => m.metric === 'slotReleaseWakeTotal')).toEqual([
+      { metric: 'slotReleaseWakeTotal', labels: { namespace: 'ns', cocoonset: 'demo', placement: 'pool' } },
+    ]);
+    expect(w.cs.status?.phase).toBe('Running');
+    // Pass 4: settled on the pin, no hint: nothing to do.
+    const settled = w.log.length;
+    expect(done(await w.pass()).result).toEqual(SETTLED);
+    expect(w.ids().slice(settled)).toEqual([]);
+  });
+});
