@@ -939,7 +939,8 @@ async function annotateSet(
   for (const [k, v] of Object.entries(annotations)) {
     if (v === null) {
       delete st.written[k];
-      (st.cleared ??= new Set()).add(k);
+      st.cleared ??= new Set();
+      st.cleared.add(k);
     } else {
       st.written[k] = v;
       st.cleared?.delete(k);

@@ -1013,6 +1013,70 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     }
   });
 
+  it('a pinned set moved to a second node (spec.nodeName edited): Migrating, the main snapshotted on the first node, recreated on the second and restored from its snapshot (its state kept), the tag dropped once it runs there', async () => {
+    const pool = `${ns}-mig`;
+    const nodeA = `${ns}-mig-a`;
+    const nodeB = `${ns}-mig-b`;
+    const sims = [nodeA, nodeB].map(
+      (nodeName) =>
+        new VkSimulator({ kube: kube.kc, registry, nodeName, pool, cpuClass: place.cpuClass, tickMs: 500 }),
+    );
+    const name = 'migrate';
+    const mainPod = `${name}-0`;
+    const vm = vmOf(name, 0);
+    try {
+      for (const s of sims) await s.start();
+      await createSet(name, {
+        ...realisticSpec(AGENT_V1, TOOLBOX_IMAGE, { pool, cpuClass: place.cpuClass }),
+        agent: { image: AGENT_V1, replicas: 0 },
+        toolboxes: [],
+        nodeName: nodeA,
+      });
+      await sets.waitPhase(name, 'Running', BRING_UP_MS);
+      const first = (await podsOf(name)).get(mainPod)!;
+      expect(first.spec?.nodeName).toBe(nodeA);
+      const startedOnB = sims[1]!.state().started.length;
+
+      await sets.patchSpec(name, { nodeName: nodeB });
+      const moved = await waitFor(
+        `${mainPod} running on ${nodeB}`,
+        async () => {
+          const p = (await podsOf(name)).get(mainPod);
+          return p && live(p) && p.spec?.nodeName === nodeB && podReady(p) && vmIDOf(p) !== ''
+            ? p
+            : undefined;
+        },
+        BRING_UP_MS,
+      );
+      expect(moved.metadata?.uid).not.toBe(first.metadata?.uid);
+      expect(moved.metadata?.annotations?.[Annotations.restoreFromHibernate]).toBe('true');
+      const restored = sims[1]!
+        .state()
+        .started.slice(startedOnB)
+        .filter((v) => v.name === vm);
+      expect(restored).toHaveLength(1);
+      expect(restored[0]!.source).toMatch(new RegExp(`^restore .*${vm}`));
+      await sets.waitPhase(name, 'Running', BRING_UP_MS);
+      // Migrating was written before the old main was quiesced, and the old pod was quiesced before its delete.
+      const phases = rec.cocoonSetHistory(name).map((x) => x.phase);
+      expect(phases).toContain('Migrating');
+      const old = rec.podHistory(mainPod).filter((x) => x.uid === first.metadata?.uid);
+      const quiesced = old.findIndex((x) => x.hibernate === 'true');
+      expect(quiesced).toBeGreaterThanOrEqual(0);
+      expect(old.findIndex((x) => x.deleting)).toBeGreaterThan(quiesced);
+      await waitFor(
+        'the tag dropped once the VM runs on the new node',
+        async () => ((await headTag(registry, vm, Tags.hibernate)) === 404 ? true : undefined),
+        QUICK_MS,
+      );
+    } finally {
+      await sets.delete(name).catch(() => undefined);
+      await sets.waitUntil(name, 'gone', (x) => x === undefined, QUICK_MS).catch(() => undefined);
+      for (const s of sims) await s.stop();
+      for (const n of [nodeA, nodeB]) await kube.core.deleteNode({ name: n }).catch(() => undefined);
+    }
+  });
+
   it('a main hibernated by a CocoonHibernation and then deleted is recreated with restore-from-hibernate, and its VM comes back from the snapshot', async () => {
     const name = 'restore';
     const mainPod = `${name}-0`;
