@@ -13,10 +13,12 @@
  * loops over many pods go out as one concurrent batch (`io.exec(actions, true, …)`), so a pass of 1000
  * pods stays a handful of workflow tasks.
  *
- * Not handled here (clearly marked extension points): deletion (docs/cocoonset.md#deletion-and-registry-gc),
- * suspend and release suspend, migration and the released-seat wake (docs/cocoonset.md#not-built-yet).
- * Deletion and suspend end the pass with `{kind: 'delegate', flow}`; migration and wake are offered to `io`
- * only when their cheap entry gates can engage, and the pass goes on when the flow declines.
+ * The flows (docs/cocoonset.md#suspend, #seat-release, #migration) are here too, each behind its
+ * `PassInput` switch (set by the workflow behind `patched()`); their per-VM hibernate and wake requests go to
+ * the pods' VM workflows (`askVM`), the one writer of a pod's hibernate annotation. Not handled here:
+ * deletion (docs/cocoonset.md#deletion-and-registry-gc) ends the pass with `{kind: 'delegate', flow}`, as
+ * do the flows for a run recorded before their switch (suspend delegated; migration and wake offered to
+ * `io`, which declines).
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import {
@@ -289,10 +291,10 @@ export function vmLive(pod: V1Pod | undefined): boolean {
 }
 
 /**
- * Extension point — migration entry gate (docs/cocoonset.md#not-built-yet; the flow's first two gates): false
+ * Migration entry gate (docs/cocoonset.md#migration; the flow's first two gates, no I/O): false
  * ("not handled", no I/O) without a registry, when `spec.nodeName` is empty and the phase is not `Migrating`,
  * or when not migrating and the main is settled on `spec.nodeName` (on it, VM live, not hibernating). True
- * means the migration flow must look (it may still decline).
+ * means `migrate` must look (it may still not handle the pass).
  */
 export function migrationMayEngage(
   cs: CocoonSet,
@@ -312,8 +314,8 @@ export function migrationMayEngage(
 }
 
 /**
- * Extension point — released-seat wake entry gate (docs/cocoonset.md#not-built-yet; the flow's gate and its
- * I/O-free rows): false without a registry or when none of phase Waking, phase Suspended, phase Suspending
+ * Released-seat wake entry gate for runs recorded before `seat-release` (the offer to `io`; the flow's gate
+ * and its I/O-free rows): false without a registry or when none of phase Waking, phase Suspended, phase Suspending
  * with a node hint, or a pending wake cleanup holds; also false for the rows that decline without I/O (main
  * present, not waking, and no hint or a terminal main). True means the wake flow must look (it may still
  * decline).

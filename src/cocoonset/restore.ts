@@ -1,7 +1,7 @@
 /**
  * Restore intent: whether a pod about to be (re)created must restore its VM from the `:hibernate`
  * snapshot instead of cold-booting (operator cocoonset/restore.go;
- * docs/cocoonset.md#restore-from-hibernation, docs/cocoonset.md#not-built-yet). Pure functions over
+ * docs/cocoonset.md#restore-from-hibernation, docs/cocoonset.md#suspend). Pure functions over
  * already-fetched data: the CocoonHibernation List and the registry probe are the caller's I/O. The List
  * happens lazily, only when a pod is actually built, and at most once per pass (`lazyOnce` gives the Go
  * `sync.OnceValues` memo, error included).

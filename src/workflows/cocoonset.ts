@@ -10,9 +10,10 @@
  * does), sleep until a signal or the next timer; continue as new before the history grows large (events or
  * bytes: a restarted worker replays it); complete when the CocoonSet is gone.
  *
- * Extension points (not implemented here; docs/cocoonset.md#not-built-yet): suspend and release-suspend are
- * logged and end the pass; migration and the released-seat wake decline ("not handled"), so the pass goes
- * on past their step, as the planner's contract allows. Deletion (docs/cocoonset.md#deletion-and-registry-gc)
+ * Suspend, seat release and migration are decided in the planner (behind the `set-desires`, `seat-release`
+ * and `migration` patches); the per-VM hibernate and wake requests go to the pods' VM workflows (`askVM`).
+ * Runs recorded before those patches keep the old answers: suspend is logged and ends the pass, migration
+ * and the released-seat wake decline ("not handled"). Deletion (docs/cocoonset.md#deletion-and-registry-gc)
  * is implemented below.
  */
 import type { V1Pod } from '@kubernetes/client-node';
@@ -351,8 +352,8 @@ async function drive(
         ? pool(actions, Math.max(1, maxConcurrency), (a) => execute(state, cs, a, registry))
         : sequence(actions, (a) => execute(state, cs, a, registry)),
     offer: async (flow) => {
-      // Extension point (docs/cocoonset.md#not-built-yet): the flow is not implemented yet, so it
-      // answers "not handled" and the pass goes on past its step.
+      // Only runs recorded before the `migration` / `seat-release` patches offer a flow: it was not
+      // implemented then, so it answers "not handled" and the pass goes on past its step.
       log.info(`cocoonset ${flow} flow not implemented yet: declined`, { name: state.name });
       return undefined;
     },
@@ -366,10 +367,10 @@ async function drive(
       return await deletionFlow(state, cs, pods, (input.registryConfigured ?? true) ? registry : undefined);
     case 'suspend':
     case 'suspendRelease':
-      // Extension point (docs/cocoonset.md#not-built-yet): the release suspend is not implemented yet (nor
-      // the retain one in a run recorded before `set-desires`). The pass ends here, as the reference's does
-      // once it enters suspend (nothing past step 8 runs), and the user is told on the CocoonSet itself: a
-      // Warning Event (folded, so one Event whose count grows).
+      // Only runs recorded before the `set-desires` / `seat-release` patches delegate a suspend: it was not
+      // implemented then. The pass ends here, as the reference's does once it enters suspend (nothing past
+      // step 8 runs), and the user is told on the CocoonSet itself: a Warning Event (folded, so one Event
+      // whose count grows).
       log.warn(`cocoonset ${end.flow} flow not implemented yet: pass ends here`, { name: state.name });
       await execute(
         state,
