@@ -322,16 +322,29 @@ export function migrationMayEngage(
  */
 export function wakeMayEngage(cs: CocoonSet, main: V1Pod | undefined, registryConfigured: boolean): boolean {
   if (!registryConfigured) return false;
+  const { hint, waking, engaged } = wakeEngagement(cs, main);
+  if (!engaged) return false;
+  if (main === undefined || waking) return true;
+  return hint !== '' && !isTerminal(main);
+}
+
+/**
+ * The released-seat wake's engagement inputs (reference `reconcileWake`; docs/cocoonset.md#seat-release): the
+ * node hint; `waking` = phase `Waking`, or an unfinished wake whose `Waking` was overwritten (a
+ * restore-marked, non-hibernating main while the hint is set); `engaged` = waking, phase `Suspended`, or
+ * phase `Suspending` with the hint (on the phase, not the policy).
+ */
+function wakeEngagement(
+  cs: CocoonSet,
+  main: V1Pod | undefined,
+): { hint: string; waking: boolean; engaged: boolean } {
   const hint = cs.metadata.annotations?.[Annotations.hibernatedOnNode] ?? '';
   const phase = cs.status?.phase;
   const cleanupPending =
     main !== undefined && restoreFromHibernate(main) && !hibernateRequested(main) && hint !== '';
   const waking = phase === 'Waking' || cleanupPending;
-  const suspended = phase === 'Suspended';
-  const suspending = phase === 'Suspending' && hint !== '';
-  if (!waking && !suspended && !suspending) return false;
-  if (main === undefined || waking) return true;
-  return hint !== '' && !isTerminal(main);
+  const engaged = waking || phase === 'Suspended' || (phase === 'Suspending' && hint !== '');
+  return { hint, waking, engaged };
 }
 
 /** Per-pass state the Go code keeps in the in-memory CocoonSet. */
@@ -1132,16 +1145,9 @@ export function podUnschedulable(pod: V1Pod): string {
  *   place).
  */
 async function releasedWake(st: PassState): Promise<void> {
-  const cs = currentCS(st);
   const main = st.c.main;
-  const hint = cs.metadata.annotations?.[Annotations.hibernatedOnNode] ?? '';
-  const phase = cs.status?.phase;
-  const cleanupPending =
-    main !== undefined && restoreFromHibernate(main) && !hibernateRequested(main) && hint !== '';
-  const waking = phase === 'Waking' || cleanupPending;
-  const suspended = phase === 'Suspended';
-  const suspending = phase === 'Suspending' && hint !== '';
-  if ((!waking && !suspended && !suspending) || !st.input.registryConfigured) return;
+  const { hint, waking, engaged } = wakeEngagement(currentCS(st), main);
+  if (!engaged || !st.input.registryConfigured) return;
   if (!main) return startReleasedWake(st, hint);
   const mainName = main.metadata?.name ?? '';
   if (waking && !vmLive(main)) {

@@ -11,6 +11,7 @@ import { vmWorkflowId } from '../../src/api/ids.js';
 import { Annotations, EventReasons } from '../../src/api/keys.js';
 import {
   hibernatedPodAnnotations,
+  liveOn,
   newCocoonSet,
   vmPodAnnotations,
   withFinalizer,
@@ -337,15 +338,7 @@ export const scenarios: Scenario[] = [
           names.every((n) => w.pod(n)?.metadata?.annotations?.[Annotations.hibernate] === 'true'),
         );
         for (const n of names) {
-          w.tags.add(`${w.pod(n)!.metadata!.annotations![Annotations.vmName]}:hibernate`);
-          await w.updatePod(n, (p) => {
-            p.metadata!.annotations = {
-              ...p.metadata!.annotations,
-              [Annotations.lifecycleState]: 'hibernated',
-              [Annotations.lifecycleObservedGeneration]: '2',
-            };
-            p.status = { phase: 'Running' };
-          });
+          await w.vkHibernated(n, 2);
         }
         await waitFor('Suspended', () => w.cs?.status?.phase === 'Suspended');
         await w.editSpec((c) => (c.spec.suspend = false));
@@ -378,30 +371,12 @@ export const scenarios: Scenario[] = [
           'annotated',
           () => w.pod('demo-0')?.metadata?.annotations?.[Annotations.hibernate] === 'true',
         );
-        w.tags.add(`${MAIN_VM}:hibernate`);
-        await w.updatePod('demo-0', (p) => {
-          p.metadata!.annotations = {
-            ...p.metadata!.annotations,
-            [Annotations.lifecycleState]: 'hibernated',
-            [Annotations.lifecycleObservedGeneration]: '2',
-          };
-          p.status = { phase: 'Running' };
-        });
+        await w.vkHibernated('demo-0', 2);
         await waitFor('Suspended', () => w.cs?.status?.phase === 'Suspended');
         await w.editSpec((c) => (c.spec.suspend = false));
         await waitFor('restore pod', () => w.pods.has('demo-0'));
         await waitFor('Waking', () => w.cs?.status?.phase === 'Waking');
-        await w.updatePod('demo-0', (p) => {
-          p.spec!.nodeName = 'node-a';
-          p.metadata!.annotations = { ...p.metadata!.annotations, [Annotations.vmID]: 'vm-restored' };
-          p.status = {
-            phase: 'Running',
-            conditions: [{ type: 'Ready', status: 'True' }],
-            containerStatuses: [
-              { name: 'agent', image: '', imageID: '', ready: true, restartCount: 0, state: { running: {} } },
-            ],
-          };
-        });
+        await w.vkRunning('demo-0', 'node-a', 'vm-restored');
         await waitFor('Running again', () => w.cs?.status?.phase === 'Running');
         await w.settled(env);
         return { 'cocoonset-release': await env.client.workflow.getHandle(w.workflowId).fetchHistory() };
@@ -417,11 +392,7 @@ export const scenarios: Scenario[] = [
         c.metadata.generation = 1;
       });
       const pods = convergedPods(cs);
-      pods[0]!.spec!.nodeName = 'node-a';
-      pods[0]!.metadata!.annotations = { ...pods[0]!.metadata!.annotations, [Annotations.vmID]: 'vm-a' };
-      pods[0]!.status!.containerStatuses = [
-        { name: 'agent', image: '', imageID: '', ready: true, restartCount: 0, state: { running: {} } },
-      ];
+      liveOn(pods[0]!, 'node-a', 'vm-a');
       return withCocoonSetWorld(env, new CocoonSetWorld(cs, pods), async (w) => {
         await w.start();
         await waitFor('Running', () => w.cs?.status?.phase === 'Running');
@@ -433,31 +404,13 @@ export const scenarios: Scenario[] = [
         await waitFor('Migrating', () => w.cs?.status?.phase === 'Migrating');
         const oldUID = w.pod('demo-0')!.metadata!.uid;
         // vk-cocoon pushes the snapshot and stops the VM.
-        w.tags.add(`${MAIN_VM}:hibernate`);
-        await w.updatePod('demo-0', (p) => {
-          p.metadata!.annotations = {
-            ...p.metadata!.annotations,
-            [Annotations.lifecycleState]: 'hibernated',
-          };
-          delete p.metadata!.annotations![Annotations.vmID];
-          p.status = { phase: 'Running' };
-        });
+        await w.vkHibernated('demo-0', 2);
         await waitFor('restore pod on the new node', () => {
           const p = w.pod('demo-0');
           return p !== undefined && p.metadata?.uid !== oldUID;
         });
         // vk-cocoon restores the VM on node-b.
-        await w.updatePod('demo-0', (p) => {
-          p.spec!.nodeName = 'node-b';
-          p.metadata!.annotations = { ...p.metadata!.annotations, [Annotations.vmID]: 'vm-b' };
-          p.status = {
-            phase: 'Running',
-            conditions: [{ type: 'Ready', status: 'True' }],
-            containerStatuses: [
-              { name: 'agent', image: '', imageID: '', ready: true, restartCount: 0, state: { running: {} } },
-            ],
-          };
-        });
+        await w.vkRunning('demo-0', 'node-b', 'vm-b');
         await waitFor('Running on node-b', () => w.cs?.status?.phase === 'Running');
         await w.settled(env);
         return { 'cocoonset-migration': await env.client.workflow.getHandle(w.workflowId).fetchHistory() };

@@ -116,6 +116,19 @@ export function convergedPods(cs: CocoonSet, mainNode = ''): V1Pod[] {
   return pods;
 }
 
+/** `liveOn(p, node, vmID)`: the pod's VM runs on `node` (VM id `vmID`, a running container). */
+export function liveOn(p: V1Pod, node: string, vmID: string): V1Pod {
+  p.spec = { ...(p.spec ?? { containers: [] }), nodeName: node };
+  annotate(p, { [Annotations.vmID]: vmID });
+  p.status = {
+    ...(p.status ?? {}),
+    containerStatuses: [
+      { name: 'agent', image: '', imageID: '', ready: true, restartCount: 0, state: { running: {} } },
+    ],
+  };
+  return p;
+}
+
 /** A CocoonSet `demo` with its finalizer, then `mods` applied. */
 export function finalizedSet(...mods: ((cs: CocoonSet) => void)[]): CocoonSet {
   return newCocoonSet('demo', withFinalizer, ...mods);

@@ -217,6 +217,40 @@ export class CocoonSetWorld {
     await this.signalPod(p);
   }
 
+  /**
+   * Plays vk-cocoon finishing a hibernate of pod `name`: its `<vm>:hibernate` pushed, lifecycle `hibernated`
+   * reported for set generation `generation`, the VM id cleared, the container stopped (not Ready).
+   */
+  async vkHibernated(name: string, generation: number): Promise<void> {
+    const p = this.pods.get(name);
+    if (!p) throw new Error(`no pod ${name}`);
+    this.tags.add(`${p.metadata?.annotations?.[Annotations.vmName] ?? ''}:hibernate`);
+    await this.updatePod(name, (pod) => {
+      const { [Annotations.vmID]: _gone, ...rest } = pod.metadata?.annotations ?? {};
+      pod.metadata!.annotations = {
+        ...rest,
+        [Annotations.lifecycleState]: 'hibernated',
+        [Annotations.lifecycleObservedGeneration]: String(generation),
+      };
+      pod.status = { phase: 'Running' };
+    });
+  }
+
+  /** Plays vk-cocoon bringing pod `name`'s VM up on `node`: VM id `vmID`, a running container, Ready. */
+  async vkRunning(name: string, node: string, vmID: string): Promise<void> {
+    await this.updatePod(name, (p) => {
+      p.spec!.nodeName = node;
+      p.metadata!.annotations = { ...p.metadata!.annotations, [Annotations.vmID]: vmID };
+      p.status = {
+        phase: 'Running',
+        conditions: [{ type: 'Ready', status: 'True' }],
+        containerStatuses: [
+          { name: 'agent', image: '', imageID: '', ready: true, restartCount: 0, state: { running: {} } },
+        ],
+      };
+    });
+  }
+
   /** Marks a pod Running + Ready (vk-cocoon's VM came up). */
   async makeReady(name: string): Promise<void> {
     await this.updatePod(name, (p) => {

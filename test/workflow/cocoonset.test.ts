@@ -6,7 +6,7 @@ import { toolboxVMName } from '../../src/cocoonset/pods.js';
 import { lastDeletedMs, readRebuildHistory } from '../../src/cocoonset/rebuild.js';
 import { RECONCILE_FAILED } from '../../src/workflows/cocoonset.js';
 import { vmDesireConflictSignal } from '../../src/workflows/messages.js';
-import { hibernation, IMAGE, newCocoonSet, withFinalizer } from '../support/builders.js';
+import { hibernation, IMAGE, liveOn, newCocoonSet, withFinalizer } from '../support/builders.js';
 import { waitFor } from '../support/wait.js';
 import { CocoonSetWorld, convergedPods, demoSet, MAIN_VM, withCocoonSetWorld } from './cocoonset-world.js';
 import { createEnv, skipUntil, timerDurations } from './harness.js';
@@ -122,15 +122,7 @@ describe('CocoonSet workflow', () => {
         'asked to hibernate',
         () => w.pod('demo-0')?.metadata?.annotations?.[Annotations.hibernate] === 'true',
       );
-      w.tags.add(`${MAIN_VM}:hibernate`);
-      await w.updatePod('demo-0', (p) => {
-        p.metadata!.annotations = {
-          ...p.metadata!.annotations,
-          [Annotations.lifecycleState]: 'hibernated',
-          [Annotations.lifecycleObservedGeneration]: '2',
-        };
-        p.status = { phase: 'Running' };
-      });
+      await w.vkHibernated('demo-0', 2);
       await waitFor('Suspended', () => w.cs?.status?.phase === 'Suspended');
       expect(w.pods.has('demo-0')).toBe(false);
       expect(w.cs?.metadata.annotations?.[Annotations.hibernatedOnNode]).toBe('node-a');
@@ -156,17 +148,7 @@ describe('CocoonSet workflow', () => {
       await waitFor('Waking', () => w.cs?.status?.phase === 'Waking');
       expect(w.tags.has(`${MAIN_VM}:hibernate`)).toBe(true);
       // vk-cocoon restores the VM on the hinted node.
-      await w.updatePod('demo-0', (p) => {
-        p.spec!.nodeName = 'node-a';
-        p.metadata!.annotations = { ...p.metadata!.annotations, [Annotations.vmID]: 'vm-restored' };
-        p.status = {
-          phase: 'Running',
-          conditions: [{ type: 'Ready', status: 'True' }],
-          containerStatuses: [
-            { name: 'agent', image: '', imageID: '', ready: true, restartCount: 0, state: { running: {} } },
-          ],
-        };
-      });
+      await w.vkRunning('demo-0', 'node-a', 'vm-restored');
       await waitFor('Running again', () => w.cs?.status?.phase === 'Running');
       expect(w.tags.has(`${MAIN_VM}:hibernate`)).toBe(false);
       expect(w.cs?.metadata.annotations?.[Annotations.hibernatedOnNode]).toBeUndefined();
@@ -181,11 +163,7 @@ describe('CocoonSet workflow', () => {
       c.metadata.generation = 1;
     });
     const pods = convergedPods(cs);
-    pods[0]!.spec!.nodeName = 'node-a';
-    pods[0]!.metadata!.annotations = { ...pods[0]!.metadata!.annotations, [Annotations.vmID]: 'vm-a' };
-    pods[0]!.status!.containerStatuses = [
-      { name: 'agent', image: '', imageID: '', ready: true, restartCount: 0, state: { running: {} } },
-    ];
+    liveOn(pods[0]!, 'node-a', 'vm-a');
     await withCocoonSetWorld(env, new CocoonSetWorld(cs, pods), async (w) => {
       await w.start();
       await waitFor('Running', () => w.cs?.status?.phase === 'Running');
@@ -197,12 +175,7 @@ describe('CocoonSet workflow', () => {
       await waitFor('Migrating', () => w.cs?.status?.phase === 'Migrating');
       const oldUID = w.pod('demo-0')!.metadata!.uid;
       // vk-cocoon pushes the snapshot and stops the VM.
-      w.tags.add(`${MAIN_VM}:hibernate`);
-      await w.updatePod('demo-0', (p) => {
-        p.metadata!.annotations = { ...p.metadata!.annotations, [Annotations.lifecycleState]: 'hibernated' };
-        delete p.metadata!.annotations![Annotations.vmID];
-        p.status = { phase: 'Running' };
-      });
+      await w.vkHibernated('demo-0', 2);
       await waitFor('restore pod on the new node', () => {
         const p = w.pod('demo-0');
         return p !== undefined && p.metadata?.uid !== oldUID;
@@ -215,17 +188,7 @@ describe('CocoonSet workflow', () => {
       ).toEqual(['node-b']);
       expect(w.tags.has(`${MAIN_VM}:hibernate`)).toBe(true);
       // vk-cocoon restores the VM on node-b.
-      await w.updatePod('demo-0', (p) => {
-        p.spec!.nodeName = 'node-b';
-        p.metadata!.annotations = { ...p.metadata!.annotations, [Annotations.vmID]: 'vm-b' };
-        p.status = {
-          phase: 'Running',
-          conditions: [{ type: 'Ready', status: 'True' }],
-          containerStatuses: [
-            { name: 'agent', image: '', imageID: '', ready: true, restartCount: 0, state: { running: {} } },
-          ],
-        };
-      });
+      await w.vkRunning('demo-0', 'node-b', 'vm-b');
       await waitFor('Running on node-b', () => w.cs?.status?.phase === 'Running');
       expect(w.tags.has(`${MAIN_VM}:hibernate`)).toBe(false);
     });
@@ -247,15 +210,7 @@ describe('CocoonSet workflow', () => {
       expect(names.map((n) => w.calls.indexOf(`ask ${n} Hibernate`) >= 0)).toEqual([true, true, true, true]);
       // vk-cocoon hibernates each VM: tag pushed, lifecycle hibernated for the set's generation (2).
       for (const n of names) {
-        w.tags.add(`${w.pod(n)!.metadata!.annotations![Annotations.vmName]}:hibernate`);
-        await w.updatePod(n, (p) => {
-          p.metadata!.annotations = {
-            ...p.metadata!.annotations,
-            [Annotations.lifecycleState]: 'hibernated',
-            [Annotations.lifecycleObservedGeneration]: '2',
-          };
-          p.status = { phase: 'Running' };
-        });
+        await w.vkHibernated(n, 2);
       }
       await waitFor('Suspended', () => w.cs?.status?.phase === 'Suspended');
       const done = await w.lastResult();
