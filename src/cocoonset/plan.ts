@@ -176,6 +176,8 @@ export type PassAction =
       desire: 'Hibernate' | 'Wake';
       podUID?: string;
       podResourceVersion?: string;
+      /** A seat release: the VM workflow keeps the desire (and the tag) after the pod's deletion. */
+      release?: boolean;
     }
   /** Increment a counter (fire and forget). Outcome: ok. */
   | { id: string; type: 'metric'; metric: PassMetric; labels: Record<string, string> };
@@ -833,6 +835,7 @@ async function askVMs(
   pods: V1Pod[],
   desire: 'Hibernate' | 'Wake',
   prefix: string,
+  release = false,
 ): Promise<void> {
   const outcomes = await st.r.runAll(
     pods.map(
@@ -843,6 +846,7 @@ async function askVMs(
         desire,
         podUID: pod.metadata?.uid,
         podResourceVersion: pod.metadata?.resourceVersion,
+        ...(release ? { release: true } : {}),
       }),
     ),
   );
@@ -919,8 +923,8 @@ async function suspendRetain(st: PassState): Promise<never> {
  * gate is closed, ends the pass `Suspending` (with any DesireConflict on `Progressing`) and a 5 s requeue.
  * Returns only when every pod is done.
  */
-async function hibernateAll(st: PassState, pods: V1Pod[]): Promise<void> {
-  await askVMs(st, pods, 'Hibernate', 'ask the VM workflow to hibernate');
+async function hibernateAll(st: PassState, pods: V1Pod[], release = false): Promise<void> {
+  await askVMs(st, pods, 'Hibernate', 'ask the VM workflow to hibernate', release);
   const waiting = await suspendGate(st, pods);
   if (waiting === undefined) return;
   const conflicts = pods.flatMap((p) => {
@@ -980,7 +984,7 @@ async function suspendRelease(st: PassState): Promise<never> {
     return fail(st, `hibernatePolicy=release on ${st.ns}/${st.name} requires a configured registry`);
   const pods = podsInNameOrder(st.c);
   if (pods.length === 0) return writeStatusAndFinish(st, 'Suspended', {});
-  await hibernateAll(st, pods);
+  await hibernateAll(st, pods, true);
   const cs = currentCS(st);
   const names = new Set<string>();
   for (const a of cs.status?.agents ?? []) if (a.vmName) names.add(a.vmName);

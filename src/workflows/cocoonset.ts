@@ -499,6 +499,7 @@ async function execute(
             generation: cs.metadata.generation ?? 0,
             podUID: a.podUID,
             podResourceVersion: a.podResourceVersion,
+            ...(a.release ? { release: true } : {}),
           },
         });
         const asked = { ...(state.hibernateAsked ?? {}) };
@@ -625,6 +626,19 @@ async function deletionFlow(
     return { requeue: false, requeueAfterMs: 0, error: `remove finalizer: ${errorMessage(err)}` };
   }
   state.phase = 'Deleting';
+  // VM workflows still holding this set's hibernate request (a released seat keeps it without a pod) let go.
+  for (const pod of Object.keys(state.hibernateAsked ?? {}).sort()) {
+    try {
+      await kube.cocoonSetAskVM({
+        namespace,
+        pod,
+        desire: { set: state.name, desire: 'Wake', generation: cs.metadata.generation ?? 0 },
+      });
+    } catch (err) {
+      log.warn('VM workflow not told the set is gone', { pod, error: errorMessage(err) });
+    }
+  }
+  state.hibernateAsked = undefined;
   return { requeue: false, requeueAfterMs: 0 };
 }
 

@@ -43,6 +43,11 @@ export interface SetDesire {
   generation: number;
   podUID?: string;
   podResourceVersion?: string;
+  /**
+   * The set releases the pod's seat (hibernatePolicy release): the pod is deleted after the hibernate, and
+   * the desire (keeping the tag) holds on without it until the set wakes or is deleted.
+   */
+  release?: boolean;
 }
 
 /** A CocoonSet's desire for the VM changed (see SetDesire). */

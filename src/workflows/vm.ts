@@ -99,6 +99,12 @@ const MAX_HISTORY_EVENTS = 5_000;
  * targets the pod), re-read the pod this often: a pod deleted meanwhile ends the desire.
  */
 const SET_DESIRE_RECHECK_MS = 10 * 60_000;
+/** While an un-suspend waits for its VM to run again (to drop the leftover tag), re-read the pod this often. */
+const SET_WAKE_POLL_MS = 5_000;
+
+function setDesireRecheckMs(state: VMState): number {
+  return state.setDesire?.desire === 'Wake' ? SET_WAKE_POLL_MS : SET_DESIRE_RECHECK_MS;
+}
 
 /** One CocoonHibernation as this workflow tracks it, plus its private scheduling state. */
 interface TrackedCR extends HibernationObservation {
@@ -233,7 +239,10 @@ export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
     // (Read as a timeout, a signal reaching an idle workflow reset needResync and lost a `resync`.)
     if (signalled === false) {
       dirty = true;
-      if (state.lastResyncAt === undefined || Date.now() - state.lastResyncAt >= FALLBACK_RESYNC_MS) {
+      const every = state.setDesire
+        ? Math.min(FALLBACK_RESYNC_MS, setDesireRecheckMs(state))
+        : FALLBACK_RESYNC_MS;
+      if (state.lastResyncAt === undefined || Date.now() - state.lastResyncAt >= every) {
         // Never clears a pending re-read (a NotFound asked for one): only a successful resync does.
         state.needResync = state.needResync || inFlight(state) || state.setDesire !== undefined;
       }
@@ -337,7 +346,7 @@ function nextWake(state: VMState): number | undefined {
   }
   if (state.needResync) consider(state.resyncAt);
   if (inFlight(state)) consider((state.lastResyncAt ?? Date.now()) + FALLBACK_RESYNC_MS);
-  if (state.setDesire) consider((state.lastResyncAt ?? Date.now()) + SET_DESIRE_RECHECK_MS);
+  if (state.setDesire) consider((state.lastResyncAt ?? Date.now()) + setDesireRecheckMs(state));
   return at;
 }
 
@@ -438,7 +447,7 @@ async function reconcileAll(state: VMState, registry: RegistryActivities): Promi
     }
   }
   try {
-    await setDesirePass(state);
+    await setDesirePass(state, registry);
   } catch (err) {
     // The set repeats its desire on its next pass (every 5 s while it waits on its VMs), so no backoff here.
     log.warn('set desire pass failed', { error: errorMessage(err) });
@@ -457,20 +466,35 @@ async function reconcileAll(state: VMState, registry: RegistryActivities): Promi
  *   `podsHibernatedByCR`); then the desire is spent.
  * Nothing here probes the registry: the set's completion gate does (docs/cocoonset.md#suspend).
  */
-async function setDesirePass(state: VMState): Promise<void> {
+async function setDesirePass(state: VMState, registry: RegistryActivities): Promise<void> {
   const d = state.setDesire;
   if (!d) return;
   const pod = state.podObs;
   // A desire is for the pod incarnation the set asked about: a pod deleted and created again (a seat
   // release's restore pod) is not hibernated on an old request; the set asks again if it still wants it.
   const sameIncarnation = d.podUID === undefined || pod?.uid === d.podUID;
-  if (!pod?.exists || pod.deleting || !sameIncarnation || d.desire === 'Wake') {
+  // A seat release deletes the pod on purpose: its VM lives on in the tag alone, which the set still needs
+  // (for the wake) whatever a CocoonHibernation's deletion would do, until the set wakes it or is deleted.
+  if (!pod?.exists && d.desire === 'Hibernate' && d.release) return;
+  if (!pod?.exists || pod.deleting || !sameIncarnation) {
+    await reportConflict(state, undefined);
+    state.setDesire = undefined;
+    return;
+  }
+  if (d.desire === 'Wake') {
     const held = Object.values(state.crs).some(
       (cr) => cr.exists && (cr.desire === 'Hibernate' || cr.status?.phase === 'Hibernating'),
     );
-    if (pod?.exists && !pod.deleting && sameIncarnation && !held && hibernateAnnotated(pod))
-      await patchHibernate(state, null);
-    // Spent (or nothing to annotate: a suspended set asks again for a pod it creates anew).
+    if (!held && hibernateAnnotated(pod)) await patchHibernate(state, null);
+    const now = state.podObs ?? pod;
+    // vk is waking it: look again soon (at most a wake's deadline, then the desire is spent as it is).
+    const waiting = !held && !hibernateAnnotated(now) && !wakeGateOpen(now);
+    if (waiting && Date.now() - d.since < WAKE_TIMEOUT_MS) return;
+    if (waiting)
+      log.warn(
+        `${state.pod}: not running ${goDuration(WAKE_TIMEOUT_MS)} after the un-suspend; its tag is kept`,
+      );
+    else if (!held) await dropLeftoverTag(state, now, registry);
     await reportConflict(state, undefined);
     state.setDesire = undefined;
     return;
@@ -486,6 +510,28 @@ async function setDesirePass(state: VMState): Promise<void> {
   }
   await reportConflict(state, undefined);
   if (!hibernateAnnotated(pod)) await patchHibernate(state, 'true');
+}
+
+/**
+ * After an un-suspend, once the VM runs again: drops the `:hibernate` tag the suspend left, unless a live
+ * CocoonHibernation targets the pod or recorded the VM. vk-cocoon looks for that tag on every create of the
+ * pod, so a leftover would bring back the suspend-time state on a later recreate (or fail a sub-agent's
+ * clone); the reference leaves it. Best effort: a failed delete is logged (a later suspend overwrites it).
+ */
+async function dropLeftoverTag(
+  state: VMState,
+  pod: PodObservation,
+  registry: RegistryActivities,
+): Promise<void> {
+  const vmName = pod.annotations?.[Annotations.vmName] ?? '';
+  if (!vmName) return;
+  const others = Object.values(state.crs).map((cr) => ({ ...cr, podRef: cr.podRef }));
+  if (heldByAnother({ uid: undefined, podRef: state.pod, vmName }, others)) return;
+  try {
+    await registry.deleteManifest({ vmName, tag: Tags.hibernate });
+  } catch (err) {
+    log.error(`delete leftover hibernate snapshot ${vmName}`, { error: errorMessage(err) });
+  }
 }
 
 /** Tells the set's workflow when the answer to its desire changes (a conflict appears or goes). */

@@ -228,6 +228,9 @@ export const scenarios: Scenario[] = [
         await world.deleteCR(NS, 'late');
         await waitFor('CR gone', () => world.cr(NS, 'late') === undefined);
         await world.setDesire(NS, POD, 'Wake');
+        await waitFor('woken', () => world.pod(NS, POD)?.annotations?.[Annotations.hibernate] === undefined);
+        await vkRunning(world, 'vmid-2');
+        await world.resync(NS, POD);
         await env.client.workflow.getHandle(VM_ID).result();
         return { 'vm-set-desire': await vmHistory(env) };
       }),

@@ -49,11 +49,19 @@ describe('VM workflow: a CocoonSet desire', () => {
       ]);
       const handle = env.client.workflow.getHandle(vmWorkflowId(NS, POD));
       expect((await handle.describe()).status.name).toBe('RUNNING');
-      await world.setDesire(NS, POD, 'Wake');
-      await waitFor('annotation cleared', () => hibernate(world) === undefined);
-      await handle.result();
       // The set's gate probes the registry, not the VM workflow.
       expect(world.calls.filter((c) => c.startsWith('HEAD') || c.startsWith('DELETE'))).toEqual([]);
+      await world.vkHibernated(NS, POD, VM);
+      await world.setDesire(NS, POD, 'Wake');
+      await waitFor('annotation cleared', () => hibernate(world) === undefined);
+      // vk wakes the VM; once it runs, the suspend's tag is dropped (vk would restore from it on a later
+      // create of the pod) and the workflow completes.
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+      await world.annotatePod(NS, POD, { [Annotations.vmID]: 'vm-2' }, { containerRunning: true });
+      await world.resync(NS, POD);
+      await handle.result();
+      expect(world.calls.filter((c) => c.startsWith('DELETE'))).toEqual([`DELETE ${VM}:hibernate`]);
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
     });
   });
 
@@ -179,6 +187,27 @@ describe('VM workflow: a CocoonSet desire', () => {
       const handle = env.client.workflow.getHandle(vmWorkflowId(NS, POD));
       await handle.result();
       expect(hibernate(world)).toBeUndefined();
+    });
+  });
+
+  it('a seat release: the desire outlives the deleted pod, so a CocoonHibernation deleted meanwhile keeps the tag (the VM lives in it alone); the set’s Wake ends it', async () => {
+    await withWorld(env, async (world) => {
+      await setPod(world);
+      await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
+      await waitFor('annotated', () => hibernate(world) === 'true');
+      await world.vkHibernated(NS, POD, VM);
+      await waitFor('Hibernated', () => world.cr(NS, 'hib')?.status?.phase === 'Hibernated');
+      await world.setDesire(NS, POD, 'Hibernate', 'demo', true);
+      await world.deletePod(NS, POD);
+      await world.deleteCR(NS, 'hib');
+      await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
+      const s = await settled(world);
+      expect(s.setDesire?.desire).toBe('Hibernate');
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+      expect(world.calls.filter((c) => c.startsWith('DELETE'))).toEqual([]);
+      await world.setDesire(NS, POD, 'Wake');
+      await env.client.workflow.getHandle(vmWorkflowId(NS, POD)).result();
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
     });
   });
 

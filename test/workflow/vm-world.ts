@@ -191,7 +191,13 @@ export class VMWorld {
    * Plays the pod's CocoonSet workflow asking for its desire (`setDesire`, signal-with-start), with the pod
    * as this world has it.
    */
-  async setDesire(namespace: string, pod: string, desire: 'Hibernate' | 'Wake', set = 'demo'): Promise<void> {
+  async setDesire(
+    namespace: string,
+    pod: string,
+    desire: 'Hibernate' | 'Wake',
+    set = 'demo',
+    release = false,
+  ): Promise<void> {
     const p = this.pods.get(`${namespace}/${pod}`);
     const payload: SetDesire = {
       set,
@@ -199,6 +205,7 @@ export class VMWorld {
       generation: 1,
       podUID: p?.uid,
       podResourceVersion: p?.resourceVersion,
+      ...(release ? { release: true } : {}),
     };
     await this.signal(vmWorkflowId(namespace, pod), setDesireSignal.name, payload);
   }
