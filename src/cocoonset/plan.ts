@@ -1093,6 +1093,10 @@ async function migrate(st: PassState): Promise<void> {
     }
     // Ours: a restore still pulling the tag (restore-marked, VM not live) is not a stale tag; wait for it.
     if (restoreFromHibernate(main) && !vmLive(main)) return markMigrating(st);
+    // Ours: nor is a tag this set's own hibernate request made: the pass's pod read can predate the annotation
+    // while the probe already finds vk's push (the reference would drop the only copy here).
+    const asked = st.input.hibernateAsked?.[main.metadata?.name ?? ''];
+    if (asked !== undefined && asked === (main.metadata?.uid ?? '')) return markMigrating(st);
     await dropTagUnlessHeld(st, vm, 'migrate: drop stale hibernate snapshot');
     return markMigrating(st);
   }

@@ -27,6 +27,7 @@
  * | MigrationSkipsProbeWhenSettled                  | settled: a broken registry is never probed                    |
  * | MigrationDisengagesFromCRWakeWindow             | a CR wake on the target without Migrating: not handled        |
  * | (ours, deliberate difference)                   | a re-target while the restore pulls the tag keeps the tag     |
+ * | (ours, deliberate difference)                   | a tag the set's own hibernate request made is not stale       |
  * | (ours, deliberate difference)                   | a live CocoonHibernation keeps the tag (stale / completion)   |
  * | (ours)                                          | a pinned released set: migration restores, the wake cleans up |
  */
@@ -183,6 +184,19 @@ describe('migration', () => {
     expect([w.asks, w.droppedTags]).toEqual([[], []]);
     expect(w.pods.has('demo-0')).toBe(true);
     expect(w.cs.status?.phase).not.toBe('Migrating');
+  });
+
+  it('a tag the set’s own hibernate request made is not stale, though the pass read the pod before its annotation: kept, Migrating, 5 s (deliberate difference: found by the crash e2e, the reference drops the only copy)', async () => {
+    const cs = migSet('node-b');
+    const main = migMain(cs, 'node-a', 'vmid-1', true);
+    main.metadata!.uid = 'uid-main';
+    const w = new PlanWorld(cs, [main]);
+    w.tags.add(TAG);
+    expect(done(await w.pass({ hibernateAsked: { 'demo-0': 'uid-main' } })).result).toEqual(OK_5S);
+    expect([w.droppedTags, w.ids('deletePod'), w.cs.status?.phase]).toEqual([[], [], 'Migrating']);
+    // A request made for another incarnation of the pod does not count.
+    done(await w.pass({ hibernateAsked: { 'demo-0': 'uid-older' } }));
+    expect(w.droppedTags).toEqual([TAG]);
   });
 
   it('a stale tag (main live on another node, not hibernating): drops the tag, the live main survives; Migrating (MigrationDropsStaleTagInsteadOfDeletingLivePod)', async () => {
