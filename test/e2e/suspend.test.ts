@@ -649,13 +649,22 @@ describe('CocoonSet suspend end to end: against CocoonHibernations and operator 
       await transition(round, 'unsuspend');
     }
 
-    // No :hibernate tag was deleted while the set suspended or was suspended (every suspend round found
-    // every tag, see above); the only deletes are the un-suspend's drops of the leftover tags, and in the end
-    // each VM's tag is gone (its VM runs again).
-    const inSuspend = registryLog
+    // No :hibernate tag of this set was deleted once a suspend had asked its VM to hibernate (every suspend
+    // round found every tag, see above): a delete in a suspend window is the un-suspend's drop of the
+    // previous round's leftover, which the VM workflow finishes before it writes the new hibernate request,
+    // so it must come before the pod shows that request. In the end each VM's tag is gone (it runs again).
+    const tagOf = new Map(members.map((m) => [`/v2/${vmOf(m)}/manifests/hibernate`, m]));
+    const afterRequest = registryLog
       .since(mark)
-      .filter((r) => r.method === 'DELETE' && suspendedWindows.some(([a, b]) => r.at >= a && r.at < b));
-    expect(inSuspend).toEqual([]);
+      .filter((r) => r.method === 'DELETE' && tagOf.has(r.path))
+      .filter((r) => {
+        const w = suspendedWindows.find(([a, b]) => r.at >= a && r.at < b);
+        if (!w) return false;
+        return rec
+          .podHistory(tagOf.get(r.path)!)
+          .some((x) => x.at >= w[0] && x.at <= r.at && x.hibernate === 'true');
+      });
+    expect(afterRequest).toEqual([]);
     for (const m of members) {
       await waitFor(
         `${m}:hibernate dropped after the last wake`,
