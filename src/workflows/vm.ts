@@ -346,7 +346,10 @@ function nextWake(state: VMState): number | undefined {
   }
   if (state.needResync) consider(state.resyncAt);
   if (inFlight(state)) consider((state.lastResyncAt ?? Date.now()) + FALLBACK_RESYNC_MS);
-  if (state.setDesire) consider((state.lastResyncAt ?? Date.now()) + setDesireRecheckMs(state));
+  // From the later of the last re-read and the last round: a round without a re-read (the set's signal
+  // carried nothing newer) leaves lastResyncAt in the past, and a time before the round counts as spent.
+  if (state.setDesire)
+    consider(Math.max(state.lastResyncAt ?? Date.now(), state.lastPassAt ?? 0) + setDesireRecheckMs(state));
   return at;
 }
 

@@ -65,6 +65,30 @@ describe('VM workflow: a CocoonSet desire', () => {
     });
   });
 
+  it('an un-suspend whose round made no re-read still looks again until the VM runs, then drops the tag', async () => {
+    await withWorld(env, async (world) => {
+      await setPod(world);
+      await world.setDesire(NS, POD, 'Hibernate');
+      await waitFor('hibernate annotation', () => hibernate(world) === 'true');
+      await world.vkHibernated(NS, POD, VM);
+      await world.resync(NS, POD);
+      await settled(world);
+      // Later, the set's Wake carries nothing newer than the workflow read: its round patches, no re-read.
+      await env.sleep(30_000);
+      await world.setDesire(NS, POD, 'Wake');
+      await waitFor('annotation cleared', () => hibernate(world) === undefined);
+      // vk wakes the VM; no watch event reaches the workflow (no CocoonHibernation): only its own timer.
+      world.pods.set(`${NS}/${POD}`, {
+        ...world.pod(NS, POD)!,
+        containerRunning: true,
+        annotations: { ...world.pod(NS, POD)!.annotations, [Annotations.vmID]: 'vm-2' },
+      });
+      await env.sleep(10_000);
+      await env.client.workflow.getHandle(vmWorkflowId(NS, POD)).result();
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
+    });
+  });
+
   it('a repeated desire (the set asks on every pass) writes nothing more', async () => {
     await withWorld(env, async (world) => {
       await setPod(world);
