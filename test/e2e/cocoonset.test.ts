@@ -849,7 +849,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     );
   });
 
-  it('suspend (retain): every managed VM hibernated with its :hibernate tag, phase Suspended with the same pods; un-suspend: each VM woken from its own snapshot, Running again; no tag deleted', async () => {
+  it('suspend (retain): every managed VM hibernated with its :hibernate tag, phase Suspended with the same pods; un-suspend: each VM woken from its own snapshot, Running again; no tag deleted while suspended, the leftovers dropped once the VMs run', async () => {
     const name = 'suspend';
     await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
     const { pods } = await waitRunning(name);

@@ -531,7 +531,7 @@ describe('CocoonSet suspend end to end: against CocoonHibernations and operator 
     expect(vmIDOf(final.get(main))).toBe(mainVMID);
   });
 
-  it('crash safety: the operator SIGKILLed at seeded random points of suspend and un-suspend and restarted; the set converges (Suspended, then Running with the same pods); no :hibernate tag deleted', async () => {
+  it('crash safety: the operator SIGKILLed at seeded random points of suspend and un-suspend and restarted; the set converges (Suspended, then Running with the same pods); no :hibernate tag deleted while a suspend needs it', async () => {
     const started = Date.now();
     const name = 'crash';
     const members = await createSet(name, 1);
