@@ -57,7 +57,13 @@ import {
 import { podSpecMatchesAgent, podSpecMatchesToolbox } from './drift.js';
 import { buildAgentPod, buildToolboxPod, preferredHostnameAffinity, toolboxPodName } from './pods.js';
 import { readRebuildHistory, triageSubAgent } from './rebuild.js';
-import { markRestoreIfHibernated, podsHibernatedByCR, podsRestorableByCR, vmsHeldByCR } from './restore.js';
+import {
+  markRestoreIfHibernated,
+  podsHibernatedByCR,
+  podsRestorableByCR,
+  stashedVMNames,
+  vmsHeldByCR,
+} from './restore.js';
 import { buildStatus, type CocoonSetStatus, planStatusWrite } from './status.js';
 import { invalidSpecReason } from './validate.js';
 import { hibernatePolicyOf, replicasOf } from './vmspec.js';
@@ -986,13 +992,7 @@ async function suspendRelease(st: PassState): Promise<never> {
   if (pods.length === 0) return writeStatusAndFinish(st, 'Suspended', {});
   await hibernateAll(st, pods, true);
   const cs = currentCS(st);
-  const names = new Set<string>();
-  for (const a of cs.status?.agents ?? []) if (a.vmName) names.add(a.vmName);
-  for (const t of cs.status?.toolboxes ?? []) if (t.vmName) names.add(t.vmName);
-  for (const n of (cs.metadata.annotations?.[Annotations.deleteVMNames] ?? '').split(','))
-    if (n.trim() !== '') names.add(n.trim());
-  for (const p of pods) if (vmNameOf(p) !== '') names.add(vmNameOf(p));
-  const joined = [...names].sort().join(',');
+  const joined = stashedVMNames(cs, pods).join(',');
   if (joined !== '' && joined !== (cs.metadata.annotations?.[Annotations.deleteVMNames] ?? '')) {
     const o = await st.r.run({
       id: 'stash-vm-names',

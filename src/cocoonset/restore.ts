@@ -9,7 +9,7 @@
 import type { V1Pod } from '@kubernetes/client-node';
 import { Annotations } from '../api/keys.js';
 import { vmNameForPod, vmNameOf } from '../api/pod.js';
-import type { CocoonHibernation } from '../api/types.js';
+import type { CocoonHibernation, CocoonSet } from '../api/types.js';
 
 /**
  * `podsRestorableByCR` (docs/cocoonset.md#restore-from-hibernation): pod names (`spec.podRef.name`,
@@ -64,6 +64,22 @@ export function vmsHeldByCR(namespace: string, crs: readonly CocoonHibernation[]
     if (pod !== '') out.add(vmNameForPod(namespace, pod));
   }
   return out;
+}
+
+/**
+ * The VM names the deletion GC must clean (reference `stashDeleteVMNames`): the union of the status's agent and
+ * toolbox VM names, the names already stashed in `cocoonset.cocoonstack.io/delete-vm-names` (comma-split,
+ * trimmed) and the VM names of `pods`; ascending, de-duplicated. Shared by the deletion flow and the seat
+ * release, which stash them before deleting pods.
+ */
+export function stashedVMNames(cs: CocoonSet, pods: readonly V1Pod[]): string[] {
+  const names = new Set<string>();
+  for (const a of cs.status?.agents ?? []) if (a.vmName) names.add(a.vmName);
+  for (const t of cs.status?.toolboxes ?? []) if (t.vmName) names.add(t.vmName);
+  for (const n of (cs.metadata.annotations?.[Annotations.deleteVMNames] ?? '').split(','))
+    if (n.trim() !== '') names.add(n.trim());
+  for (const p of pods) if (vmNameOf(p) !== '') names.add(vmNameOf(p));
+  return [...names].sort();
 }
 
 /** Outcome of `HasManifest(<vm>, "hibernate")`: present/absent, or the probe's error text. */

@@ -44,7 +44,7 @@ import {
   REQUEUE_WAIT_FOR_MAIN_MS,
   reconcilePass,
 } from '../cocoonset/plan.js';
-import { vmsHeldByCR } from '../cocoonset/restore.js';
+import { stashedVMNames, vmsHeldByCR } from '../cocoonset/restore.js';
 import { snapshotPolicyOf } from '../cocoonset/vmspec.js';
 import type { CocoonSetObservation } from '../watcher/cocoonset-signals.js';
 import { cocoonSetObservedSignal, ownedPodObservedSignal } from '../watcher/cocoonset-signals.js';
@@ -535,14 +535,7 @@ async function deletionFlow(
 ): Promise<PassResult> {
   const namespace = state.namespace;
   const owned = pods.filter((p) => isControlledBy(p, cs.metadata.uid));
-  const names = new Set<string>();
-  for (const a of cs.status?.agents ?? []) if (a.vmName) names.add(a.vmName);
-  for (const t of cs.status?.toolboxes ?? []) if (t.vmName) names.add(t.vmName);
-  for (const n of (cs.metadata.annotations?.[Annotations.deleteVMNames] ?? '').split(',')) {
-    if (n.trim() !== '') names.add(n.trim());
-  }
-  for (const p of owned) if (vmNameOf(p) !== '') names.add(vmNameOf(p));
-  const sorted = [...names].sort();
+  const sorted = stashedVMNames(cs, owned);
   const joined = sorted.join(',');
   if (sorted.length > 0 && joined !== (cs.metadata.annotations?.[Annotations.deleteVMNames] ?? '')) {
     try {
