@@ -129,6 +129,12 @@ export interface PassInput {
    * workflow sets it behind `patched()`; without it, migration is offered to `io` (which declines).
    */
   migration?: boolean;
+  /**
+   * One `:hibernate` DELETE per wake: a migration's in-place wake asks the VM workflow to leave the tag
+   * (`keepTag`: the migration drops it once the VM runs). The workflow sets it behind `patched()`, with
+   * `hibernateAsked` already rid of pods that came back with another uid (whose VM workflow holds no desire).
+   */
+  oneTagDrop?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -184,6 +190,8 @@ export type PassAction =
       podResourceVersion?: string;
       /** A seat release: the VM workflow keeps the desire (and the tag) after the pod's deletion. */
       release?: boolean;
+      /** A wake whose `:hibernate` tag the set drops itself (migration): the VM workflow leaves it. */
+      keepTag?: boolean;
     }
   /** Increment a counter (fire and forget). Outcome: ok. */
   | { id: string; type: 'metric'; metric: PassMetric; labels: Record<string, string> };
@@ -841,7 +849,7 @@ async function askVMs(
   pods: V1Pod[],
   desire: 'Hibernate' | 'Wake',
   prefix: string,
-  release = false,
+  flags: { release?: boolean; keepTag?: boolean } = {},
 ): Promise<void> {
   const outcomes = await st.r.runAll(
     pods.map(
@@ -852,7 +860,8 @@ async function askVMs(
         desire,
         podUID: pod.metadata?.uid,
         podResourceVersion: pod.metadata?.resourceVersion,
-        ...(release ? { release: true } : {}),
+        ...(flags.release ? { release: true } : {}),
+        ...(flags.keepTag ? { keepTag: true } : {}),
       }),
     ),
   );
@@ -930,7 +939,7 @@ async function suspendRetain(st: PassState): Promise<never> {
  * Returns only when every pod is done.
  */
 async function hibernateAll(st: PassState, pods: V1Pod[], release = false): Promise<void> {
-  await askVMs(st, pods, 'Hibernate', 'ask the VM workflow to hibernate', release);
+  await askVMs(st, pods, 'Hibernate', 'ask the VM workflow to hibernate', { release });
   const waiting = await suspendGate(st, pods);
   if (waiting === undefined) return;
   const conflicts = pods.flatMap((p) => {
@@ -1113,7 +1122,9 @@ async function migrate(st: PassState): Promise<void> {
     return markMigrating(st);
   }
   if (hibernateRequested(main) && (desired === '' || node === desired)) {
-    await askVMs(st, [main], 'Wake', 'migrate: ask the VM workflow to wake');
+    await askVMs(st, [main], 'Wake', 'migrate: ask the VM workflow to wake', {
+      keepTag: st.input.oneTagDrop,
+    });
     return markMigrating(st);
   }
   if (!vmLive(main)) {

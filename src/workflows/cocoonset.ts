@@ -333,6 +333,11 @@ async function drive(
   pods: PassInput['pods'],
   registry: RegistryActivities,
 ): Promise<PassResult & { delegated?: DelegatedFlow }> {
+  // One `:hibernate` DELETE per wake: a pod the set asked to hibernate that now has another uid (a seat
+  // release's or a migration's restore pod) holds no desire in its VM workflow (desires bind to the pod
+  // incarnation), and the set's own wake drops its tag: asking that VM workflow to wake would drop it twice.
+  const oneTagDrop = patched('one-tag-drop');
+  if (oneTagDrop) state.hibernateAsked = forgetOtherIncarnations(state.hibernateAsked, pods);
   const passInput: PassInput = {
     cs,
     pods,
@@ -343,6 +348,7 @@ async function drive(
     setDesires: patched('set-desires'),
     seatRelease: patched('seat-release'),
     migration: patched('migration'),
+    oneTagDrop,
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
   };
@@ -500,6 +506,7 @@ async function execute(
             podUID: a.podUID,
             podResourceVersion: a.podResourceVersion,
             ...(a.release ? { release: true } : {}),
+            ...(a.keepTag ? { keepTag: true } : {}),
           },
         });
         const asked = { ...(state.hibernateAsked ?? {}) };
@@ -633,6 +640,23 @@ async function deletionFlow(
   }
   state.hibernateAsked = undefined;
   return { requeue: false, requeueAfterMs: 0 };
+}
+
+/**
+ * `asked` (pod name → uid the set asked to hibernate, '' when unknown) without the pods that exist now with
+ * another uid; entries for absent pods stay (a released seat's desire outlives its pod).
+ */
+export function forgetOtherIncarnations(
+  asked: Record<string, string> | undefined,
+  pods: readonly V1Pod[],
+): Record<string, string> | undefined {
+  if (!asked) return undefined;
+  const uids = new Map(pods.map((p) => [p.metadata?.name ?? '', p.metadata?.uid]));
+  const kept = Object.entries(asked).filter(([pod, uid]) => {
+    const now = uids.get(pod);
+    return uid === '' || now === undefined || now === uid;
+  });
+  return kept.length > 0 ? Object.fromEntries(kept) : undefined;
 }
 
 /** Records the roll-up shown by the query and the search attributes. */

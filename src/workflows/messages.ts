@@ -48,6 +48,11 @@ export interface SetDesire {
    * the desire (keeping the tag) holds on without it until the set wakes or is deleted.
    */
   release?: boolean;
+  /**
+   * A `Wake` whose leftover `:hibernate` tag the set drops itself once the VM runs (a migration's in-place
+   * wake): the VM workflow leaves the tag, so a wake sends one DELETE.
+   */
+  keepTag?: boolean;
 }
 
 /** A CocoonSet's desire for the VM changed (see SetDesire). */

@@ -466,7 +466,8 @@ async function reconcileAll(state: VMState, registry: RegistryActivities): Promi
  *   running) until the set wakes the VM or the pod is gone.
  * - `Wake` (un-suspend): clear the annotation unless a CocoonHibernation still wants the VM hibernated
  *   (desire Hibernate, or phase Hibernating in the reverse-desire window: the reference's
- *   `podsHibernatedByCR`); then the desire is spent.
+ *   `podsHibernatedByCR`); once the VM runs, drop the leftover `:hibernate` tag (not when the set drops it
+ *   itself: `keepTag`); then the desire is spent.
  * Nothing here probes the registry: the set's completion gate does (docs/cocoonset.md#suspend).
  */
 async function setDesirePass(state: VMState, registry: RegistryActivities): Promise<void> {
@@ -497,7 +498,7 @@ async function setDesirePass(state: VMState, registry: RegistryActivities): Prom
       log.warn(
         `${state.pod}: not running ${goDuration(WAKE_TIMEOUT_MS)} after the un-suspend; its tag is kept`,
       );
-    else if (!held) await dropLeftoverTag(state, now, registry);
+    else if (!held && !d.keepTag) await dropLeftoverTag(state, now, registry);
     await reportConflict(state, undefined);
     state.setDesire = undefined;
     return;

@@ -46,7 +46,7 @@ export class PlanWorld {
   /** When set, every apiserver read of a pod (`readPod`) fails with this text. */
   readPodError?: string;
   /** The set's desires sent to VM workflows (`askVM`), in order; the world changes nothing for them. */
-  readonly asks: { pod: string; desire: string }[] = [];
+  readonly asks: { pod: string; desire: string; keepTag?: true }[] = [];
 
   constructor(cs: CocoonSet, pods: V1Pod[] = []) {
     this.cs = clone(cs);
@@ -106,7 +106,7 @@ export class PlanWorld {
         this.metrics.push({ metric: a.metric, labels: a.labels });
         return { kind: 'ok' };
       case 'askVM':
-        this.asks.push({ pod: a.pod, desire: a.desire });
+        this.asks.push({ pod: a.pod, desire: a.desire, ...(a.keepTag ? { keepTag: true } : {}) });
         return { kind: 'ok' };
       case 'readPod': {
         if (this.readPodError !== undefined) return { kind: 'error', message: this.readPodError };
@@ -137,6 +137,7 @@ export class PlanWorld {
       setDesires?: boolean;
       seatRelease?: boolean;
       migration?: boolean;
+      oneTagDrop?: boolean;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
     } = {},
@@ -151,6 +152,7 @@ export class PlanWorld {
       setDesires: opts.setDesires ?? true,
       seatRelease: opts.seatRelease ?? true,
       migration: opts.migration ?? true,
+      oneTagDrop: opts.oneTagDrop ?? true,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
     };

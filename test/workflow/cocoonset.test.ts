@@ -151,6 +151,12 @@ describe('CocoonSet workflow', () => {
       await w.vkRunning('demo-0', 'node-a', 'vm-restored');
       await waitFor('Running again', () => w.cs?.status?.phase === 'Running');
       expect(w.tags.has(`${MAIN_VM}:hibernate`)).toBe(false);
+      // One tag drop per wake: the set's. The restore pod's VM workflow holds no desire (it was for the
+      // deleted pod) and is not asked to wake, which would make it drop the tag a second time.
+      await w.settled(env);
+      expect(w.calls.slice(w.calls.lastIndexOf('create demo-0')).filter((c) => c.startsWith('ask'))).toEqual(
+        [],
+      );
       expect(w.cs?.metadata.annotations?.[Annotations.hibernatedOnNode]).toBeUndefined();
       expect(
         w.metrics.filter((m) => m.metric === 'slotReleaseWakeTotal').map((m) => m.labels.placement),
@@ -191,6 +197,11 @@ describe('CocoonSet workflow', () => {
       await w.vkRunning('demo-0', 'node-b', 'vm-b');
       await waitFor('Running on node-b', () => w.cs?.status?.phase === 'Running');
       expect(w.tags.has(`${MAIN_VM}:hibernate`)).toBe(false);
+      // One tag drop per wake: the migration's. The restore pod's VM workflow is not asked to wake.
+      await w.settled(env);
+      expect(w.calls.slice(w.calls.lastIndexOf('create demo-0')).filter((c) => c.startsWith('ask'))).toEqual(
+        [],
+      );
     });
   });
 

@@ -65,6 +65,22 @@ describe('VM workflow: a CocoonSet desire', () => {
     });
   });
 
+  it('a Wake that leaves the tag to the set (a migration wakes in place and drops it itself): the VM workflow clears the annotation and sends no DELETE', async () => {
+    await withWorld(env, async (world) => {
+      await setPod(world);
+      await world.setDesire(NS, POD, 'Hibernate');
+      await waitFor('hibernate annotation', () => hibernate(world) === 'true');
+      await world.vkHibernated(NS, POD, VM);
+      await world.setDesire(NS, POD, 'Wake', { keepTag: true });
+      await waitFor('annotation cleared', () => hibernate(world) === undefined);
+      await world.annotatePod(NS, POD, { [Annotations.vmID]: 'vm-2' }, { containerRunning: true });
+      await world.resync(NS, POD);
+      await env.client.workflow.getHandle(vmWorkflowId(NS, POD)).result();
+      expect(world.calls.filter((c) => c.startsWith('DELETE'))).toEqual([]);
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+    });
+  });
+
   it('an un-suspend whose round made no re-read still looks again until the VM runs, then drops the tag', async () => {
     await withWorld(env, async (world) => {
       await setPod(world);
@@ -221,7 +237,7 @@ describe('VM workflow: a CocoonSet desire', () => {
       await waitFor('annotated', () => hibernate(world) === 'true');
       await world.vkHibernated(NS, POD, VM);
       await waitFor('Hibernated', () => world.cr(NS, 'hib')?.status?.phase === 'Hibernated');
-      await world.setDesire(NS, POD, 'Hibernate', 'demo', true);
+      await world.setDesire(NS, POD, 'Hibernate', { release: true });
       await world.deletePod(NS, POD);
       await world.deleteCR(NS, 'hib');
       await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);

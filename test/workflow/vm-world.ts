@@ -195,17 +195,17 @@ export class VMWorld {
     namespace: string,
     pod: string,
     desire: 'Hibernate' | 'Wake',
-    set = 'demo',
-    release = false,
+    opts: { set?: string; release?: boolean; keepTag?: boolean } = {},
   ): Promise<void> {
     const p = this.pods.get(`${namespace}/${pod}`);
     const payload: SetDesire = {
-      set,
+      set: opts.set ?? 'demo',
       desire,
       generation: 1,
       podUID: p?.uid,
       podResourceVersion: p?.resourceVersion,
-      ...(release ? { release: true } : {}),
+      ...(opts.release ? { release: true } : {}),
+      ...(opts.keepTag ? { keepTag: true } : {}),
     };
     await this.signal(vmWorkflowId(namespace, pod), setDesireSignal.name, payload);
   }
