@@ -135,6 +135,11 @@ export interface PassInput {
    * `hibernateAsked` already rid of pods that came back with another uid (whose VM workflow holds no desire).
    */
   oneTagDrop?: boolean;
+  /**
+   * A scale-down that deletes sub-agents or toolboxes drops their `:hibernate` tags (`dropRemovedTags`). The
+   * workflow sets it behind `patched()`.
+   */
+  scaleDownDropsTag?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -749,12 +754,44 @@ async function ensureSubAgents(
     if (firstErr >= 0)
       return fail(st, `delete extra sub-agent slot ${extra[firstErr]}: ${errText(outcomes[firstErr]!)}`);
     if (outcomes.some((o) => o.kind !== 'notFound')) changed = true;
+    await dropRemovedTags(
+      st,
+      extra.filter((_, i) => outcomes[i]!.kind === 'ok').map((slot) => st.c.sub.get(slot)!),
+    );
   }
   for (const slot of st.input.batchPodLoops ? [] : extra) {
-    if (await deletePod(st, st.c.sub.get(slot)!.metadata!.name!, `delete extra sub-agent slot ${slot}`))
+    if (await deletePod(st, st.c.sub.get(slot)!.metadata!.name!, `delete extra sub-agent slot ${slot}`)) {
       changed = true;
+      await dropRemovedTags(st, [st.c.sub.get(slot)!]);
+    }
   }
   return { changed, requeueAfterMs };
+}
+
+/**
+ * After a scale-down deleted `removed` (sub-agents past `replicas`, toolboxes no longer in the spec; ours,
+ * `scaleDownDropsTag`): drops the `:hibernate` tags of the managed ones in one concurrent batch, except a VM
+ * a live CocoonHibernation holds. A removed sub-agent's (or toolbox's) state is
+ * discarded with its slot (as for a running one, whose VM vk-cocoon deletes), but a tag left by a suspend
+ * would outlive it: out of the deletion GC's reach (it stashes the VM names of the pods that exist), and
+ * vk-cocoon would find it when a later scale-up creates the slot again, instead of a fresh clone of the main.
+ * The reference leaves it. The deleted pod's state cannot tell whether a suspend left a tag (a woken
+ * sub-agent's VM workflow drops it only once the VM runs), so every removed slot gets its DELETE (a missing
+ * tag is no error). Runs in the pass that deleted the pods: a crash between the two resumes at the drop.
+ */
+async function dropRemovedTags(st: PassState, removed: V1Pod[]): Promise<void> {
+  const managed = removed.filter((p) => p.metadata?.annotations?.[Annotations.managed] === 'true');
+  if (!st.input.scaleDownDropsTag || !st.input.registryConfigured || managed.length === 0) return;
+  const crs = await hibernations(st);
+  if ('error' in crs) return fail(st, crs.error);
+  const held = vmsHeldByCR(st.ns, crs.items);
+  const vms = managed.map(vmNameOf).filter((vm) => vm !== '' && !held.has(vm));
+  const outcomes = await st.r.runAll(
+    vms.map((vm): PassAction => ({ id: `drop-tag:${vm}`, type: 'dropHibernateTag', vmName: vm })),
+  );
+  const i = outcomes.findIndex((o) => o.kind === 'error');
+  if (i >= 0)
+    return fail(st, `drop hibernate snapshot of removed sub-agent ${vms[i]}: ${errText(outcomes[i]!)}`);
 }
 
 /**
@@ -834,8 +871,11 @@ async function ensureToolboxes(st: PassState): Promise<boolean> {
   const wanted = new Set(toolboxes.map((t) => t.name));
   for (const name of [...st.c.toolbox.keys()].sort(compareNames)) {
     if (wanted.has(name)) continue;
-    if (await deletePod(st, st.c.toolbox.get(name)!.metadata!.name!, `delete extra toolbox ${name}`))
+    const pod = st.c.toolbox.get(name)!;
+    if (await deletePod(st, pod.metadata!.name!, `delete extra toolbox ${name}`)) {
       changed = true;
+      await dropRemovedTags(st, [pod]);
+    }
   }
   return changed;
 }

@@ -349,6 +349,7 @@ async function drive(
     seatRelease: patched('seat-release'),
     migration: patched('migration'),
     oneTagDrop,
+    scaleDownDropsTag: patched('scale-down-drops-tag'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
   };

@@ -919,6 +919,44 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     }
   });
 
+  it('a scale-down while suspended: un-suspended, the removed sub-agent is deleted and its :hibernate tag dropped; scaled up again, the slot comes back as a fresh fork of the main (a leftover tag would make vk-cocoon refuse the clone)', async () => {
+    const name = 'shrink';
+    const spec = { ...realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place), toolboxes: [] };
+    await createSet(name, { ...spec, agent: { ...spec.agent, replicas: 2 } });
+    await sets.waitPhase(name, 'Running', BRING_UP_MS);
+    const removed = vmOf(name, 2);
+    await sets.patchSpec(name, { suspend: true });
+    await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
+    expect(await headTag(registry, removed, Tags.hibernate)).toBe(200);
+
+    await sets.patchSpec(name, { agent: { ...spec.agent, replicas: 1 } });
+    await sets.patchSpec(name, { suspend: false });
+    await sets.waitPhase(name, 'Running', BRING_UP_MS);
+    await waitFor(
+      `${name}-2 deleted`,
+      async () => ((await podsOf(name)).has(`${name}-2`) ? undefined : true),
+      QUICK_MS,
+    );
+    await waitFor(
+      `${removed}:hibernate dropped`,
+      async () => ((await headTag(registry, removed, Tags.hibernate)) === 404 ? true : undefined),
+      QUICK_MS,
+    );
+
+    const startedBefore = sim.state().started.length;
+    await sets.patchSpec(name, { agent: { ...spec.agent, replicas: 2 } });
+    const running = await sets.waitPhase(name, 'Running', BRING_UP_MS);
+    expect(running.status?.readyAgents).toBe(3);
+    const up = sim
+      .state()
+      .started.slice(startedBefore)
+      .filter((v) => v.name === removed);
+    expect(up).toHaveLength(1);
+    expect(up[0]!.source).toMatch(/^fork /);
+    await sets.delete(name);
+    await sets.waitUntil(name, 'gone', (x) => x === undefined, QUICK_MS);
+  });
+
   it('hibernatePolicy release on a one-seat node: suspend frees the seat (pod deleted, tag kept, node hint); with the seat taken meanwhile the wake reports WakeNoCapacity; once the seat frees the main is restored on the hinted node from its snapshot, the tag dropped, the hint cleared', async () => {
     const pool = `${ns}-rel`;
     const node = `${ns}-rel-node`;

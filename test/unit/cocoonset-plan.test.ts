@@ -537,6 +537,42 @@ describe('suspend (retain)', () => {
     ]);
   });
 
+  it("a scale-down drops the :hibernate tags of the sub-agents it deletes, in one batch, in the same pass (ours: the reference leaves a suspend's tag, out of the deletion GC's reach and found by a later sub-agent of the slot), except one a CocoonHibernation holds", async () => {
+    const cs = finalizedSet(replicas(3), toolboxes('old'));
+    const pods = [
+      ...[0, 1, 2, 3].map((slot) => readyPod(buildAgentPod(cs, slot, slot === 0 ? '' : 'vk-ns-demo-0', ''))),
+      readyPod(buildToolboxPod(cs, { name: 'old' })),
+    ];
+    const run = async (opts: { scaleDownDropsTag?: boolean; crs?: ReturnType<typeof hibernation>[] }) => {
+      const w = new PlanWorld(finalizedSet(replicas(1)), pods);
+      // Tags a suspend left: a woken sub-agent's VM workflow drops its own only once the VM runs.
+      for (const slot of [0, 1, 2, 3]) w.tags.add(`vk-ns-demo-${slot}:hibernate`);
+      w.crs = opts.crs ?? [];
+      await w.pass({ scaleDownDropsTag: opts.scaleDownDropsTag });
+      return w;
+    };
+    const w = await run({});
+    expect(w.ids('deletePod')).toEqual(['delete:demo-2', 'delete:demo-3', 'delete:demo-old']);
+    expect(w.droppedTags).toEqual([
+      'vk-ns-demo-2:hibernate',
+      'vk-ns-demo-3:hibernate',
+      'vk-ns-demo-old:hibernate',
+    ]);
+    expect(w.batches.find((b) => b.ids[0]?.startsWith('drop-tag:'))).toMatchObject({
+      ids: ['drop-tag:vk-ns-demo-2', 'drop-tag:vk-ns-demo-3'],
+      concurrent: true,
+    });
+    const held = await run({ crs: [hibernation('demo-3', 'Hibernate')] });
+    expect(held.droppedTags).toEqual(['vk-ns-demo-2:hibernate', 'vk-ns-demo-old:hibernate']);
+    // Runs recorded before `scale-down-drops-tag` leave the tags, as the reference does.
+    const legacy = await run({ scaleDownDropsTag: false });
+    expect([legacy.ids('deletePod'), legacy.droppedTags, legacy.lists]).toEqual([
+      ['delete:demo-2', 'delete:demo-3', 'delete:demo-old'],
+      [],
+      0,
+    ]);
+  });
+
   it('settles Suspended (no requeue) once every managed VM is hibernated for this generation with its tag; Progressing False Stable', async () => {
     const { cs, w } = suspendWorld(replicas(1));
     w.pods.set('demo-0', hibernatedPod(cs, buildAgentPod(cs, 0, '', '')));

@@ -138,6 +138,7 @@ export class PlanWorld {
       seatRelease?: boolean;
       migration?: boolean;
       oneTagDrop?: boolean;
+      scaleDownDropsTag?: boolean;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
     } = {},
@@ -153,6 +154,7 @@ export class PlanWorld {
       seatRelease: opts.seatRelease ?? true,
       migration: opts.migration ?? true,
       oneTagDrop: opts.oneTagDrop ?? true,
+      scaleDownDropsTag: opts.scaleDownDropsTag ?? true,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
     };
