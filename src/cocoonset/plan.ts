@@ -130,11 +130,11 @@ export interface PassInput {
    */
   migration?: boolean;
   /**
-   * One `:hibernate` DELETE per wake: a migration's in-place wake asks the VM workflow to leave the tag
-   * (`keepTag`: the migration drops it once the VM runs). The workflow sets it behind `patched()`, with
-   * `hibernateAsked` already rid of pods that came back with another uid (whose VM workflow holds no desire).
+   * Pods whose VM the set's own wake (released seat, migration) restored and whose `:hibernate` tag it
+   * dropped, since the set last asked their VM workflow: un-suspend's wake ask then says `keepTag`, so a wake
+   * sends one DELETE (the VM workflow of a pod the set recreated for any other reason drops the leftover).
    */
-  oneTagDrop?: boolean;
+  tagDroppedFor?: Readonly<Record<string, true>>;
   /**
    * A scale-down that deletes sub-agents or toolboxes drops their `:hibernate` tags (`dropRemovedTags`). The
    * workflow sets it behind `patched()`.
@@ -173,7 +173,12 @@ export type PassAction =
   /** Read a pod from the apiserver, not a cache (the wake's delete check). Outcome: pod | notFound | error. */
   | { id: string; type: 'readPod'; pod: string }
   /** Registry `DeleteManifest(vmName, "hibernate")`; absent counts as done. Outcome: ok | error. */
-  | { id: string; type: 'dropHibernateTag'; vmName: string }
+  /**
+   * Delete `<vmName>:hibernate`. `wokenPod`: the pod the set's own wake restored (released-seat wake,
+   * migration); its later wake ask tells the VM workflow to leave the tag (`PassInput.tagDroppedFor`).
+   * Outcome: ok | error.
+   */
+  | { id: string; type: 'dropHibernateTag'; vmName: string; wokenPod?: string }
   /** List all CocoonHibernations in the namespace. Outcome: hibernations | error. */
   | { id: string; type: 'listHibernations'; namespace: string }
   /** Registry `HasManifest(vmName, "hibernate")`. Outcome: probe | error. */
@@ -889,7 +894,7 @@ async function askVMs(
   pods: V1Pod[],
   desire: 'Hibernate' | 'Wake',
   prefix: string,
-  flags: { release?: boolean; keepTag?: boolean } = {},
+  flags: { release?: boolean; keepTag?: (pod: V1Pod) => boolean } = {},
 ): Promise<void> {
   const outcomes = await st.r.runAll(
     pods.map(
@@ -901,7 +906,7 @@ async function askVMs(
         podUID: pod.metadata?.uid,
         podResourceVersion: pod.metadata?.resourceVersion,
         ...(flags.release ? { release: true } : {}),
-        ...(flags.keepTag ? { keepTag: true } : {}),
+        ...(flags.keepTag?.(pod) ? { keepTag: true } : {}),
       }),
     ),
   );
@@ -1087,11 +1092,21 @@ function markMigrating(st: PassState): Promise<never> {
  * Drops the main's `:hibernate` tag unless a live CocoonHibernation needs it (the one "who needs the tag"
  * rule of the set, `vmsHeldByCR`; the reference drops it unconditionally); `prefix` names the step in errors.
  */
-async function dropTagUnlessHeld(st: PassState, vm: string, prefix: string): Promise<void> {
+async function dropTagUnlessHeld(
+  st: PassState,
+  vm: string,
+  prefix: string,
+  wokenPod?: string,
+): Promise<void> {
   const crs = await hibernations(st);
   if ('error' in crs) return fail(st, crs.error);
   if (vmsHeldByCR(st.ns, crs.items).has(vm)) return;
-  const o = await st.r.run({ id: `drop-tag:${vm}`, type: 'dropHibernateTag', vmName: vm });
+  const o = await st.r.run({
+    id: `drop-tag:${vm}`,
+    type: 'dropHibernateTag',
+    vmName: vm,
+    ...(wokenPod ? { wokenPod } : {}),
+  });
   const err = errText(o);
   if (err !== undefined) return fail(st, `${prefix} ${vm}: ${err}`);
 }
@@ -1162,16 +1177,15 @@ async function migrate(st: PassState): Promise<void> {
     return markMigrating(st);
   }
   if (hibernateRequested(main) && (desired === '' || node === desired)) {
-    await askVMs(st, [main], 'Wake', 'migrate: ask the VM workflow to wake', {
-      keepTag: st.input.oneTagDrop,
-    });
+    // The migration drops the tag itself once the VM runs (below): one DELETE per wake.
+    await askVMs(st, [main], 'Wake', 'migrate: ask the VM workflow to wake', { keepTag: () => true });
     return markMigrating(st);
   }
   if (!vmLive(main)) {
     if (cs.status?.phase !== 'Migrating') return;
     return markMigrating(st);
   }
-  await dropTagUnlessHeld(st, vm, 'migrate: drop hibernate snapshot');
+  await dropTagUnlessHeld(st, vm, 'migrate: drop hibernate snapshot', main.metadata?.name);
   return markMigrating(st);
 }
 
@@ -1234,7 +1248,12 @@ async function releasedWake(st: PassState): Promise<void> {
       const crs = await hibernations(st);
       if ('error' in crs) return fail(st, crs.error);
       if (!vmsHeldByCR(st.ns, crs.items).has(vm)) {
-        const o = await st.r.run({ id: `drop-tag:${vm}`, type: 'dropHibernateTag', vmName: vm });
+        const o = await st.r.run({
+          id: `drop-tag:${vm}`,
+          type: 'dropHibernateTag',
+          vmName: vm,
+          wokenPod: mainName,
+        });
         const err = errText(o);
         if (err !== undefined) return fail(st, `wake: drop hibernate snapshot ${vm}: ${err}`);
       }
@@ -1370,8 +1389,11 @@ async function reconcile(st: PassState): Promise<never> {
   const toWake = podsInNameOrder(c).filter(
     (p) => hibernateRequested(p) || st.input.hibernateAsked?.[p.metadata?.name ?? ''] !== undefined,
   );
+  // The set's own wake (released seat, migration) already dropped the tag of the pod it restored: that VM
+  // workflow only lets go of the old request (`keepTag`), so a wake sends one DELETE.
+  const droppedBySet = (p: V1Pod) => st.input.tagDroppedFor?.[p.metadata?.name ?? ''] === true;
   if (toWake.length > 0 && st.input.setDesires)
-    await askVMs(st, toWake, 'Wake', 'ask the VM workflow to wake');
+    await askVMs(st, toWake, 'Wake', 'ask the VM workflow to wake', { keepTag: droppedBySet });
   else if (hibernating.length > 0 && !st.input.setDesires) {
     const crs = await hibernations(st);
     if ('error' in crs) return fail(st, crs.error);

@@ -142,6 +142,8 @@ export interface CocoonSetState {
    * VM awake, or the un-suspend came first), so no VM workflow keeps a stale desire.
    */
   hibernateAsked?: Record<string, string>;
+  /** Pods whose tag the set's own wake dropped since it last asked their VM workflow (`PassInput.tagDroppedFor`). */
+  tagDroppedFor?: Record<string, true>;
 }
 
 const kube = proxyActivities<CocoonSetActivities>(kubeActivityOptions(3));
@@ -333,11 +335,6 @@ async function drive(
   pods: PassInput['pods'],
   registry: RegistryActivities,
 ): Promise<PassResult & { delegated?: DelegatedFlow }> {
-  // One `:hibernate` DELETE per wake: a pod the set asked to hibernate that now has another uid (a seat
-  // release's or a migration's restore pod) holds no desire in its VM workflow (desires bind to the pod
-  // incarnation), and the set's own wake drops its tag: asking that VM workflow to wake would drop it twice.
-  const oneTagDrop = patched('one-tag-drop');
-  if (oneTagDrop) state.hibernateAsked = forgetOtherIncarnations(state.hibernateAsked, pods);
   const passInput: PassInput = {
     cs,
     pods,
@@ -348,10 +345,10 @@ async function drive(
     setDesires: patched('set-desires'),
     seatRelease: patched('seat-release'),
     migration: patched('migration'),
-    oneTagDrop,
     scaleDownDropsTag: patched('scale-down-drops-tag'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
+    tagDroppedFor: state.tagDroppedFor,
   };
   const end = await reconcilePass(passInput, {
     exec: (actions, concurrent, maxConcurrency) =>
@@ -464,6 +461,7 @@ async function execute(
         }
       case 'dropHibernateTag':
         await registry.deleteManifest({ vmName: a.vmName, tag: Tags.hibernate });
+        if (a.wokenPod) state.tagDroppedFor = { ...(state.tagDroppedFor ?? {}), [a.wokenPod]: true };
         return { kind: 'ok' };
       case 'listHibernations':
         return {
@@ -514,6 +512,9 @@ async function execute(
         if (a.desire === 'Hibernate') asked[a.pod] = a.podUID ?? '';
         else delete asked[a.pod];
         state.hibernateAsked = Object.keys(asked).length > 0 ? asked : undefined;
+        const dropped = { ...(state.tagDroppedFor ?? {}) };
+        delete dropped[a.pod];
+        state.tagDroppedFor = Object.keys(dropped).length > 0 ? dropped : undefined;
         return { kind: 'ok' };
       }
       case 'metric':
@@ -641,23 +642,6 @@ async function deletionFlow(
   }
   state.hibernateAsked = undefined;
   return { requeue: false, requeueAfterMs: 0 };
-}
-
-/**
- * `asked` (pod name → uid the set asked to hibernate, '' when unknown) without the pods that exist now with
- * another uid; entries for absent pods stay (a released seat's desire outlives its pod).
- */
-export function forgetOtherIncarnations(
-  asked: Record<string, string> | undefined,
-  pods: readonly V1Pod[],
-): Record<string, string> | undefined {
-  if (!asked) return undefined;
-  const uids = new Map(pods.map((p) => [p.metadata?.name ?? '', p.metadata?.uid]));
-  const kept = Object.entries(asked).filter(([pod, uid]) => {
-    const now = uids.get(pod);
-    return uid === '' || now === undefined || now === uid;
-  });
-  return kept.length > 0 ? Object.fromEntries(kept) : undefined;
 }
 
 /** Records the roll-up shown by the query and the search attributes. */

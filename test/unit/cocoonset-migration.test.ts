@@ -156,6 +156,7 @@ describe('migration', () => {
     w.tags.add(TAG);
     expect(done(await w.pass()).result).toEqual(OK_5S);
     expect(w.droppedTags).toEqual([TAG]);
+    expect(w.wokenBySet).toEqual(['demo-0']);
     expect(w.tags.has(TAG)).toBe(false);
     expect(w.cs.status?.phase).toBe('Migrating');
     // The next pass finds no tag and hands back to the normal flow.
@@ -219,11 +220,6 @@ describe('migration', () => {
     w.tags.add(TAG);
     expect(done(await w.pass()).result).toEqual(OK_5S);
     expect(w.asks).toEqual([{ pod: 'demo-0', desire: 'Wake', keepTag: true }]);
-    // Runs recorded before `one-tag-drop` ask a plain wake (their VM workflow drops the tag too).
-    const legacy = new PlanWorld(cs, [hibernating(migMain(cs, 'node-b', '', false))]);
-    legacy.tags.add(TAG);
-    done(await legacy.pass({ oneTagDrop: false }));
-    expect(legacy.asks).toEqual([{ pod: 'demo-0', desire: 'Wake' }]);
     expect([w.droppedTags, w.tags.has(TAG), w.ids('deletePod'), w.ids('createPod')]).toEqual([
       [],
       true,

@@ -733,6 +733,24 @@ describe('un-suspend', () => {
     expect(w.asks).toEqual([{ pod: 'demo-0', desire: 'Wake' }]);
   });
 
+  it('asks a pod whose tag the set’s own wake (released seat, migration) dropped to leave the tag (keepTag: one DELETE per wake); a pod the set recreated otherwise gets a plain wake, so its VM workflow drops the leftover', async () => {
+    const cs = finalizedSet(replicas(1));
+    const w = new PlanWorld(cs, [
+      readyPod(buildAgentPod(cs, 0, '', '')),
+      readyPod(buildAgentPod(cs, 1, 'vk-ns-demo-0', '')),
+    ]);
+    done(
+      await w.pass({
+        hibernateAsked: { 'demo-0': 'uid-old-0', 'demo-1': 'uid-old-1' },
+        tagDroppedFor: { 'demo-0': true },
+      }),
+    );
+    expect(w.asks).toEqual([
+      { pod: 'demo-0', desire: 'Wake', keepTag: true },
+      { pod: 'demo-1', desire: 'Wake' },
+    ]);
+  });
+
   it('fails the pass when a VM workflow cannot be asked', async () => {
     const w = hibernatedWorld();
     w.failures.set('ask:Wake:demo-1', 'temporal unavailable');

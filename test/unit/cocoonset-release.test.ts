@@ -353,6 +353,8 @@ describe('released-seat wake', () => {
     const end = done(await w.pass());
     expect(end.result).toEqual({ requeue: true, requeueAfterMs: 0, error: undefined });
     expect(w.droppedTags).toEqual([TAG]);
+    // Named as the set's own wake: un-suspend's later ask tells the VM workflow to leave the tag.
+    expect(w.wokenBySet).toEqual(['demo-0']);
     expect(w.tags.has(TAG)).toBe(false);
     expect(hint(w)).toBeUndefined();
     expect(w.metrics.filter((m) => m.metric === 'slotReleaseWakeTotal')).toEqual([

@@ -43,6 +43,8 @@ export class PlanWorld {
   readonly statusPatches: unknown[] = [];
   /** Registry tags the passes dropped (`<vm>:hibernate`), in order. */
   readonly droppedTags: string[] = [];
+  /** Pods named by those drops as restored by the set's own wake (`wokenPod`), in order. */
+  readonly wokenBySet: string[] = [];
   /** When set, every apiserver read of a pod (`readPod`) fails with this text. */
   readPodError?: string;
   /** The set's desires sent to VM workflows (`askVM`), in order; the world changes nothing for them. */
@@ -115,6 +117,7 @@ export class PlanWorld {
       }
       case 'dropHibernateTag':
         this.droppedTags.push(`${a.vmName}:hibernate`);
+        if (a.wokenPod) this.wokenBySet.push(a.wokenPod);
         this.tags.delete(`${a.vmName}:hibernate`);
         return { kind: 'ok' };
     }
@@ -137,7 +140,7 @@ export class PlanWorld {
       setDesires?: boolean;
       seatRelease?: boolean;
       migration?: boolean;
-      oneTagDrop?: boolean;
+      tagDroppedFor?: Record<string, true>;
       scaleDownDropsTag?: boolean;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
@@ -153,7 +156,7 @@ export class PlanWorld {
       setDesires: opts.setDesires ?? true,
       seatRelease: opts.seatRelease ?? true,
       migration: opts.migration ?? true,
-      oneTagDrop: opts.oneTagDrop ?? true,
+      tagDroppedFor: opts.tagDroppedFor,
       scaleDownDropsTag: opts.scaleDownDropsTag ?? true,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,

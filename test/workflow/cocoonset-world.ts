@@ -422,7 +422,7 @@ export class CocoonSetWorld {
       // Plays the pod's VM workflow in the plain case (no CocoonHibernation holds the VM; the VM workflow's
       // own tests cover the rest): the annotation follows the set's desire, and the watcher reports it.
       cocoonSetAskVM: async ({ pod, desire }) => {
-        this.calls.push(`ask ${pod} ${desire.desire}`);
+        this.calls.push(`ask ${pod} ${desire.desire}${desire.keepTag ? ' keepTag' : ''}`);
         const p = this.pods.get(pod);
         if (!p) return;
         const want = desire.desire === 'Hibernate' ? 'true' : undefined;

@@ -151,12 +151,12 @@ describe('CocoonSet workflow', () => {
       await w.vkRunning('demo-0', 'node-a', 'vm-restored');
       await waitFor('Running again', () => w.cs?.status?.phase === 'Running');
       expect(w.tags.has(`${MAIN_VM}:hibernate`)).toBe(false);
-      // One tag drop per wake: the set's. The restore pod's VM workflow holds no desire (it was for the
-      // deleted pod) and is not asked to wake, which would make it drop the tag a second time.
+      // One tag drop per wake: the set's. The VM workflow is asked to let go of the suspend's request and to
+      // leave the tag (else it would drop it a second time once the VM runs).
       await w.settled(env);
-      expect(w.calls.slice(w.calls.lastIndexOf('create demo-0')).filter((c) => c.startsWith('ask'))).toEqual(
-        [],
-      );
+      expect(w.calls.slice(w.calls.lastIndexOf('create demo-0')).filter((c) => c.startsWith('ask'))).toEqual([
+        'ask demo-0 Wake keepTag',
+      ]);
       expect(w.cs?.metadata.annotations?.[Annotations.hibernatedOnNode]).toBeUndefined();
       expect(
         w.metrics.filter((m) => m.metric === 'slotReleaseWakeTotal').map((m) => m.labels.placement),
@@ -197,11 +197,11 @@ describe('CocoonSet workflow', () => {
       await w.vkRunning('demo-0', 'node-b', 'vm-b');
       await waitFor('Running on node-b', () => w.cs?.status?.phase === 'Running');
       expect(w.tags.has(`${MAIN_VM}:hibernate`)).toBe(false);
-      // One tag drop per wake: the migration's. The restore pod's VM workflow is not asked to wake.
+      // One tag drop per wake: the migration's. The VM workflow is asked to leave the tag.
       await w.settled(env);
-      expect(w.calls.slice(w.calls.lastIndexOf('create demo-0')).filter((c) => c.startsWith('ask'))).toEqual(
-        [],
-      );
+      expect(w.calls.slice(w.calls.lastIndexOf('create demo-0')).filter((c) => c.startsWith('ask'))).toEqual([
+        'ask demo-0 Wake keepTag',
+      ]);
     });
   });
 
