@@ -28,6 +28,7 @@ import {
   EventReasons,
   Finalizers,
   Labels,
+  LifecycleStates,
   Roles,
 } from '../api/keys.js';
 import {
@@ -136,10 +137,15 @@ export interface PassInput {
    */
   tagDroppedFor?: Readonly<Record<string, true>>;
   /**
-   * A scale-down that deletes sub-agents or toolboxes drops their `:hibernate` tags (`dropRemovedTags`). The
-   * workflow sets it behind `patched()`.
+   * A sub-agent or toolbox the pass deletes (scale-down, drift, rebuild, dead letter lifted, recreate) gets its
+   * `:hibernate` tag dropped (`dropRemovedTags`). The workflow sets it behind `patched()`.
    */
-  scaleDownDropsTag?: boolean;
+  deletedVMsDropTag?: boolean;
+  /**
+   * The set's wakes (released seat, migration) count a VM vk is still hibernating as not awake
+   * (`vmAwake`). The workflow sets it behind `patched()`.
+   */
+  wakeWaitsForHibernateRound?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -314,6 +320,19 @@ function atoiParses(s: string): boolean {
 /** A live VM: a VM id is reported and some container runs (the reference's `vmLive`). */
 export function vmLive(pod: V1Pod | undefined): boolean {
   return pod !== undefined && vmIDOf(pod) !== '' && containerRunning(pod);
+}
+
+/**
+ * `vmLive`, and (ours, `wakeWaitsForHibernateRound`) not in a hibernate round vk has not finished (lifecycle
+ * `hibernating`: the VM still runs while vk pushes its snapshot, then vk removes it and wakes it from that
+ * tag; vk contract §4.2-4.3). Before a wake drops the `:hibernate` tag: dropped mid-round, the tag the wake
+ * needs is gone (the reference checks `vmLive` alone).
+ */
+function vmAwake(st: PassState, pod: V1Pod): boolean {
+  return (
+    vmLive(pod) &&
+    !(st.input.wakeWaitsForHibernateRound && lifecycleOf(pod).state === LifecycleStates.hibernating)
+  );
 }
 
 /**
@@ -686,7 +705,8 @@ async function ensureSubAgents(
       }
       case 'rebuild': {
         await writeHistory(st, slot, t.history, 'persist rebuild history');
-        await deletePod(st, podName, `delete terminal sub-agent slot ${slot}`);
+        if (await deletePod(st, podName, `delete terminal sub-agent slot ${slot}`))
+          await dropRemovedTags(st, [pod]);
         st.r.effect({
           id: `metric:subagentRebuildTotal:${slot}`,
           type: 'metric',
@@ -704,13 +724,15 @@ async function ensureSubAgents(
         break;
       }
       case 'deleteDrifted':
-        await deletePod(st, podName, `delete drifted sub-agent slot ${slot}`);
+        if (await deletePod(st, podName, `delete drifted sub-agent slot ${slot}`))
+          await dropRemovedTags(st, [pod]);
         changed = true;
         break;
       case 'liftDeadLetter':
         if (t.history !== undefined)
           await writeHistory(st, slot, t.history, `reset rebuild history for slot ${slot}`);
-        await deletePod(st, podName, `delete dead-lettered sub-agent slot ${slot}`);
+        if (await deletePod(st, podName, `delete dead-lettered sub-agent slot ${slot}`))
+          await dropRemovedTags(st, [pod]);
         changed = true;
         break;
     }
@@ -774,19 +796,21 @@ async function ensureSubAgents(
 }
 
 /**
- * After a scale-down deleted `removed` (sub-agents past `replicas`, toolboxes no longer in the spec; ours,
- * `scaleDownDropsTag`): drops the `:hibernate` tags of the managed ones in one concurrent batch, except a VM
- * a live CocoonHibernation holds. A removed sub-agent's (or toolbox's) state is
- * discarded with its slot (as for a running one, whose VM vk-cocoon deletes), but a tag left by a suspend
- * would outlive it: out of the deletion GC's reach (it stashes the VM names of the pods that exist), and
- * vk-cocoon would find it when a later scale-up creates the slot again, instead of a fresh clone of the main.
- * The reference leaves it. The deleted pod's state cannot tell whether a suspend left a tag (a woken
- * sub-agent's VM workflow drops it only once the VM runs), so every removed slot gets its DELETE (a missing
- * tag is no error). Runs in the pass that deleted the pods: a crash between the two resumes at the drop.
+ * After the pass deleted `removed` for good or to build them anew (sub-agents past `replicas`, toolboxes no
+ * longer in the spec; drifted, terminal or dead-lettered sub-agents; toolboxes recreated): drops the
+ * `:hibernate` tags of the managed ones in one concurrent batch, except a VM a live CocoonHibernation holds
+ * (ours, `deletedVMsDropTag`; the reference leaves them). A sub-agent's or toolbox's state goes with its
+ * pod (a running one's VM is deleted by vk-cocoon; the new pod is a fresh fork of the main or a fresh boot of
+ * the image), but a tag a suspend left would outlive it: vk-cocoon finds it when the pod is created again and
+ * refuses the fork (`HibernateEvidenceFailed`: explicit clone source) or the new image, or restores the old
+ * state; and after a scale-down the deletion GC never learns the VM name. The deleted pod cannot tell whether
+ * a suspend left a tag (a woken VM's workflow drops it only once the VM runs), so each gets its DELETE (a
+ * missing tag is no error). Runs in the pass that deleted the pods: a crash between the two resumes at the
+ * drop (the workflow replays the pass).
  */
 async function dropRemovedTags(st: PassState, removed: V1Pod[]): Promise<void> {
   const managed = removed.filter((p) => p.metadata?.annotations?.[Annotations.managed] === 'true');
-  if (!st.input.scaleDownDropsTag || !st.input.registryConfigured || managed.length === 0) return;
+  if (!st.input.deletedVMsDropTag || !st.input.registryConfigured || managed.length === 0) return;
   const crs = await hibernations(st);
   if ('error' in crs) return fail(st, crs.error);
   const held = vmsHeldByCR(st.ns, crs.items);
@@ -845,7 +869,8 @@ async function ensureToolboxes(st: PassState): Promise<boolean> {
     }
     if (existing) {
       if (isTerminal(existing) || !podSpecMatchesToolbox(existing, st.cs, tb)) {
-        await deletePod(st, existing.metadata!.name!, `delete toolbox ${tb.name} for recreate`);
+        if (await deletePod(st, existing.metadata!.name!, `delete toolbox ${tb.name} for recreate`))
+          await dropRemovedTags(st, [existing]);
         changed = true;
       }
       continue;
@@ -1181,7 +1206,7 @@ async function migrate(st: PassState): Promise<void> {
     await askVMs(st, [main], 'Wake', 'migrate: ask the VM workflow to wake', { keepTag: () => true });
     return markMigrating(st);
   }
-  if (!vmLive(main)) {
+  if (!vmAwake(st, main)) {
     if (cs.status?.phase !== 'Migrating') return;
     return markMigrating(st);
   }
@@ -1223,7 +1248,7 @@ async function releasedWake(st: PassState): Promise<void> {
   if (!engaged || !st.input.registryConfigured) return;
   if (!main) return startReleasedWake(st, hint);
   const mainName = main.metadata?.name ?? '';
-  if (waking && !vmLive(main)) {
+  if (waking && !vmAwake(st, main)) {
     const msg = podUnschedulable(main);
     if (msg !== '') {
       st.r.effect({

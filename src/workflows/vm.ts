@@ -28,7 +28,7 @@ import {
 import type { EventInput, KubeActivities } from '../activities/kube.js';
 import type { RegistryActivities } from '../activities/registry.js';
 import { cocoonSetWorkflowId, taskQueues } from '../api/ids.js';
-import { Annotations, EventReasons, Finalizers, Tags } from '../api/keys.js';
+import { Annotations, EventReasons, Finalizers, LifecycleStates, Tags } from '../api/keys.js';
 import type { HibernationObservation, PodObservation } from '../api/observe.js';
 import { podNameProblem } from '../api/pod.js';
 import type { HibernationPhase } from '../api/types.js';
@@ -491,8 +491,13 @@ async function setDesirePass(state: VMState, registry: RegistryActivities): Prom
     );
     if (!held && hibernateAnnotated(pod)) await patchHibernate(state, null);
     const now = state.podObs ?? pod;
-    // vk is waking it: look again soon (at most a wake's deadline, then the desire is spent as it is).
-    const waiting = !held && !hibernateAnnotated(now) && !wakeGateOpen(now);
+    // vk is waking it: look again soon (at most a wake's deadline, then the desire is spent as it is). A VM
+    // still running while vk hibernates it (lifecycle `hibernating`: the un-suspend came during the push)
+    // is not awake yet: vk finishes that round, pushing the tag, and only then wakes it (vk contract §4.2).
+    const vkRoundLeft =
+      patched('set-wake-waits-for-hibernate-round') &&
+      now.annotations?.[Annotations.lifecycleState] === LifecycleStates.hibernating;
+    const waiting = !held && !hibernateAnnotated(now) && (!wakeGateOpen(now) || vkRoundLeft);
     if (waiting && Date.now() - d.since < WAKE_TIMEOUT_MS) return;
     if (waiting)
       log.warn(

@@ -150,6 +150,21 @@ describe('migration', () => {
     expect([w.droppedTags, w.tags.has(TAG), w.asks]).toEqual([[], true, []]);
   });
 
+  it('Migrating, the main on the target still running while vk hibernates it (lifecycle hibernating: a re-target back during the push): keeps the tag the coming wake restores from; Migrating, 5 s (ours: the reference drops it on vmLive)', async () => {
+    const cs = migSet('node-b', phase('Migrating'));
+    const mid = annotate(migMain(cs, 'node-b', 'vmid-old', true), {
+      [Annotations.lifecycleState]: 'hibernating',
+    });
+    const w = new PlanWorld(cs, [mid]);
+    w.tags.add(TAG);
+    expect(done(await w.pass()).result).toEqual(OK_5S);
+    expect([w.droppedTags, w.tags.has(TAG), w.cs.status?.phase]).toEqual([[], true, 'Migrating']);
+    const legacy = new PlanWorld(cs, [mid]);
+    legacy.tags.add(TAG);
+    done(await legacy.pass({ wakeWaitsForHibernateRound: false }));
+    expect(legacy.droppedTags).toEqual([TAG]);
+  });
+
   it('Migrating, the main restored and live on the target: drops the tag; Migrating, 5 s (MigrationDropsSnapshotWhenRestored)', async () => {
     const cs = migSet('node-b', phase('Migrating'));
     const w = new PlanWorld(cs, [migMain(cs, 'node-b', 'vmid-new', true)]);

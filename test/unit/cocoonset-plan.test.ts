@@ -320,9 +320,12 @@ describe('sub-agent triage', () => {
     const w = world(failed(sub()));
     expect(done(await w.pass()).result.requeue).toBe(true);
     expect(w.pods.has('demo-1')).toBe(false);
+    // The new pod is a fresh fork of the main: a `:hibernate` tag a suspend left would make vk refuse it.
     expect(w.ids()).toEqual([
       'history:1',
       'delete:demo-1',
+      'list-hibernations',
+      'drop-tag:vk-ns-demo-1',
       'metric:subagentRebuildTotal:1',
       'event:SubAgentRebuilding:1',
     ]);
@@ -393,7 +396,12 @@ describe('sub-agent triage', () => {
     expect(done(await edited.pass()).result.requeue).toBe(true);
     expect(edited.pods.has('demo-1')).toBe(false);
     expect(readRebuildHistory(edited.cs).has(1)).toBe(false);
-    expect(edited.ids()).toEqual(['history:1', 'delete:demo-1']);
+    expect(edited.ids()).toEqual([
+      'history:1',
+      'delete:demo-1',
+      'list-hibernations',
+      'drop-tag:vk-ns-demo-1',
+    ]);
   });
 
   it('waits the smallest remaining backoff when nothing else changes', async () => {
@@ -476,13 +484,13 @@ describe('toolboxes', () => {
       failed(buildToolboxPod(cs, { name: 'tb' })),
     ]);
     expect(done(await w.pass()).result.requeue).toBe(true);
-    expect(w.ids()).toEqual(['delete:demo-tb']);
+    expect(w.ids()).toEqual(['delete:demo-tb', 'list-hibernations', 'drop-tag:vk-ns-demo-tb']);
     const drift = new PlanWorld(
       finalizedSet((c) => (c.spec.toolboxes = [{ name: 'tb', image: 'v2' }])),
       [readyPod(buildAgentPod(cs, 0, '', '')), readyPod(buildToolboxPod(cs, { name: 'tb', image: 'v1' }))],
     );
     done(await drift.pass());
-    expect(drift.ids()).toEqual(['delete:demo-tb']);
+    expect(drift.ids()).toEqual(['delete:demo-tb', 'list-hibernations', 'drop-tag:vk-ns-demo-tb']);
   });
 });
 
@@ -543,12 +551,12 @@ describe('suspend (retain)', () => {
       ...[0, 1, 2, 3].map((slot) => readyPod(buildAgentPod(cs, slot, slot === 0 ? '' : 'vk-ns-demo-0', ''))),
       readyPod(buildToolboxPod(cs, { name: 'old' })),
     ];
-    const run = async (opts: { scaleDownDropsTag?: boolean; crs?: ReturnType<typeof hibernation>[] }) => {
+    const run = async (opts: { deletedVMsDropTag?: boolean; crs?: ReturnType<typeof hibernation>[] }) => {
       const w = new PlanWorld(finalizedSet(replicas(1)), pods);
       // Tags a suspend left: a woken sub-agent's VM workflow drops its own only once the VM runs.
       for (const slot of [0, 1, 2, 3]) w.tags.add(`vk-ns-demo-${slot}:hibernate`);
       w.crs = opts.crs ?? [];
-      await w.pass({ scaleDownDropsTag: opts.scaleDownDropsTag });
+      await w.pass({ deletedVMsDropTag: opts.deletedVMsDropTag });
       return w;
     };
     const w = await run({});
@@ -565,12 +573,38 @@ describe('suspend (retain)', () => {
     const held = await run({ crs: [hibernation('demo-3', 'Hibernate')] });
     expect(held.droppedTags).toEqual(['vk-ns-demo-2:hibernate', 'vk-ns-demo-old:hibernate']);
     // Runs recorded before `scale-down-drops-tag` leave the tags, as the reference does.
-    const legacy = await run({ scaleDownDropsTag: false });
+    const legacy = await run({ deletedVMsDropTag: false });
     expect([legacy.ids('deletePod'), legacy.droppedTags, legacy.lists]).toEqual([
       ['delete:demo-2', 'delete:demo-3', 'delete:demo-old'],
       [],
       0,
     ]);
+  });
+
+  it('a sub-agent deleted for a rebuild and a toolbox recreated for drift get their :hibernate tags dropped (a suspend leaves one; vk-cocoon would refuse the fresh fork or the new image), unless a CocoonHibernation holds the VM', async () => {
+    const cs = finalizedSet(replicas(2), toolboxes('tb'));
+    const pods = () => [
+      readyPod(buildAgentPod(cs, 0, '', '')),
+      failed(readyPod(buildAgentPod(cs, 1, 'vk-ns-demo-0', ''))),
+      readyPod(buildAgentPod(cs, 2, 'vk-ns-demo-0', '')),
+      readyPod(buildToolboxPod(cs, { name: 'tb' })),
+    ];
+    const edited = finalizedSet(replicas(2), (c) => {
+      c.spec.toolboxes = [{ name: 'tb', image: 'chromium:beta' }];
+    });
+    const w = new PlanWorld(edited, pods());
+    for (const vm of ['vk-ns-demo-1', 'vk-ns-demo-2', 'vk-ns-demo-tb']) w.tags.add(`${vm}:hibernate`);
+    await w.pass();
+    expect(w.ids('deletePod')).toEqual(['delete:demo-1', 'delete:demo-tb']);
+    expect(w.droppedTags).toEqual(['vk-ns-demo-1:hibernate', 'vk-ns-demo-tb:hibernate']);
+    const held = new PlanWorld(edited, pods());
+    held.crs = [hibernation('demo-tb', 'Hibernate')];
+    await held.pass();
+    expect(held.droppedTags).toEqual(['vk-ns-demo-1:hibernate']);
+    // Runs recorded before `deleted-vms-drop-tag` drop nothing.
+    const legacy = new PlanWorld(edited, pods());
+    await legacy.pass({ deletedVMsDropTag: false });
+    expect(legacy.droppedTags).toEqual([]);
   });
 
   it('settles Suspended (no requeue) once every managed VM is hibernated for this generation with its tag; Progressing False Stable', async () => {

@@ -346,6 +346,22 @@ describe('released-seat wake', () => {
     expect([w.droppedTags, w.tags.has(TAG), w.events, hint(w)]).toEqual([[], true, [], 'node-a']);
   });
 
+  it('Waking, the restored VM running but vk hibernating it again (lifecycle hibernating): keeps the tag and the hint; Waking, 5 s (ours: the reference drops it on vmLive)', async () => {
+    const cs = releaseSet(phase('Waking', 'node-a'));
+    const mid = annotate(onNode(live(restoreMarked(main(cs))), 'node-a'), {
+      [Annotations.lifecycleState]: 'hibernating',
+    });
+    const w = new PlanWorld(cs, [mid]);
+    w.tags.add(TAG);
+    expect(done(await w.pass()).result.requeueAfterMs).toBe(5_000);
+    expect([w.droppedTags, w.tags.has(TAG), hint(w), w.cs.status?.phase]).toEqual([
+      [],
+      true,
+      'node-a',
+      'Waking',
+    ]);
+  });
+
   it('once the VM is live: drops the tag, clears the hint, scores placement pool off the hint node, runs again at once (WakeDropsTagAndClearsHintWhenLive)', async () => {
     const cs = releaseSet(phase('Waking', 'node-a'));
     const w = new PlanWorld(cs, [onNode(live(restoreMarked(main(cs))), 'node-c')]);

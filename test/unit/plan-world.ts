@@ -141,7 +141,8 @@ export class PlanWorld {
       seatRelease?: boolean;
       migration?: boolean;
       tagDroppedFor?: Record<string, true>;
-      scaleDownDropsTag?: boolean;
+      deletedVMsDropTag?: boolean;
+      wakeWaitsForHibernateRound?: boolean;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
     } = {},
@@ -157,7 +158,8 @@ export class PlanWorld {
       seatRelease: opts.seatRelease ?? true,
       migration: opts.migration ?? true,
       tagDroppedFor: opts.tagDroppedFor,
-      scaleDownDropsTag: opts.scaleDownDropsTag ?? true,
+      deletedVMsDropTag: opts.deletedVMsDropTag ?? true,
+      wakeWaitsForHibernateRound: opts.wakeWaitsForHibernateRound ?? true,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
     };

@@ -65,6 +65,31 @@ describe('VM workflow: a CocoonSet desire', () => {
     });
   });
 
+  it('an un-suspend while vk still pushes the snapshot (lifecycle hibernating, the VM still running) waits for that round to end and the VM to run again, then drops the tag the round pushed', async () => {
+    await withWorld(env, async (world) => {
+      await setPod(world);
+      await world.setDesire(NS, POD, 'Hibernate');
+      await waitFor('hibernate annotation', () => hibernate(world) === 'true');
+      // vk starts the round: lifecycle hibernating, the VM still running while the snapshot is pushed.
+      await world.annotatePod(NS, POD, { [Annotations.lifecycleState]: 'hibernating' });
+      await world.setDesire(NS, POD, 'Wake');
+      await waitFor('annotation cleared', () => hibernate(world) === undefined);
+      await settled(world);
+      expect(world.calls.filter((c) => c.startsWith('DELETE'))).toEqual([]);
+      // vk finishes the round (the tag appears), then wakes the VM as the annotation is gone.
+      await world.vkHibernated(NS, POD, VM);
+      await world.annotatePod(
+        NS,
+        POD,
+        { [Annotations.lifecycleState]: 'creating', [Annotations.vmID]: 'vm-2' },
+        { containerRunning: true },
+      );
+      await env.client.workflow.getHandle(vmWorkflowId(NS, POD)).result();
+      expect(world.calls.filter((c) => c.startsWith('DELETE'))).toEqual([`DELETE ${VM}:hibernate`]);
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
+    });
+  });
+
   it('a Wake that leaves the tag to the set (a migration wakes in place and drops it itself): the VM workflow clears the annotation and sends no DELETE', async () => {
     await withWorld(env, async (world) => {
       await setPod(world);
