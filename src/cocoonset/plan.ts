@@ -146,6 +146,11 @@ export interface PassInput {
    * (`vmAwake`). The workflow sets it behind `patched()`.
    */
   wakeWaitsForHibernateRound?: boolean;
+  /**
+   * The release suspend deletes a pod no node took without asking it to hibernate first (`suspendRelease`).
+   * The workflow sets it behind `patched()`.
+   */
+  releaseSkipsUnbound?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -1069,7 +1074,15 @@ async function suspendRelease(st: PassState): Promise<never> {
     return fail(st, `hibernatePolicy=release on ${st.ns}/${st.name} requires a configured registry`);
   const pods = podsInNameOrder(st.c);
   if (pods.length === 0) return writeStatusAndFinish(st, 'Suspended', {});
-  await hibernateAll(st, pods, true);
+  // Ours (`releaseSkipsUnbound`): a pod no node took (a wake's restore pod waiting for a seat) runs no VM, so
+  // there is nothing to hibernate (its VM lives in the tag alone) and no node could ever report it
+  // hibernated: it is released as it is, not waited for.
+  const unbound = (p: V1Pod) => st.input.releaseSkipsUnbound && (p.spec?.nodeName ?? '') === '' && !vmLive(p);
+  await hibernateAll(
+    st,
+    pods.filter((p) => !unbound(p)),
+    true,
+  );
   const cs = currentCS(st);
   const joined = stashedVMNames(cs, pods).join(',');
   if (joined !== '' && joined !== (cs.metadata.annotations?.[Annotations.deleteVMNames] ?? '')) {

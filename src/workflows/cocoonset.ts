@@ -347,6 +347,7 @@ async function drive(
     migration: patched('migration'),
     deletedVMsDropTag: patched('deleted-vms-drop-tag'),
     wakeWaitsForHibernateRound: patched('set-wake-waits-for-hibernate-round'),
+    releaseSkipsUnbound: patched('release-skips-unbound'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,

@@ -112,6 +112,35 @@ describe('release suspend', () => {
     expect([w.asks, w.probes, w.ids('deletePod')]).toEqual([[], [], []]);
   });
 
+  it('a re-suspend while the wake’s restore pod waits for a seat (no node took it, no VM): that pod is released at once, not asked to hibernate; Suspended, the hint and the tag kept (ours: the reference waits in Suspending until a seat frees)', async () => {
+    const cs = releaseSet(suspended, phase('Waking', 'node-a'));
+    const waiting = restoreMarked(main(cs));
+    waiting.status = {
+      phase: 'Pending',
+      conditions: [{ type: 'PodScheduled', status: 'False', reason: 'Unschedulable', message: '0/1 nodes' }],
+    };
+    const w = new PlanWorld(cs, [waiting]);
+    w.tags.add(TAG);
+    done(await w.pass());
+    expect([w.asks, w.probes]).toEqual([[], []]);
+    expect(w.pods.has('demo-0')).toBe(false);
+    expect([w.cs.status?.phase, hint(w), w.tags.has(TAG), w.droppedTags]).toEqual([
+      'Suspended',
+      'node-a',
+      true,
+      [],
+    ]);
+    // Runs recorded before `release-skips-unbound` ask it to hibernate and wait.
+    const legacy = new PlanWorld(cs, [restoreMarked(main(cs))]);
+    legacy.tags.add(TAG);
+    done(await legacy.pass({ releaseSkipsUnbound: false }));
+    expect([legacy.asks, legacy.pods.has('demo-0'), legacy.cs.status?.phase]).toEqual([
+      [{ pod: 'demo-0', desire: 'Hibernate' }],
+      true,
+      'Suspending',
+    ]);
+  });
+
   it('keeps the pod (Suspending, 5 s) while its :hibernate tag is not in the registry (SuspendReleaseWaitsForSnapshotVerification)', async () => {
     const cs = releaseSet(suspended);
     const w = new PlanWorld(cs, [onNode(hibernatedPod(cs, main(cs)), 'node-a')]);

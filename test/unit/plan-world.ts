@@ -143,6 +143,7 @@ export class PlanWorld {
       tagDroppedFor?: Record<string, true>;
       deletedVMsDropTag?: boolean;
       wakeWaitsForHibernateRound?: boolean;
+      releaseSkipsUnbound?: boolean;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
     } = {},
@@ -160,6 +161,7 @@ export class PlanWorld {
       tagDroppedFor: opts.tagDroppedFor,
       deletedVMsDropTag: opts.deletedVMsDropTag ?? true,
       wakeWaitsForHibernateRound: opts.wakeWaitsForHibernateRound ?? true,
+      releaseSkipsUnbound: opts.releaseSkipsUnbound ?? true,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
     };
