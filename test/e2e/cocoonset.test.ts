@@ -957,7 +957,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     await sets.waitUntil(name, 'gone', (x) => x === undefined, QUICK_MS);
   });
 
-  it('hibernatePolicy release on a one-seat node: suspend frees the seat (pod deleted, tag kept, node hint); with the seat taken meanwhile the wake reports WakeNoCapacity; once the seat frees the main is restored on the hinted node from its snapshot, the tag dropped, the hint cleared', async () => {
+  it('hibernatePolicy release on a one-seat node: suspend frees the seat (pod deleted, tag kept, node hint); with the seat taken meanwhile the wake reports WakeNoCapacity, and a re-suspend then releases the waiting restore pod at once; once the seat frees the main is restored on the hinted node from its snapshot, the tag dropped, the hint cleared', async () => {
     const pool = `${ns}-rel`;
     const node = `${ns}-rel-node`;
     const one = new VkSimulator({
@@ -1025,6 +1025,20 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
           cocoonset: name,
         }),
       ).toBeGreaterThan(0);
+
+      // Suspended again while the restore pod waits for the seat: it runs no VM, so it is released as it is
+      // (no hibernate round that no node could ever finish); the tag and the hint stay for the next wake.
+      await sets.patchSpec(name, { suspend: true });
+      const again = await sets.waitPhase(name, 'Suspended', QUICK_MS);
+      expect(again.metadata.annotations?.[Annotations.hibernatedOnNode]).toBe(node);
+      await waitFor(
+        'the unbound restore pod deleted',
+        async () => ((await podsOf(name)).has(mainPod) ? undefined : true),
+        QUICK_MS,
+      );
+      expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
+      await sets.patchSpec(name, { suspend: false });
+      await sets.waitPhase(name, 'Waking', QUICK_MS);
 
       await sets.delete('blocker');
       await sets.waitUntil('blocker', 'gone', (x) => x === undefined, QUICK_MS);
