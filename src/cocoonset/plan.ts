@@ -564,7 +564,8 @@ async function handleFailedMain(
   reason: 'PodLifecycleFailed' | 'MainAgentFailed',
 ): Promise<never> {
   if (!podSpecMatchesAgent(main, st.cs, 0)) {
-    await deletePod(st, main.metadata!.name!, 'delete terminal drifted main agent');
+    if (await deletePod(st, main.metadata!.name!, 'delete terminal drifted main agent'))
+      await dropRemovedTags(st, [main]);
     return finish(st, { requeue: true });
   }
   if (reason === EventReasons.podLifecycleFailed) {
@@ -729,6 +730,7 @@ async function ensureSubAgents(
         break;
       }
       case 'deleteDrifted':
+        if (inHibernateRound(st, pod)) break;
         if (await deletePod(st, podName, `delete drifted sub-agent slot ${slot}`))
           await dropRemovedTags(st, [pod]);
         changed = true;
@@ -813,6 +815,16 @@ async function ensureSubAgents(
  * missing tag is no error). Runs in the pass that deleted the pods: a crash between the two resumes at the
  * drop (the workflow replays the pass).
  */
+/**
+ * vk-cocoon is hibernating `pod`'s VM (lifecycle `hibernating`; ours, `deletedVMsDropTag`): a drift delete
+ * waits for the round to end (the pod's next change runs the pass again). Deleted mid-round, the snapshot
+ * lands after the pod is gone, out of `dropRemovedTags`' reach, and the new pod finds it (a refused image or
+ * fork, or old state restored).
+ */
+function inHibernateRound(st: PassState, pod: V1Pod): boolean {
+  return st.input.deletedVMsDropTag === true && lifecycleOf(pod).state === LifecycleStates.hibernating;
+}
+
 async function dropRemovedTags(st: PassState, removed: V1Pod[]): Promise<void> {
   const managed = removed.filter((p) => p.metadata?.annotations?.[Annotations.managed] === 'true');
   if (!st.input.deletedVMsDropTag || !st.input.registryConfigured || managed.length === 0) return;
@@ -873,7 +885,10 @@ async function ensureToolboxes(st: PassState): Promise<boolean> {
       return fail(st, `create toolbox ${tb.name}: name collision with existing pod ${podName}`);
     }
     if (existing) {
-      if (isTerminal(existing) || !podSpecMatchesToolbox(existing, st.cs, tb)) {
+      if (
+        (isTerminal(existing) || !podSpecMatchesToolbox(existing, st.cs, tb)) &&
+        !inHibernateRound(st, existing)
+      ) {
         if (await deletePod(st, existing.metadata!.name!, `delete toolbox ${tb.name} for recreate`))
           await dropRemovedTags(st, [existing]);
         changed = true;
@@ -1450,8 +1465,9 @@ async function reconcile(st: PassState): Promise<never> {
     }
   }
   // 12. Main drift: delete, requeue.
-  if (main && !podSpecMatchesAgent(main, cs, 0)) {
-    await deletePod(st, main.metadata!.name!, 'delete drifted main agent');
+  if (main && !podSpecMatchesAgent(main, cs, 0) && !inHibernateRound(st, main)) {
+    if (await deletePod(st, main.metadata!.name!, 'delete drifted main agent'))
+      await dropRemovedTags(st, [main]);
     return finish(st, { requeue: true });
   }
   // 14. Main missing: create it.

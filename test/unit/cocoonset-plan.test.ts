@@ -607,6 +607,36 @@ describe('suspend (retain)', () => {
     expect(legacy.droppedTags).toEqual([]);
   });
 
+  it('a drifted main is deleted with its :hibernate tag (a suspend leaves one; vk-cocoon would refuse the new image or restore old state), but not while vk is still hibernating it: the round ends first', async () => {
+    const cs = finalizedSet(replicas(1));
+    const edited = finalizedSet(replicas(1), (c) => {
+      c.spec.agent.image = 'ubuntu:26.04';
+    });
+    const mainPod = () => readyPod(buildAgentPod(cs, 0, '', ''));
+    const w = new PlanWorld(edited, [mainPod()]);
+    w.tags.add('vk-ns-demo-0:hibernate');
+    expect(done(await w.pass()).result.requeue).toBe(true);
+    expect([w.ids('deletePod'), w.droppedTags]).toEqual([['delete:demo-0'], ['vk-ns-demo-0:hibernate']]);
+
+    const mid = new PlanWorld(edited, [annotate(mainPod(), { [Annotations.lifecycleState]: 'hibernating' })]);
+    done(await mid.pass());
+    expect([mid.ids('deletePod'), mid.droppedTags]).toEqual([[], []]);
+    // A sub-agent likewise.
+    const sub = new PlanWorld(edited, [
+      readyPod(buildAgentPod(edited, 0, '', '')),
+      annotate(readyPod(buildAgentPod(cs, 1, 'vk-ns-demo-0', '')), {
+        [Annotations.lifecycleState]: 'hibernating',
+      }),
+    ]);
+    done(await sub.pass());
+    expect(sub.ids('deletePod')).toEqual([]);
+
+    const held = new PlanWorld(edited, [mainPod()]);
+    held.crs = [hibernation('demo-0', 'Hibernate')];
+    done(await held.pass());
+    expect([held.ids('deletePod'), held.droppedTags]).toEqual([['delete:demo-0'], []]);
+  });
+
   it('settles Suspended (no requeue) once every managed VM is hibernated for this generation with its tag; Progressing False Stable', async () => {
     const { cs, w } = suspendWorld(replicas(1));
     w.pods.set('demo-0', hibernatedPod(cs, buildAgentPod(cs, 0, '', '')));
