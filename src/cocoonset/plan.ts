@@ -137,8 +137,9 @@ export interface PassInput {
    */
   tagDroppedFor?: Readonly<Record<string, true>>;
   /**
-   * A sub-agent or toolbox the pass deletes (scale-down, drift, rebuild, dead letter lifted, recreate) gets its
-   * `:hibernate` tag dropped (`dropRemovedTags`). The workflow sets it behind `patched()`.
+   * A pod the pass deletes (scale-down, drift — the main's too —, rebuild, dead letter lifted, toolbox
+   * recreate) gets its `:hibernate` tag dropped (`dropRemovedTags`), and a drift delete waits while vk
+   * hibernates the VM (`inHibernateRound`). The workflow sets it behind `patched()`.
    */
   deletedVMsDropTag?: boolean;
   /**
@@ -804,7 +805,8 @@ async function ensureSubAgents(
 
 /**
  * After the pass deleted `removed` for good or to build them anew (sub-agents past `replicas`, toolboxes no
- * longer in the spec; drifted, terminal or dead-lettered sub-agents; toolboxes recreated): drops the
+ * longer in the spec; drifted, terminal or dead-lettered sub-agents; toolboxes recreated; a drifted main,
+ * whose new pod is a fresh clone of the new spec, as for a running main): drops the
  * `:hibernate` tags of the managed ones in one concurrent batch, except a VM a live CocoonHibernation holds
  * (ours, `deletedVMsDropTag`; the reference leaves them). A sub-agent's or toolbox's state goes with its
  * pod (a running one's VM is deleted by vk-cocoon; the new pod is a fresh fork of the main or a fresh boot of
@@ -837,7 +839,7 @@ async function dropRemovedTags(st: PassState, removed: V1Pod[]): Promise<void> {
   );
   const i = outcomes.findIndex((o) => o.kind === 'error');
   if (i >= 0)
-    return fail(st, `drop hibernate snapshot of removed sub-agent ${vms[i]}: ${errText(outcomes[i]!)}`);
+    return fail(st, `drop hibernate snapshot of deleted pod's VM ${vms[i]}: ${errText(outcomes[i]!)}`);
 }
 
 /**
