@@ -1299,20 +1299,7 @@ async function releasedWake(st: PassState): Promise<void> {
   }
   if (waking) {
     const vm = vmNameOf(main);
-    if (!hibernateRequested(main)) {
-      const crs = await hibernations(st);
-      if ('error' in crs) return fail(st, crs.error);
-      if (!vmsHeldByCR(st.ns, crs.items).has(vm)) {
-        const o = await st.r.run({
-          id: `drop-tag:${vm}`,
-          type: 'dropHibernateTag',
-          vmName: vm,
-          wokenPod: mainName,
-        });
-        const err = errText(o);
-        if (err !== undefined) return fail(st, `wake: drop hibernate snapshot ${vm}: ${err}`);
-      }
-    }
+    if (!hibernateRequested(main)) await dropTagUnlessHeld(st, vm, 'wake: drop hibernate snapshot', mainName);
     if (hint !== '') {
       const placement = hint === (main.spec?.nodeName ?? '') ? 'hint-node' : 'pool';
       st.r.effect({
