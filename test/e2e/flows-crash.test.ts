@@ -271,12 +271,14 @@ async function crashThrough(
       rnd() < 0.5
         ? { kind: 'delay', ms: Math.floor(rnd() * MAX_DELAY_MS[tr.kind] * scale) }
         : { kind: 'change', k: 1 + Math.floor(rnd() * MAX_CHANGES[tr.kind] * scale) };
-    // The last kill of a transition that no kill has hit in flight yet lands at its first watched change: on
-    // a quiet machine a release suspend can finish before every random point, and a kill after the end
-    // state proves nothing.
-    const hitInFlight = kills.some((k) => k.flow === tr.flow && k.transition === tr.label && k.mid);
-    const point: KillPoint =
-      i === KILLS_PER_TRANSITION - 1 && !hitInFlight ? { kind: 'change', k: 1 } : drawn;
+    // The first kill of a transition of a kind (suspend, wake, move) that no kill of this flow has hit in
+    // flight yet lands at its first watched change, before the operator acts: on a quiet machine a release
+    // suspend can finish before every random point, and a kill after the end state proves nothing.
+    const kind = tr.label.split(' ').pop();
+    const hitInFlight = kills.some(
+      (k) => k.flow === tr.flow && k.mid && k.transition.split(' ').pop() === kind,
+    );
+    const point: KillPoint = i === 0 && !hitInFlight ? { kind: 'change', k: 1 } : drawn;
     const downMs = Math.floor(rnd() * MAX_DOWN_MS);
     await reach(tr, point, generation, from, base);
     await stopOperator(op, 'SIGKILL');
