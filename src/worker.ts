@@ -20,6 +20,7 @@ import {
   loadConfig,
 } from './config.js';
 import type { HttpServers, ReadyCheck } from './http.js';
+import { OwnWrites } from './kube/own-writes.js';
 import type { LeaderElector } from './leader.js';
 import type { Logger } from './log.js';
 import type { startWatcher } from './watcher/index.js';
@@ -343,6 +344,8 @@ export async function run(config: Config, log: Logger): Promise<number> {
     running.connection = await connectTemporal(NativeConnection, config, log, stopping.signal);
     if (running.connection) {
       const connection = running.connection;
+      // The activities' writes, whose watch echoes the watcher then keeps from their writers.
+      const ownWrites = new OwnWrites();
       const namespace = config.temporal.namespace;
       if (runsWorker) {
         // Before any worker polls: without them every workflow task fails (BadSearchAttributes).
@@ -355,6 +358,7 @@ export async function run(config: Config, log: Logger): Promise<number> {
             log: log.child({ component: 'activity' }),
             metrics,
             temporalUi,
+            ownWrites,
           }),
           ...createCocoonSetActivities({ kube, metrics, temporalUi }),
         };
@@ -426,6 +430,7 @@ export async function run(config: Config, log: Logger): Promise<number> {
                 namespace: config.watchNamespace,
                 log,
                 cocoonSets: true,
+                ownWrites,
               });
               log.info({ namespace: config.watchNamespace || '(all)' }, 'started watching');
             })

@@ -30,7 +30,7 @@ import { summarizePod } from '../cocoonset/summary.js';
 import { type KubeClients, mergePatch, statusCodeOf } from '../kube/client.js';
 import { kubeFailure } from '../kube/errors.js';
 import type { OperatorMetrics } from '../metrics.js';
-import { type SetDesire, setDesireSignal, VM_WORKFLOW_TYPE } from '../workflows/messages.js';
+import { type SetDesire, setDesireSignal, VM_WORKFLOW_TYPE, vmWorkflowInput } from '../workflows/messages.js';
 import { recordEvent } from './kube.js';
 
 /** Dependencies of the CocoonSet activities. `metrics` absent = counters are not incremented. */
@@ -345,7 +345,7 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
       await ctx.client.workflow.signalWithStart(VM_WORKFLOW_TYPE, {
         workflowId: vmWorkflowId(input.namespace, input.pod),
         taskQueue: ctx.info.taskQueue,
-        args: [{ namespace: input.namespace, pod: input.pod }],
+        args: [vmWorkflowInput(input.namespace, input.pod)],
         signal: setDesireSignal,
         signalArgs: [input.desire],
       });

@@ -13,11 +13,14 @@ const HEARTBEAT_INTERVAL_MS = 1_000;
 /**
  * Worker interceptor factory (`interceptors: { activity: [heartbeatWhileRunning] }`): heartbeats every
  * quarter of the activity's heartbeat timeout (at most every HEARTBEAT_INTERVAL_MS) until it returns or
- * throws. The SDK throttles what reaches the server, so the period only bounds detection latency.
+ * throws. The SDK throttles what reaches the server, so the period only bounds detection latency. Local
+ * activities are left alone.
  */
 export const heartbeatWhileRunning: ActivityInterceptorsFactory = (ctx) => ({
   inbound: {
     async execute(input, next) {
+      // A local activity has no server-side heartbeat: it lives inside its workflow task.
+      if (ctx.info.isLocal) return next(input);
       const timeoutMs = ctx.info.heartbeatTimeoutMs;
       const period = timeoutMs ? Math.min(HEARTBEAT_INTERVAL_MS, timeoutMs / 4) : HEARTBEAT_INTERVAL_MS;
       ctx.heartbeat();

@@ -5,6 +5,7 @@
  * API server.
  */
 import type { CoreV1Api, CoreV1Event, V1Pod } from '@kubernetes/client-node';
+import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { type TemporalUi, vmWorkflowId, workflowAnnotations } from '../api/ids.js';
 import {
@@ -26,6 +27,7 @@ import {
 import { podNameProblem } from '../api/pod.js';
 import type { CocoonHibernation } from '../api/types.js';
 import { type KubeClients, mergePatch, statusCodeOf } from '../kube/client.js';
+import type { OwnWrites } from '../kube/own-writes.js';
 
 /** Observer of the phase-duration histograms (src/metrics.ts implements it). */
 export interface PhaseDurationObserver {
@@ -37,6 +39,8 @@ export interface KubeActivityDeps {
   metrics?: PhaseDurationObserver;
   /** Temporal UI for the workflow-link annotation; absent = the workflow id annotation only. */
   temporalUi?: TemporalUi;
+  /** Where the writes of pods and CocoonHibernations are recorded for the watcher's echo filter. */
+  ownWrites?: OwnWrites;
   log?: {
     info(o: object, m?: string): void;
     warn(o: object, m?: string): void;
@@ -203,6 +207,16 @@ export async function recordEvent(core: CoreV1Api, input: EventInput, nowMs: num
 export function createKubeActivities(deps: KubeActivityDeps) {
   const { core, custom } = deps.kube;
 
+  /** Records a write's answer as the calling workflow's own (src/kube/own-writes.ts). */
+  function wrote<T extends { exists: boolean; namespace: string; name: string; resourceVersion?: string }>(
+    kind: 'pod' | 'cocoonhibernation',
+    obs: T,
+  ): T {
+    if (deps.ownWrites && obs.exists)
+      deps.ownWrites.record(kind, obs.namespace, obs.name, obs.resourceVersion, callingWorkflowId());
+    return obs;
+  }
+
   async function getHibernation(namespace: string, name: string): Promise<CocoonHibernation | undefined> {
     try {
       return (await custom.getNamespacedCustomObject({
@@ -282,7 +296,7 @@ export function createKubeActivities(deps: KubeActivityDeps) {
           { name: input.pod, namespace: input.namespace, body },
           mergePatch,
         );
-        return observePod(pod);
+        return wrote('pod', observePod(pod));
       } catch (err) {
         const code = statusCodeOf(err);
         if (code === 404 || code === 409) throw notFound(`pod ${input.namespace}/${input.pod}`);
@@ -330,7 +344,7 @@ export function createKubeActivities(deps: KubeActivityDeps) {
           ) {
             return { exists: false, namespace: input.namespace, name: input.name, uid: cr.metadata.uid };
           }
-          return observeHibernation(updated);
+          return wrote('cocoonhibernation', observeHibernation(updated));
         } catch (err) {
           const code = statusCodeOf(err);
           if (code === 404) return { exists: false, namespace: input.namespace, name: input.name };
@@ -361,7 +375,7 @@ export function createKubeActivities(deps: KubeActivityDeps) {
           },
           mergePatch,
         )) as CocoonHibernation;
-        return observeHibernation(cr);
+        return wrote('cocoonhibernation', observeHibernation(cr));
       } catch (err) {
         if (statusCodeOf(err) === 404) throw notFound(`cocoonhibernation ${input.namespace}/${input.name}`);
         throw err;
@@ -384,6 +398,15 @@ export function createKubeActivities(deps: KubeActivityDeps) {
 }
 
 export type KubeActivities = ReturnType<typeof createKubeActivities>;
+
+/** The workflow id of the activity running now (regular or local), or undefined outside an activity. */
+function callingWorkflowId(): string | undefined {
+  try {
+    return Context.current().info.workflowExecution?.workflowId;
+  } catch {
+    return undefined;
+  }
+}
 
 /** The involved-object reference of a CocoonHibernation event. */
 export function hibernationRef(name: string, uid?: string): EventInput['involved'] {

@@ -7,7 +7,9 @@
 import type { KubernetesObject, V1Pod } from '@kubernetes/client-node';
 import type { Client } from '@temporalio/client';
 import type { Logger } from 'pino';
+import type { CocoonHibernation } from '../api/types.js';
 import type { KubeClients } from '../kube/client.js';
+import type { OwnWrites } from '../kube/own-writes.js';
 import { Dispatcher, type DispatcherStats, type Signaller, temporalSignaller } from './dispatch.js';
 import { type BackoffOptions, Informer, type InformerStats, type WatchSource } from './informer.js';
 import { cocoonSetSource, hibernationSource, podSource } from './kube-source.js';
@@ -46,6 +48,11 @@ export interface WatcherOptions {
   maxInFlight?: number;
   /** Replaces the Kubernetes list/watch per kind (tests). */
   sources?: Partial<Record<ResourceKind, WatchSource<KubernetesObject>>>;
+  /**
+   * The writes this process's activities made (src/kube/own-writes.ts): their echoes are not signalled
+   * back to the workflow that wrote them. Absent: every change is signalled.
+   */
+  ownWrites?: OwnWrites;
 }
 
 /** Counters for tests and benchmarks. */
@@ -101,11 +108,11 @@ export async function startWatcher(opts: WatcherOptions): Promise<Watcher> {
       source: src[kind] ?? (fallback() as WatchSource<KubernetesObject>),
     });
   const pods = make('pod', 'pods', () => podSource(opts.kube, ns));
+  const hibernations = make('cocoonhibernation', 'cocoonhibernations', () =>
+    hibernationSource(opts.kube, ns),
+  );
   const informers: Array<[ResourceKind, Informer<KubernetesObject>]> = [
-    [
-      'cocoonhibernation',
-      make('cocoonhibernation', 'cocoonhibernations', () => hibernationSource(opts.kube, ns)),
-    ],
+    ['cocoonhibernation', hibernations],
     ['pod', pods],
   ];
   const routes: Route[] = [new HibernationRoute()];
@@ -116,7 +123,10 @@ export async function startWatcher(opts: WatcherOptions): Promise<Watcher> {
 
   const router = new Router(routes, {
     pod: (namespace, name) => pods.get(namespace, name) as V1Pod | undefined,
+    hibernation: (namespace, name) => hibernations.get(namespace, name) as CocoonHibernation | undefined,
+    cachesListed: () => pods.listed() && hibernations.listed(),
     note: (msg, fields) => log.info(fields, msg),
+    ownWrites: opts.ownWrites,
   });
   const dispatcher = new Dispatcher({
     signaller: opts.signaller ?? temporalSignaller(opts.client, opts.taskQueue),

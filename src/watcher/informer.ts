@@ -175,6 +175,7 @@ export class Informer<T extends KubernetesObject> {
     bookmarks: 0,
   };
   private isSynced = false;
+  private listedOnce = false;
   /** Epoch ms since when the informer is not synced (undefined while synced). */
   private unsyncedAt: number | undefined = Date.now();
   private forceRelist = false;
@@ -418,22 +419,34 @@ export class Informer<T extends KubernetesObject> {
     else this.emit('add', obj);
   }
 
-  /** Applies a full list as a diff against the cache. */
+  /**
+   * Applies a full list as a diff against the cache: the cache takes the whole list first, then the events
+   * go out, so a handler reading the cache during them sees the complete list.
+   */
   private replace(items: T[]): void {
     const seen = new Set<string>();
+    const events: Array<['add' | 'update' | 'delete', T, T | undefined]> = [];
     for (const obj of items) {
       const key = objectKey(obj);
       seen.add(key);
       const old = this.cache.get(key);
       this.cache.set(key, obj);
-      if (!old) this.emit('add', obj);
-      else if (old.metadata?.resourceVersion !== obj.metadata?.resourceVersion) this.emit('update', obj, old);
+      if (!old) events.push(['add', obj, undefined]);
+      else if (old.metadata?.resourceVersion !== obj.metadata?.resourceVersion)
+        events.push(['update', obj, old]);
     }
     for (const [key, old] of [...this.cache]) {
       if (seen.has(key)) continue;
       this.cache.delete(key);
-      this.emit('delete', old);
+      events.push(['delete', old, undefined]);
     }
+    this.listedOnce = true;
+    for (const [event, obj, old] of events) this.emit(event, obj, old);
+  }
+
+  /** True once the cache has held a complete list (the first list applied); stays true. */
+  listed(): boolean {
+    return this.listedOnce;
   }
 
   private emit(event: 'add' | 'update' | 'delete', obj: T, old?: T): void {

@@ -15,11 +15,14 @@ import { cocoonSetWorkflowId, vmWorkflowId } from '../api/ids.js';
 import { API_VERSION, GROUP, KIND_COCOONSET } from '../api/keys.js';
 import { observeHibernation, observePod } from '../api/observe.js';
 import type { CocoonHibernation, CocoonSet } from '../api/types.js';
+import type { OwnWrites } from '../kube/own-writes.js';
 import {
   COCOONSET_WORKFLOW_TYPE,
   hibernationObservedSignal,
   podObservedSignal,
   VM_WORKFLOW_TYPE,
+  type VMWorldObservation,
+  vmWorkflowInput,
 } from '../workflows/messages.js';
 import {
   type CocoonSetWorkflowStart,
@@ -62,6 +65,11 @@ export interface Candidate {
   gone?: boolean;
   /** Send even if equal to the last one sent (a workflow that may be fresh must learn of the object). */
   force?: boolean;
+  /**
+   * Other objects the payload also carries (signal name, object key, relevance): sending it counts as
+   * sending each of them, so their next unchanged event is dropped.
+   */
+  carries?: Array<{ signalName: string; objectKey: string; relevance: unknown }>;
 }
 
 /** A signal that passed the filter. `key` identifies its relevance memory (see {@link Router.forget}). */
@@ -77,6 +85,13 @@ export interface RoutedSignal {
 export interface RouteContext {
   /** A cached pod, if the pod informer runs. */
   pod(namespace: string, name: string): V1Pod | undefined;
+  /** A cached CocoonHibernation. */
+  hibernation(namespace: string, name: string): CocoonHibernation | undefined;
+  /**
+   * True when the pod and CocoonHibernation caches each hold a complete list (listed at least once), so
+   * what they lack does not exist: only then may a start carry the world read from them.
+   */
+  cachesListed(): boolean;
   /** Drops the memory of what was last sent for one object to one workflow. */
   forget(workflowId: string, signalName: string, objectKey: string): void;
   /** Logs something a route chose not to route. */
@@ -126,6 +141,8 @@ export interface RouterStats {
   routed: number;
   /** Candidates dropped as irrelevant (payload equal to the last one sent). */
   dropped: number;
+  /** Candidates dropped as the echo of their own workflow's write (src/kube/own-writes.ts). */
+  echoes: number;
   /** Objects the router currently remembers a payload for. */
   remembered: number;
 }
@@ -136,35 +153,65 @@ export interface RouterStats {
  */
 export class Router {
   private readonly sent = new Map<string, string>();
-  private readonly counters = { events: 0, routed: 0, dropped: 0 };
+  private readonly counters = { events: 0, routed: 0, dropped: 0, echoes: 0 };
   private readonly ctx: RouteContext;
+  private readonly ownWrites: OwnWrites | undefined;
 
+  /**
+   * `lookups` read the informers' caches (absent: nothing cached, so no start carries a world);
+   * `ownWrites` is where the activities record their writes, whose echoes are then dropped for the writer.
+   */
   constructor(
     private readonly routes: readonly Route[],
-    lookups: { pod?: RouteContext['pod']; note?: RouteContext['note'] } = {},
+    lookups: Partial<Pick<RouteContext, 'pod' | 'hibernation' | 'cachesListed' | 'note'>> & {
+      ownWrites?: OwnWrites;
+    } = {},
   ) {
     this.ctx = {
       pod: lookups.pod ?? (() => undefined),
+      hibernation: lookups.hibernation ?? (() => undefined),
+      cachesListed: lookups.cachesListed ?? (() => false),
       forget: (w, s, o) => this.sent.delete(relevanceKey(w, s, o)),
       note: lookups.note ?? (() => {}),
     };
+    this.ownWrites = lookups.ownWrites;
   }
 
   /** Maps one event to the signals to send, in order. */
   route(ev: ObjectEvent): RoutedSignal[] {
     this.counters.events++;
     const out: RoutedSignal[] = [];
+    // The event is exactly the answer of a write some workflow made (and keeps): not news to that one.
+    const writer =
+      ev.type === 'update'
+        ? this.ownWrites?.take(
+            ev.kind,
+            ev.obj.metadata?.namespace ?? '',
+            ev.obj.metadata?.name ?? '',
+            ev.obj.metadata?.resourceVersion,
+          )
+        : undefined;
     for (const r of this.routes) {
       if (!r.kinds.includes(ev.kind)) continue;
       for (const c of r.map(ev, this.ctx)) {
         const key = relevanceKey(c.workflowId, c.signalName, c.objectKey);
         const fp = relevanceFingerprint(c.relevance ?? c.payload);
+        if (writer === c.workflowId && !c.force && !c.gone) {
+          this.sent.set(key, fp);
+          this.counters.echoes++;
+          continue;
+        }
         if (!c.force && !c.gone && this.sent.get(key) === fp) {
           this.counters.dropped++;
           continue;
         }
         if (c.gone) this.sent.delete(key);
         else this.sent.set(key, fp);
+        for (const o of c.carries ?? [])
+          this.sent.set(
+            relevanceKey(c.workflowId, o.signalName, o.objectKey),
+            relevanceFingerprint(o.relevance),
+          );
         this.counters.routed++;
         out.push({
           workflowId: c.workflowId,
@@ -196,9 +243,12 @@ function nsName(obj: KubernetesObject): { namespace: string; name: string } {
   return { namespace: obj.metadata?.namespace ?? '', name: obj.metadata?.name ?? '' };
 }
 
-/** Signal-with-start arguments of the VM workflow for pod `<namespace>/<pod>` (VMWorkflowInput). */
-export function vmStart(namespace: string, pod: string): WorkflowStart {
-  return { workflowType: VM_WORKFLOW_TYPE, args: [{ namespace, pod }] };
+/**
+ * Signal-with-start arguments of the VM workflow for pod `<namespace>/<pod>` (VMWorkflowInput), with the
+ * world a fresh run starts from when the caller has it.
+ */
+export function vmStart(namespace: string, pod: string, world?: VMWorldObservation): WorkflowStart {
+  return { workflowType: VM_WORKFLOW_TYPE, args: [vmWorkflowInput(namespace, pod, world)] };
 }
 
 /** Signal-with-start arguments of the CocoonSet workflow. */
@@ -215,9 +265,11 @@ export function cocoonSetStart(namespace: string, name: string): WorkflowStart {
  * - Pod event → `podObserved` with observePod(pod) only while some CR in the pod's namespace targets
  *   that pod name (index ns/pod → CR names, kept from CR events); deletion → `{exists:false, namespace,
  *   name}`.
- * - A CR that newly targets a cached pod also sends that pod's observation (forced), so a freshly
- *   started VM workflow learns of its pod without a read. When the last CR leaves a pod, the memory
+ * - A CR that newly targets a cached pod carries that pod's observation in its signal (`pod`), so a
+ *   running VM workflow learns of its pod with the one signal. When the last CR leaves a pod, the memory
  *   of that pod's observation is dropped.
+ * - Every start carries the VM's world from the caches (VMWorkflowInput.world), so a fresh run acts
+ *   without re-reading it, once both caches hold a complete list.
  * - A podRef that changes (possible only without the CRD's immutability rule) is handled as the CR
  *   leaving the old pod (`exists:false` to the old workflow) and arriving at the new one.
  */
@@ -235,16 +287,30 @@ export class HibernationRoute implements Route {
   }
 
   map(ev: ObjectEvent, ctx: RouteContext): Candidate[] {
-    return ev.kind === 'pod' ? this.mapPod(ev) : this.mapHibernation(ev, ctx);
+    return ev.kind === 'pod' ? this.mapPod(ev, ctx) : this.mapHibernation(ev, ctx);
   }
 
-  private mapPod(ev: ObjectEvent): Candidate[] {
+  /**
+   * The world a fresh VM workflow for `<namespace>/<pod>` starts from: the cached pod and the cached CRs
+   * indexed under it. Undefined until both caches hold a complete list.
+   */
+  private world(namespace: string, pod: string, ctx: RouteContext): VMWorldObservation | undefined {
+    if (!ctx.cachesListed()) return undefined;
+    const cached = ctx.pod(namespace, pod);
+    const hibernations = [...(this.byPod.get(`${namespace}/${pod}`) ?? [])].flatMap((name) => {
+      const cr = ctx.hibernation(namespace, name);
+      return cr ? [observeHibernation(cr)] : [];
+    });
+    return { pod: cached ? observePod(cached) : { exists: false, namespace, name: pod }, hibernations };
+  }
+
+  private mapPod(ev: ObjectEvent, ctx: RouteContext): Candidate[] {
     const { namespace, name } = nsName(ev.obj);
     if (!this.byPod.get(`${namespace}/${name}`)?.size) return [];
     const base = {
       workflowId: vmWorkflowId(namespace, name),
       signalName: podObservedSignal.name,
-      start: vmStart(namespace, name),
+      start: vmStart(namespace, name, this.world(namespace, name, ctx)),
       objectKey: `${namespace}/${name}`,
     };
     if (ev.type === 'delete') return [{ ...base, payload: { exists: false, namespace, name }, gone: true }];
@@ -261,7 +327,7 @@ export class HibernationRoute implements Route {
     const hib = (pod: string, payload: unknown, gone?: boolean): Candidate => ({
       workflowId: vmWorkflowId(namespace, pod),
       signalName: hibernationObservedSignal.name,
-      start: vmStart(namespace, pod),
+      start: vmStart(namespace, pod, this.world(namespace, pod, ctx)),
       objectKey: crKey,
       payload,
       gone,
@@ -277,21 +343,27 @@ export class HibernationRoute implements Route {
       ctx.note('CocoonHibernation has no spec.podRef.name; not routed', { namespace, name });
       return out;
     }
-    out.push(hib(podRef, observeHibernation(cr)));
-    if (prev !== podRef) {
-      this.index(namespace, name, podRef);
-      const pod = ctx.pod(namespace, podRef);
-      if (pod) {
-        out.push({
-          workflowId: vmWorkflowId(namespace, podRef),
-          signalName: podObservedSignal.name,
-          start: vmStart(namespace, podRef),
-          objectKey: `${namespace}/${podRef}`,
-          payload: observePod(pod),
-          force: true,
-        });
-      }
+    if (prev === podRef) {
+      out.push(hib(podRef, observeHibernation(cr)));
+      return out;
     }
+    this.index(namespace, name, podRef);
+    // Newly targeted: the pod rides along (a running workflow may not have been told of it), and counts
+    // as sent, so its next unchanged event is dropped.
+    const obs = observeHibernation(cr);
+    const pod = ctx.pod(namespace, podRef);
+    if (!pod) {
+      out.push(hib(podRef, obs));
+      return out;
+    }
+    const podObs = observePod(pod);
+    out.push({
+      ...hib(podRef, { ...obs, pod: podObs }),
+      relevance: obs,
+      carries: [
+        { signalName: podObservedSignal.name, objectKey: `${namespace}/${podRef}`, relevance: podObs },
+      ],
+    });
     return out;
   }
 

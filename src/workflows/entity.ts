@@ -3,7 +3,12 @@
  * error text of failed activities, error backoff, and the activity options that bound a call lost with
  * its worker. Workflow code only (deterministic; no I/O).
  */
-import { ActivityFailure, type ActivityOptions, ApplicationFailure } from '@temporalio/workflow';
+import {
+  ActivityFailure,
+  type ActivityOptions,
+  ApplicationFailure,
+  type LocalActivityOptions,
+} from '@temporalio/workflow';
 
 /**
  * True when `incoming` is an older resourceVersion than `current`. Resource versions are etcd revisions in
@@ -24,17 +29,24 @@ export function compareResourceVersions(a: string | undefined, b: string | undef
   return x < y ? -1 : x > y ? 1 : 0;
 }
 
+/**
+ * The activity's own error inside what an activity call threw: the cause of an ActivityFailure (a regular
+ * activity's wrapper), else the error itself (a local activity's failure may arrive unwrapped).
+ */
+function activityError(err: unknown): unknown {
+  return err instanceof ActivityFailure && err.cause ? err.cause : err;
+}
+
 /** The readable message of an error thrown by an activity call (the activity's own error, not the wrapper). */
 export function errorMessage(err: unknown): string {
-  if (err instanceof ActivityFailure && err.cause) return err.cause.message;
-  return err instanceof Error ? err.message : String(err);
+  const e = activityError(err);
+  return e instanceof Error ? e.message : String(e);
 }
 
 /** The activity failed with the non-retryable `NotFound` application failure (its target object is gone). */
 export function isNotFound(err: unknown): boolean {
-  return (
-    err instanceof ActivityFailure && err.cause instanceof ApplicationFailure && err.cause.type === 'NotFound'
-  );
+  const e = activityError(err);
+  return e instanceof ApplicationFailure && e.type === 'NotFound';
 }
 
 /** Error backoff after `failures` consecutive failures (≥ 1): `baseMs` doubling, capped at `maxMs`. */
@@ -64,6 +76,17 @@ export function kubeActivityOptions(attempts: number): ActivityOptions {
       nonRetryableErrorTypes: ['NotFound'],
     },
   };
+}
+
+/**
+ * Options of the Kubernetes activities run as local activities (`attempts`: total tries of one call). No
+ * heartbeat: a local activity lives inside its workflow task, and a worker lost mid-call loses that task, so
+ * the next worker replays to the call and runs it again. Retries wait in the worker up to the SDK's local
+ * retry threshold (1 min), then on a durable timer.
+ */
+export function kubeLocalActivityOptions(attempts: number): LocalActivityOptions {
+  const { heartbeatTimeout: _h, ...rest } = kubeActivityOptions(attempts);
+  return rest;
 }
 
 /**

@@ -17,12 +17,40 @@ export interface VMWorkflowInput {
   carried?: unknown;
   /** Continue as new past this many history events (default 5,000; tests lower it). */
   historyLimit?: number;
+  /**
+   * `local`: the run's Kubernetes reads and writes are local activities (inside the workflow task, one
+   * marker event each). Every run this version starts says so; a run an older version started (the field
+   * absent) keeps regular activities, which its recorded history holds, until it continues as new.
+   */
+  kubeIO?: 'local';
+  /**
+   * The VM's world as the watcher's caches hold it when it starts the workflow: the pod and every
+   * CocoonHibernation targeting it. With it the first round acts without a re-read; without it (a start by
+   * the CocoonSet workflow, the watcher's caches not listed yet, continue-as-new) it re-reads.
+   */
+  world?: VMWorldObservation;
+}
+
+/** The pod and the CocoonHibernations targeting it, as one observation (see VMWorkflowInput.world). */
+export interface VMWorldObservation {
+  pod: PodObservation;
+  hibernations: HibernationObservation[];
+}
+
+/** The start argument of a VM workflow this version starts for pod `<namespace>/<pod>`. */
+export function vmWorkflowInput(namespace: string, pod: string, world?: VMWorldObservation): VMWorkflowInput {
+  return world ? { namespace, pod, kubeIO: 'local', world } : { namespace, pod, kubeIO: 'local' };
 }
 
 /** The watcher saw the VM's pod change in a field a gate reads, or disappear (`exists: false`). */
 export const podObservedSignal = defineSignal<[PodObservation]>('podObserved');
-/** The watcher saw a CocoonHibernation targeting this pod change, or disappear (`exists: false`). */
-export const hibernationObservedSignal = defineSignal<[HibernationObservation]>('hibernationObserved');
+/**
+ * The watcher saw a CocoonHibernation targeting this pod change, or disappear (`exists: false`). `pod` rides
+ * along when the CR newly targets the pod (the pod as the watcher's cache holds it), so a running workflow
+ * that was not told of its pod's changes (no CR targeted it) learns of it with the same signal.
+ */
+export const hibernationObservedSignal =
+  defineSignal<[HibernationObservation & { pod?: PodObservation }]>('hibernationObserved');
 /** Re-read the world now (sent by the watcher after a relist, or by an operator by hand). */
 export const resyncSignal = defineSignal('resync');
 

@@ -22,6 +22,7 @@ import {
   log,
   patched,
   proxyActivities,
+  proxyLocalActivities,
   setHandler,
   workflowInfo,
 } from '@temporalio/workflow';
@@ -63,6 +64,7 @@ import {
   errorMessage,
   isNotFound,
   kubeActivityOptions,
+  kubeLocalActivityOptions,
   olderThan,
   registryActivityOptions,
 } from './entity.js';
@@ -146,6 +148,8 @@ export interface VMState {
   lastSignalRV?: string;
   /** Reconcile rounds started so far (all runs). */
   passes?: number;
+  /** Re-reads of the world completed so far (all runs). */
+  reads?: number;
   /**
    * What the pod's CocoonSet wants of the VM (docs/cocoonset.md#suspend), since when (epoch ms, workflow
    * time of the first signal with this desire), and the conflict last reported to the set (a
@@ -154,12 +158,44 @@ export interface VMState {
   setDesire?: SetDesire & { since: number; conflict?: string };
 }
 
-const kube = proxyActivities<KubeActivities>(kubeActivityOptions(5));
+/**
+ * The activities one run calls: Kubernetes reads and writes (local activities in a run started with
+ * `kubeIO: 'local'`, else regular ones: see VMWorkflowInput) and the registry calls, always regular
+ * activities on their own task queue, whose worker slots are the concurrency knob.
+ */
+interface VMIO {
+  kube: KubeActivities;
+  registry: RegistryActivities;
+}
 
-function registryActivities(): RegistryActivities {
-  return proxyActivities<RegistryActivities>(
-    registryActivityOptions(taskQueues(workflowInfo().taskQueue).hibernationRegistry),
-  );
+function vmIO(input: VMWorkflowInput): VMIO {
+  return {
+    kube:
+      input.kubeIO === 'local'
+        ? proxyLocalActivities<KubeActivities>(kubeLocalActivityOptions(5))
+        : proxyActivities<KubeActivities>(kubeActivityOptions(5)),
+    registry: proxyActivities<RegistryActivities>(
+      registryActivityOptions(taskQueues(workflowInfo().taskQueue).hibernationRegistry),
+    ),
+  };
+}
+
+/**
+ * The first state of a run: the one continue-as-new carried, else the world the watcher's start carried
+ * (no re-read needed: the watcher read it from its caches, complete lists kept current by the watch),
+ * else nothing known (a re-read first).
+ */
+function initialState(input: VMWorkflowInput): VMState {
+  if (input.carried) return input.carried as VMState;
+  const state: VMState = { namespace: input.namespace, pod: input.pod, crs: {}, needResync: true };
+  if (input.world) {
+    state.podObs = input.world.pod;
+    for (const obs of input.world.hibernations)
+      if (obs.exists) state.crs[obs.name] = { ...obs, firstSeenRV: obs.resourceVersion };
+    state.needResync = false;
+    state.lastResyncAt = Date.now();
+  }
+  return state;
 }
 
 function sameIgnoringVersion<T extends { resourceVersion?: string }>(a: T | undefined, b: T): boolean {
@@ -172,13 +208,8 @@ function sameIgnoringVersion<T extends { resourceVersion?: string }>(a: T | unde
 
 /** Entity workflow for one VM. See the module comment. */
 export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
-  const state: VMState = (input.carried as VMState | undefined) ?? {
-    namespace: input.namespace,
-    pod: input.pod,
-    crs: {},
-    needResync: true,
-  };
-  const registry = registryActivities();
+  const state = initialState(input);
+  const io = vmIO(input);
   let dirty = true;
   /** True while a reconcile round runs, for the `state` query. */
   let passing = false;
@@ -188,9 +219,10 @@ export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
     state.readingSince?.push({ pod: obs });
     if (observePodSignal(state, obs)) dirty = true;
   });
-  setHandler(hibernationObservedSignal, (obs) => {
+  setHandler(hibernationObservedSignal, ({ pod, ...obs }) => {
     countSignal(state, obs.resourceVersion);
-    state.readingSince?.push({ cr: obs });
+    state.readingSince?.push({ pod, cr: obs });
+    if (pod && observePodSignal(state, pod)) dirty = true;
     if (observeHibernationSignal(state, obs)) dirty = true;
   });
   setHandler(setDesireSignal, (d) => {
@@ -209,7 +241,7 @@ export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
       dirty = false;
       passing = true;
       state.passes = (state.passes ?? 0) + 1;
-      await reconcileAll(state, registry).finally(() => {
+      await reconcileAll(state, io).finally(() => {
         passing = false;
       });
     }
@@ -228,7 +260,12 @@ export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
       // a quiet moment starved it while signals kept coming (the history grew past the limit under load).
       await condition(allHandlersFinished);
       if (!dirty || patched('continue-as-new-while-dirty'))
-        await continueAsNew<typeof vmWorkflow>({ ...input, carried: { ...state, needResync: true } });
+        await continueAsNew<typeof vmWorkflow>({
+          ...input,
+          world: undefined,
+          kubeIO: 'local',
+          carried: { ...state, needResync: true },
+        });
     }
     const wakeAt = nextWake(state);
     const signalled = await condition(
@@ -380,12 +417,12 @@ function deadlineDue(cr: TrackedCR, nowMs: number): boolean {
  * a pod annotated meanwhile), and the resourceVersion guards of the signal path drop those it already
  * covers. Without the re-apply, a CR created during the read was forgotten until its next event.
  */
-async function resync(state: VMState): Promise<void> {
+async function resync(state: VMState, io: VMIO): Promise<void> {
   state.readingSince = [];
   let world: Awaited<ReturnType<KubeActivities['readVMWorld']>>;
   let arrived: Array<{ pod?: PodObservation; cr?: HibernationObservation }>;
   try {
-    world = await kube.readVMWorld({ namespace: state.namespace, pod: state.pod });
+    world = await io.kube.readVMWorld({ namespace: state.namespace, pod: state.pod });
   } finally {
     arrived = state.readingSince;
     state.readingSince = undefined;
@@ -409,16 +446,17 @@ async function resync(state: VMState): Promise<void> {
     if (a.cr) observeHibernationSignal(state, a.cr);
   }
   state.needResync = false;
+  state.reads = (state.reads ?? 0) + 1;
   state.resyncFailures = 0;
   state.resyncAt = undefined;
   state.lastResyncAt = Date.now();
 }
 
-async function reconcileAll(state: VMState, registry: RegistryActivities): Promise<void> {
+async function reconcileAll(state: VMState, io: VMIO): Promise<void> {
   state.lastPassAt = Date.now();
   if (state.needResync) {
     try {
-      await resync(state);
+      await resync(state, io);
     } catch (err) {
       log.warn('resync failed', { error: errorMessage(err) });
       state.resyncFailures = (state.resyncFailures ?? 0) + 1;
@@ -435,7 +473,7 @@ async function reconcileAll(state: VMState, registry: RegistryActivities): Promi
     // for ever and the workflow would wake on a timer every second after a Failed transition recovered.
     if (cr.retryAt !== undefined && cr.retryAt <= now) cr.retryAt = undefined;
     try {
-      await passUntilSettled(state, cr.name, registry);
+      await passUntilSettled(state, cr.name, io);
       const tracked = state.crs[cr.name];
       if (tracked) tracked.failures = 0;
     } catch (err) {
@@ -450,7 +488,7 @@ async function reconcileAll(state: VMState, registry: RegistryActivities): Promi
     }
   }
   try {
-    await setDesirePass(state, registry);
+    await setDesirePass(state, io);
   } catch (err) {
     // The set repeats its desire on its next pass (every 5 s while it waits on its VMs), so no backoff here.
     log.warn('set desire pass failed', { error: errorMessage(err) });
@@ -470,7 +508,7 @@ async function reconcileAll(state: VMState, registry: RegistryActivities): Promi
  *   itself: `keepTag`); then the desire is spent.
  * Nothing here probes the registry: the set's completion gate does (docs/cocoonset.md#suspend).
  */
-async function setDesirePass(state: VMState, registry: RegistryActivities): Promise<void> {
+async function setDesirePass(state: VMState, io: VMIO): Promise<void> {
   const d = state.setDesire;
   if (!d) return;
   const pod = state.podObs;
@@ -489,7 +527,7 @@ async function setDesirePass(state: VMState, registry: RegistryActivities): Prom
     const held = Object.values(state.crs).some(
       (cr) => cr.exists && (cr.desire === 'Hibernate' || cr.status?.phase === 'Hibernating'),
     );
-    if (!held && hibernateAnnotated(pod)) await patchHibernate(state, null);
+    if (!held && hibernateAnnotated(pod)) await patchHibernate(io, state, null);
     const now = state.podObs ?? pod;
     // vk is waking it: look again soon (at most a wake's deadline, then the desire is spent as it is). A VM
     // still running while vk hibernates it (lifecycle `hibernating`: the un-suspend came during the push)
@@ -503,7 +541,7 @@ async function setDesirePass(state: VMState, registry: RegistryActivities): Prom
       log.warn(
         `${state.pod}: not running ${goDuration(WAKE_TIMEOUT_MS)} after the un-suspend; its tag is kept`,
       );
-    else if (!held && !d.keepTag) await dropLeftoverTag(state, now, registry);
+    else if (!held && !d.keepTag) await dropLeftoverTag(state, now, io);
     await reportConflict(state, undefined);
     state.setDesire = undefined;
     return;
@@ -518,7 +556,7 @@ async function setDesirePass(state: VMState, registry: RegistryActivities): Prom
     return;
   }
   await reportConflict(state, undefined);
-  if (!hibernateAnnotated(pod)) await patchHibernate(state, 'true');
+  if (!hibernateAnnotated(pod)) await patchHibernate(io, state, 'true');
 }
 
 /**
@@ -527,17 +565,13 @@ async function setDesirePass(state: VMState, registry: RegistryActivities): Prom
  * pod, so a leftover would bring back the suspend-time state on a later recreate (or fail a sub-agent's
  * clone); the reference leaves it. Best effort: a failed delete is logged (a later suspend overwrites it).
  */
-async function dropLeftoverTag(
-  state: VMState,
-  pod: PodObservation,
-  registry: RegistryActivities,
-): Promise<void> {
+async function dropLeftoverTag(state: VMState, pod: PodObservation, io: VMIO): Promise<void> {
   const vmName = pod.annotations?.[Annotations.vmName] ?? '';
   if (!vmName) return;
   const others = Object.values(state.crs).map((cr) => ({ ...cr, podRef: cr.podRef }));
   if (heldByAnother({ uid: undefined, podRef: state.pod, vmName }, others)) return;
   try {
-    await registry.deleteManifest({ vmName, tag: Tags.hibernate });
+    await io.registry.deleteManifest({ vmName, tag: Tags.hibernate });
   } catch (err) {
     log.error(`delete leftover hibernate snapshot ${vmName}`, { error: errorMessage(err) });
   }
@@ -565,9 +599,9 @@ function backoff(cr: TrackedCR): void {
 }
 
 /** Runs passes for one CR until one ends without asking to go again (the finalizer add asks). */
-async function passUntilSettled(state: VMState, name: string, registry: RegistryActivities): Promise<void> {
+async function passUntilSettled(state: VMState, name: string, io: VMIO): Promise<void> {
   for (let i = 0; i < 5; i++) {
-    const again = await pass(state, name, registry);
+    const again = await pass(state, name, io);
     if (!again) return;
   }
 }
@@ -576,25 +610,25 @@ async function passUntilSettled(state: VMState, name: string, registry: Registry
  * One reconcile pass for CR `name` (docs/hibernation.md#one-pass). Returns true to run another pass right
  * away.
  */
-async function pass(state: VMState, name: string, registry: RegistryActivities): Promise<boolean> {
+async function pass(state: VMState, name: string, io: VMIO): Promise<boolean> {
   const cr = state.crs[name];
   if (!cr?.exists) {
     delete state.crs[name];
     return false;
   }
   if (cr.deleting) {
-    await deletionFlow(state, cr, registry);
+    await deletionFlow(state, cr, io);
     return false;
   }
   if (!(cr.finalizers ?? []).includes(Finalizers.cocoonHibernation)) {
     track(
       state,
-      await kube.setHibernationFinalizer({ namespace: cr.namespace, name: cr.name, present: true }),
+      await io.kube.setHibernationFinalizer({ namespace: cr.namespace, name: cr.name, present: true }),
     );
     return true;
   }
   if (!cr.podRef) {
-    await writeStatus(state, cr, markFailedPatch(cr, 'spec.podRef.name is required', Date.now()));
+    await writeStatus(io, state, cr, markFailedPatch(cr, 'spec.podRef.name is required', Date.now()));
     return false;
   }
   // Deliberate addition: a name no pod can have would otherwise wait Pending for ever ("not yet present").
@@ -602,12 +636,13 @@ async function pass(state: VMState, name: string, registry: RegistryActivities):
   const badName = podNameProblem(cr.podRef);
   if (badName) {
     const msg = `spec.podRef.name ${goQuote(cr.podRef)} can never name a pod: ${badName}`;
-    await writeStatus(state, cr, markFailedPatch(cr, msg, Date.now()));
+    await writeStatus(io, state, cr, markFailedPatch(cr, msg, Date.now()));
     return false;
   }
   const pod = state.podObs;
   if (!pod?.exists) {
     await writeStatus(
+      io,
       state,
       cr,
       markPendingPatch(cr, `pod ${cr.namespace}/${cr.podRef} not yet present`, Date.now()),
@@ -617,12 +652,17 @@ async function pass(state: VMState, name: string, registry: RegistryActivities):
   const vmName = pod.annotations?.[Annotations.vmName] ?? '';
   if (!vmName) {
     const msg = `pod ${cr.namespace}/${cr.podRef} has no ${Annotations.vmName} annotation yet`;
-    await writeStatus(state, cr, markPendingPatch(cr, msg, Date.now()));
+    await writeStatus(io, state, cr, markPendingPatch(cr, msg, Date.now()));
     return false;
   }
   const path = route(cr.desire, cr.status?.phase);
   if (typeof path !== 'string') {
-    await writeStatus(state, cr, markFailedPatch(cr, `unknown desire ${goQuote(path.unknown)}`, Date.now()));
+    await writeStatus(
+      io,
+      state,
+      cr,
+      markFailedPatch(cr, `unknown desire ${goQuote(path.unknown)}`, Date.now()),
+    );
     return false;
   }
   const holder = holderOf(state);
@@ -632,15 +672,15 @@ async function pass(state: VMState, name: string, registry: RegistryActivities):
       holder.kind === 'cr'
         ? `VM ${vmName} is held by cocoonhibernation ${holder.cr.name} (desire ${holder.cr.desire}, ${holder.why}); desire ${cr.desire} waits until that one is deleted`
         : `VM ${vmName} is held by cocoonset ${holder.set}, which is suspended (${holder.why}); desire ${cr.desire} waits until the set is un-suspended`;
-    await writeStatus(state, cr, conflictWaitPatch(cr, msg, Date.now()));
+    await writeStatus(io, state, cr, conflictWaitPatch(cr, msg, Date.now()));
     return false;
   }
-  await writeStatus(state, cr, conflictPatch(cr, undefined, Date.now()));
+  await writeStatus(io, state, cr, conflictPatch(cr, undefined, Date.now()));
   state.vmName = vmName;
   log.debug(`reconcile hibernation ${cr.namespace}/${cr.name} desire=${cr.desire} vm=${vmName}`);
   const before = cr.status?.phase;
-  if (path === 'hibernate') await hibernatePath(state, name, vmName, registry);
-  else await wakePath(state, name, vmName, registry);
+  if (path === 'hibernate') await hibernatePath(state, name, vmName, io);
+  else await wakePath(state, name, vmName, io);
   // A finished transition may route the CR the other way now (a desire reversed mid-flight): go again,
   // as the reference's status patch re-triggers its reconcile.
   const after = state.crs[name]?.status?.phase;
@@ -703,9 +743,14 @@ function track(state: VMState, obs: HibernationObservation): TrackedCR | undefin
   return next;
 }
 
-async function writeStatus(state: VMState, cr: TrackedCR, patch: StatusPatch | null): Promise<TrackedCR> {
+async function writeStatus(
+  io: VMIO,
+  state: VMState,
+  cr: TrackedCR,
+  patch: StatusPatch | null,
+): Promise<TrackedCR> {
   if (!patch) return cr;
-  const obs = await kube.patchHibernationStatus({ namespace: cr.namespace, name: cr.name, patch });
+  const obs = await io.kube.patchHibernationStatus({ namespace: cr.namespace, name: cr.name, patch });
   const from = cr.status?.phase || '(none)';
   const to = patch.status.phase;
   if (to && to !== from) log.info(`cocoonhibernation ${cr.namespace}/${cr.name}: ${from} → ${to}`);
@@ -713,9 +758,9 @@ async function writeStatus(state: VMState, cr: TrackedCR, patch: StatusPatch | n
   return track(state, obs.status ? obs : applyStatusPatch({ ...obs }, patch)) ?? cr;
 }
 
-async function patchHibernate(state: VMState, value: 'true' | null): Promise<PodObservation> {
+async function patchHibernate(io: VMIO, state: VMState, value: 'true' | null): Promise<PodObservation> {
   const pod = state.podObs!;
-  const updated = await kube.patchPodAnnotations({
+  const updated = await io.kube.patchPodAnnotations({
     namespace: pod.namespace,
     pod: pod.name,
     uid: pod.uid,
@@ -745,6 +790,7 @@ function eventBase(cr: TrackedCR): Pick<EventInput, 'namespace' | 'involved'> {
  * pass (vk-cocoon finished while the annotation patch was in flight, so the phase was never written).
  */
 async function announce(
+  io: VMIO,
   cr: TrackedCR,
   kind: 'hibernate' | 'wake',
   result: 'ok' | 'timeout',
@@ -756,7 +802,7 @@ async function announce(
   const ltt = readyTransitionMs(cr.status);
   const inPhase = cr.status?.phase === (kind === 'hibernate' ? 'Hibernating' : 'Waking');
   const since = inPhase ? ltt : startedMs;
-  await kube.emitEvent({
+  await io.kube.emitEvent({
     ...eventBase(cr),
     type,
     reason,
@@ -767,9 +813,9 @@ async function announce(
   });
 }
 
-async function retryRequested(cr: TrackedCR, desire: string): Promise<void> {
+async function retryRequested(io: VMIO, cr: TrackedCR, desire: string): Promise<void> {
   if (cr.status?.phase !== 'Failed') return;
-  await kube.emitEvent({
+  await io.kube.emitEvent({
     ...eventBase(cr),
     type: 'Normal',
     reason: EventReasons.retryRequested,
@@ -792,29 +838,25 @@ function steady(cr: TrackedCR, phase: HibernationPhase, vmName: string): boolean
  * retry comes FAILED_RETRY_MS later (or at once on a spec edit).
  */
 async function failAtDeadline(
+  io: VMIO,
   state: VMState,
   cr: TrackedCR,
   kind: 'hibernate' | 'wake',
   reason: string,
   messages: { event: string; status: string },
 ): Promise<void> {
-  await announce(cr, kind, 'timeout', reason, 'Warning', messages.event);
-  const failed = await writeStatus(state, cr, markFailedPatch(cr, messages.status, Date.now()));
+  await announce(io, cr, kind, 'timeout', reason, 'Warning', messages.event);
+  const failed = await writeStatus(io, state, cr, markFailedPatch(cr, messages.status, Date.now()));
   failed.retryAt = Date.now() + FAILED_RETRY_MS;
 }
 
 /** HIBERNATE path (docs/hibernation.md#hibernate). */
-async function hibernatePath(
-  state: VMState,
-  name: string,
-  vmName: string,
-  registry: RegistryActivities,
-): Promise<void> {
+async function hibernatePath(state: VMState, name: string, vmName: string, io: VMIO): Promise<void> {
   let cr = state.crs[name]!;
   if (cr.status?.phase === 'Failed' && (cr.retryAt ?? 0) > Date.now()) return; // waiting out FAILED_RETRY_MS
-  await retryRequested(cr, 'Hibernate');
+  await retryRequested(io, cr, 'Hibernate');
   const startedMs = hibernateAnnotated(state.podObs!) ? undefined : Date.now();
-  const pod = startedMs === undefined ? state.podObs! : await patchHibernate(state, 'true');
+  const pod = startedMs === undefined ? state.podObs! : await patchHibernate(io, state, 'true');
   if (hibernateGateOpen(pod)) {
     // A steady Hibernated CR does not re-probe on every pod event (the reference does;
     // docs/hibernation.md#hibernate).
@@ -822,24 +864,25 @@ async function hibernatePath(
     let present = false;
     let probeError: string | undefined;
     try {
-      present = await probeUntilDeadline(registry, cr, vmName);
+      present = await probeUntilDeadline(io, cr, vmName);
     } catch (err) {
       probeError = `probe hibernate snapshot ${vmName}: ${errorMessage(err)}`;
     }
     if (probeError && !deadlineExceeded(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS, Date.now())) {
       // Deliberate fix: the reference returns before setting Hibernating, so a CR whose first probe
       // fails never starts its deadline clock and retries forever without ever reaching Failed.
-      cr = await writeStatus(state, cr, setPhasePatch(cr, 'Hibernating', vmName, Date.now()));
+      cr = await writeStatus(io, state, cr, setPhasePatch(cr, 'Hibernating', vmName, Date.now()));
       // And the status says why it is still Hibernating, and until when it keeps trying.
       const deadline = deadlineOf(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS);
       const until = deadline === undefined ? '' : `; retrying until ${rfc3339(deadline)}, then Failed`;
-      await writeStatus(state, cr, probeFailingPatch(cr, `${probeError}${until}`, Date.now()));
+      await writeStatus(io, state, cr, probeFailingPatch(cr, `${probeError}${until}`, Date.now()));
       throw new Error(probeError);
     }
     // Any answer of the registry ends a probe failure (an error at the deadline keeps it: it is the cause).
-    if (!probeError) cr = await writeStatus(state, cr, probeFailingPatch(cr, undefined, Date.now()));
+    if (!probeError) cr = await writeStatus(io, state, cr, probeFailingPatch(cr, undefined, Date.now()));
     if (present) {
       await announce(
+        io,
         cr,
         'hibernate',
         'ok',
@@ -848,19 +891,19 @@ async function hibernatePath(
         `snapshot ${vmName} pushed to the registry`,
         startedMs,
       );
-      await writeStatus(state, cr, setPhasePatch(cr, 'Hibernated', vmName, Date.now()));
+      await writeStatus(io, state, cr, setPhasePatch(cr, 'Hibernated', vmName, Date.now()));
       return;
     }
   }
   if (deadlineExceeded(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS, Date.now())) {
     const limit = goDuration(HIBERNATE_TIMEOUT_MS);
-    await failAtDeadline(state, cr, 'hibernate', EventReasons.hibernateTimedOut, {
+    await failAtDeadline(io, state, cr, 'hibernate', EventReasons.hibernateTimedOut, {
       event: `snapshot ${vmName} not confirmed in the registry within ${limit}`,
       status: `hibernate not confirmed within ${limit}`,
     });
     return;
   }
-  await writeStatus(state, cr, setPhasePatch(cr, 'Hibernating', vmName, Date.now()));
+  await writeStatus(io, state, cr, setPhasePatch(cr, 'Hibernating', vmName, Date.now()));
 }
 
 /**
@@ -868,12 +911,8 @@ async function hibernatePath(
  * is cancelled; a registry that never answers must not hold the CR past its 3m0s): it then throws, and
  * the caller turns the expired deadline into Failed.
  */
-async function probeUntilDeadline(
-  registry: RegistryActivities,
-  cr: TrackedCR,
-  vmName: string,
-): Promise<boolean> {
-  const probe = () => registry.hasManifest({ vmName, tag: Tags.hibernate });
+async function probeUntilDeadline(io: VMIO, cr: TrackedCR, vmName: string): Promise<boolean> {
+  const probe = () => io.registry.hasManifest({ vmName, tag: Tags.hibernate });
   const deadline = deadlineOf(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS);
   if (deadline === undefined) return probe();
   // Strictly past the deadline, as nextWake wakes for it.
@@ -891,28 +930,24 @@ async function probeUntilDeadline(
 }
 
 /** WAKE path (docs/hibernation.md#wake). */
-async function wakePath(
-  state: VMState,
-  name: string,
-  vmName: string,
-  registry: RegistryActivities,
-): Promise<void> {
+async function wakePath(state: VMState, name: string, vmName: string, io: VMIO): Promise<void> {
   let cr = state.crs[name]!;
   if (cr.status?.phase === 'Failed' && (cr.retryAt ?? 0) > Date.now()) return; // waiting out FAILED_RETRY_MS
-  await retryRequested(cr, 'Wake');
-  cr = await writeStatus(state, cr, probeFailingPatch(cr, undefined, Date.now())); // a hibernate's leftover
+  await retryRequested(io, cr, 'Wake');
+  cr = await writeStatus(io, state, cr, probeFailingPatch(cr, undefined, Date.now())); // a hibernate's leftover
   const startedMs = hibernateAnnotated(state.podObs!) ? Date.now() : undefined;
-  const pod = startedMs !== undefined ? await patchHibernate(state, null) : state.podObs!;
+  const pod = startedMs !== undefined ? await patchHibernate(io, state, null) : state.podObs!;
   if (wakeGateOpen(pod)) {
     // A steady Active CR does not DELETE the tag on every pod event (the reference does;
     // docs/hibernation.md#wake).
     if (steady(cr, 'Active', vmName)) return;
     try {
-      await registry.deleteManifest({ vmName, tag: Tags.hibernate });
+      await io.registry.deleteManifest({ vmName, tag: Tags.hibernate });
     } catch (err) {
       log.error(`delete hibernation snapshot ${vmName}`, { error: errorMessage(err) });
     }
     await announce(
+      io,
       cr,
       'wake',
       'ok',
@@ -921,18 +956,18 @@ async function wakePath(
       `pod ${cr.namespace}/${pod.name} is running`,
       startedMs,
     );
-    await writeStatus(state, cr, setPhasePatch(cr, 'Active', vmName, Date.now()));
+    await writeStatus(io, state, cr, setPhasePatch(cr, 'Active', vmName, Date.now()));
     return;
   }
   if (deadlineExceeded(cr.status, 'Waking', WAKE_TIMEOUT_MS, Date.now())) {
     const limit = goDuration(WAKE_TIMEOUT_MS);
-    await failAtDeadline(state, cr, 'wake', EventReasons.wakeTimedOut, {
+    await failAtDeadline(io, state, cr, 'wake', EventReasons.wakeTimedOut, {
       event: `vk-cocoon did not report the container running within ${limit}`,
       status: `wake timed out after ${limit}; vk-cocoon never reported the container running`,
     });
     return;
   }
-  await writeStatus(state, cr, setPhasePatch(cr, 'Waking', vmName, Date.now()));
+  await writeStatus(io, state, cr, setPhasePatch(cr, 'Waking', vmName, Date.now()));
 }
 
 /**
@@ -980,7 +1015,7 @@ function wakeInFlight(pod: PodObservation, vmName: string): boolean {
  *   that, keep the tag: a wake vk still retries must find it. The reference deletes at once and loses the VM;
  * - while the pod's CocoonSet is suspended (its `Hibernate` desire), neither wake the VM nor drop the tag.
  */
-async function deletionFlow(state: VMState, cr: TrackedCR, registry: RegistryActivities): Promise<void> {
+async function deletionFlow(state: VMState, cr: TrackedCR, io: VMIO): Promise<void> {
   const vmName = cr.status?.vmName ?? '';
   let keepTag = false;
   if (vmName) {
@@ -1003,10 +1038,10 @@ async function deletionFlow(state: VMState, cr: TrackedCR, registry: RegistryAct
     const setSuspends = state.setDesire?.desire === 'Hibernate';
     let others: HibernationObservation[] | undefined;
     if (pod && !setSuspends && setVMHibernated(pod, vmName) && patched('deletion-wakes-set-vm')) {
-      others = await kube.listHibernations({ namespace: cr.namespace });
+      others = await io.kube.listHibernations({ namespace: cr.namespace });
       if (!heldByAnother({ uid: cr.uid, podRef: cr.podRef, vmName }, others)) {
         log.info(`waking ${vmName} before dropping its snapshot: its CocoonSet would wake it from that tag`);
-        await patchHibernate(state, null);
+        await patchHibernate(io, state, null);
         waitForWake();
         return;
       }
@@ -1018,7 +1053,7 @@ async function deletionFlow(state: VMState, cr: TrackedCR, registry: RegistryAct
       }
       keepTag = true;
     }
-    others ??= keepTag || setSuspends ? [] : await kube.listHibernations({ namespace: cr.namespace });
+    others ??= keepTag || setSuspends ? [] : await io.kube.listHibernations({ namespace: cr.namespace });
     if (setSuspends) {
       log.info(
         `not deleting ${vmName}:hibernate: cocoonset ${state.setDesire?.set} is suspended and needs it`,
@@ -1033,7 +1068,7 @@ async function deletionFlow(state: VMState, cr: TrackedCR, registry: RegistryAct
       );
     } else {
       try {
-        await registry.deleteManifest({ vmName, tag: Tags.hibernate });
+        await io.registry.deleteManifest({ vmName, tag: Tags.hibernate });
       } catch (err) {
         log.error(`delete hibernate snapshot ${vmName}`, { error: errorMessage(err) });
       }
@@ -1041,7 +1076,7 @@ async function deletionFlow(state: VMState, cr: TrackedCR, registry: RegistryAct
   }
   if ((cr.finalizers ?? []).includes(Finalizers.cocoonHibernation)) {
     log.info(`cocoonhibernation ${cr.namespace}/${cr.name}: deleted, finalizer removed`);
-    const obs = await kube.setHibernationFinalizer({
+    const obs = await io.kube.setHibernationFinalizer({
       namespace: cr.namespace,
       name: cr.name,
       present: false,
@@ -1071,7 +1106,7 @@ function publish(state: VMState): void {
  * The `state` query: what the workflow knows, per CR, in a readable shape. Its progress fields make a
  * barrier for a caller that signalled it: `signals` (handled, all runs) and `lastSignalResourceVersion`
  * (newest resourceVersion a signal carried) say a signal was applied; `passes` counts reconcile rounds
- * started; `busy` is true while a round runs or a signal still asks for one; `nextWakeAt` is the next
+ * started, `reads` re-reads of the world completed; `busy` is true while a round runs or a signal still asks for one; `nextWakeAt` is the next
  * timer-driven round (ISO time, or null). `busy` false with `nextWakeAt` in the future means the workflow
  * has finished acting on everything it was told.
  */
@@ -1083,6 +1118,7 @@ function describe(state: VMState, busy: boolean) {
     signals: state.signals ?? 0,
     lastSignalResourceVersion: state.lastSignalRV ?? null,
     passes: state.passes ?? 0,
+    reads: state.reads ?? 0,
     busy,
     nextWakeAt: wakeAt === undefined ? null : new Date(wakeAt).toISOString(),
     vmName: state.vmName,

@@ -357,32 +357,28 @@ export async function dropTag(registry: string, repo: string, tag: string): Prom
 
 /**
  * Barrier: signals `resync` to VM workflow `workflowId` and waits until the workflow has re-read the world
- * after that signal (a `readVMWorld` activity completed after it) and is idle again: no pending activity
- * or workflow task, and its last history event a completed workflow task (no timer started after it, as
- * a VM whose CRs are all steady Hibernated/Active waits for signals only). Everything the workflow would do
- * on a full re-pass has then been done, so counting Events after it checks for duplicates without a fixed
- * sleep. Throws after `timeoutMs` (also when the workflow keeps a timer, e.g. a stale retry).
+ * after that signal (its `state` query counts one more completed re-read, `reads`) and is idle again: not
+ * busy, no pending activity or workflow task, and its last history event a completed workflow task (no
+ * timer started after it, as a VM whose CRs are all steady Hibernated/Active waits for signals only).
+ * Everything the workflow would do on a full re-pass has then been done, so counting Events after it checks
+ * for duplicates without a fixed sleep. Throws after `timeoutMs` (also when the workflow keeps a timer,
+ * e.g. a stale retry).
  */
 export async function settle(client: Client, workflowId: string, timeoutMs = 30_000): Promise<void> {
   const handle = client.workflow.getHandle(workflowId);
+  const reads = async () => await handle.query<{ reads: number; busy: boolean }>('state');
+  const before = (await reads()).reads;
   await handle.signal(resyncSignal);
   await waitFor(
     `workflow ${workflowId} idle after a resync`,
     async () => {
+      const q = await reads();
+      if (q.reads <= before || q.busy) return false;
       const d = await handle.describe();
       if ((d.raw.pendingActivities?.length ?? 0) > 0 || d.raw.pendingWorkflowTask) return false;
       const history = (await handle.fetchHistory()).events ?? [];
-      let signalled = -1;
-      history.forEach((e, i) => {
-        if (e.workflowExecutionSignaledEventAttributes?.signalName === resyncSignal.name) signalled = i;
-      });
-      if (signalled < 0) return false;
-      const after = history.slice(signalled);
-      const reread = after.some(
-        (e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'readVMWorld',
-      );
       const lastEvent = history[history.length - 1];
-      return reread && lastEvent?.workflowTaskCompletedEventAttributes != null;
+      return lastEvent?.workflowTaskCompletedEventAttributes != null;
     },
     timeoutMs,
     { intervalMs: 250 },

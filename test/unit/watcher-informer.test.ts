@@ -112,6 +112,21 @@ describe('Informer', () => {
     expect(source.last.resourceVersion).toBe('10');
   });
 
+  it('holds the whole list in its cache before the first list event goes out, and says so (listed)', async () => {
+    const { source, inf } = setup();
+    stopMe = inf;
+    source.lists = [{ items: [obj('a', '5'), obj('b', '6')], resourceVersion: '10' }];
+    const seenAtFirstEvent: Array<[boolean, string | undefined]> = [];
+    inf.on('add', () => {
+      if (seenAtFirstEvent.length === 0)
+        seenAtFirstEvent.push([inf.listed(), inf.get('ns', 'b')?.metadata?.name]);
+    });
+    expect(inf.listed()).toBe(false);
+    inf.start();
+    await tick();
+    expect(seenAtFirstEvent).toEqual([[true, 'b']]);
+  });
+
   it('applies watch events to the cache and calls handlers with the old object', async () => {
     const { source, inf, events } = setup();
     stopMe = inf;

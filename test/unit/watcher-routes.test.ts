@@ -2,6 +2,7 @@ import type { V1Pod } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
 import { Annotations, API_VERSION, KIND_COCOONSET } from '../../src/api/keys.js';
 import type { CocoonHibernation, CocoonSet } from '../../src/api/types.js';
+import { OwnWrites } from '../../src/kube/own-writes.js';
 import {
   CocoonSetRoute,
   HibernationRoute,
@@ -92,14 +93,22 @@ function cr(
   };
 }
 
-/** A router with the hibernation route and a pod cache the test fills, like the pod informer would. */
-function setup() {
+/**
+ * A router with the hibernation route and pod and CR caches the test fills, like the informers would;
+ * `listed` says whether both caches hold a complete list; `ownWrites` is the activities' write record.
+ */
+function setup(opts: { listed?: boolean } = {}) {
   const pods = new Map<string, V1Pod>();
+  const crs = new Map<string, CocoonHibernation>();
   const notes: string[] = [];
   const route = new HibernationRoute();
+  const ownWrites = new OwnWrites();
   const router = new Router([route], {
     pod: (ns, name) => pods.get(`${ns}/${name}`),
+    hibernation: (ns, name) => crs.get(`${ns}/${name}`),
+    cachesListed: () => opts.listed ?? false,
     note: (msg) => notes.push(msg),
+    ownWrites,
   });
   const podEvent = (type: ObjectEvent['type'], p: V1Pod, old?: V1Pod): RoutedSignal[] => {
     const key = `${p.metadata?.namespace}/${p.metadata?.name}`;
@@ -107,9 +116,13 @@ function setup() {
     else pods.set(key, p);
     return router.route({ kind: 'pod', type, obj: p, old });
   };
-  const crEvent = (type: ObjectEvent['type'], c: CocoonHibernation): RoutedSignal[] =>
-    router.route({ kind: 'cocoonhibernation', type, obj: c });
-  return { router, route, podEvent, crEvent, notes, pods };
+  const crEvent = (type: ObjectEvent['type'], c: CocoonHibernation): RoutedSignal[] => {
+    const key = `${c.metadata?.namespace}/${c.metadata?.name}`;
+    if (type === 'delete') crs.delete(key);
+    else crs.set(key, c);
+    return router.route({ kind: 'cocoonhibernation', type, obj: c });
+  };
+  return { router, route, podEvent, crEvent, notes, pods, ownWrites };
 }
 
 describe('HibernationRoute', () => {
@@ -119,7 +132,10 @@ describe('HibernationRoute', () => {
     expect(rest).toEqual([]);
     expect(sig?.workflowId).toBe('vm/ns1/p1');
     expect(sig?.signalName).toBe('hibernationObserved');
-    expect(sig?.start).toEqual({ workflowType: 'vmWorkflow', args: [{ namespace: 'ns1', pod: 'p1' }] });
+    expect(sig?.start).toEqual({
+      workflowType: 'vmWorkflow',
+      args: [{ namespace: 'ns1', pod: 'p1', kubeIO: 'local' }],
+    });
     expect(sig?.payload).toMatchObject({
       exists: true,
       namespace: 'ns1',
@@ -136,15 +152,64 @@ describe('HibernationRoute', () => {
     expect(podEvent('add', pod('p1', { ns: 'ns2' }))).toEqual([]);
   });
 
-  it('sends the pod too when a CR first targets a pod that is already cached', () => {
+  it('sends the pod too, in the same signal, when a CR first targets a pod that is already cached', () => {
     const { podEvent, crEvent } = setup();
     expect(podEvent('add', pod('p1'))).toEqual([]);
     const sigs = crEvent('add', cr('h1', 'p1'));
-    expect(sigs.map((s) => [s.workflowId, s.signalName])).toEqual([
-      ['vm/ns1/p1', 'hibernationObserved'],
-      ['vm/ns1/p1', 'podObserved'],
-    ]);
-    expect(sigs[1]?.payload).toMatchObject({ exists: true, name: 'p1', containerRunning: true });
+    expect(sigs.map((s) => [s.workflowId, s.signalName])).toEqual([['vm/ns1/p1', 'hibernationObserved']]);
+    expect(sigs[0]?.payload).toMatchObject({
+      name: 'h1',
+      pod: { exists: true, name: 'p1', containerRunning: true },
+    });
+  });
+
+  it('starts the VM workflow with the cached world (pod and every CR targeting it) once the caches are listed', () => {
+    const unlisted = setup({ listed: false });
+    unlisted.podEvent('add', pod('p1'));
+    const [before] = unlisted.crEvent('add', cr('h1', 'p1'));
+    expect(before?.start.args).toEqual([{ namespace: 'ns1', pod: 'p1', kubeIO: 'local' }]);
+
+    const { podEvent, crEvent } = setup({ listed: true });
+    podEvent('add', pod('p1'));
+    crEvent('add', cr('h1', 'p1'));
+    crEvent('add', cr('other', 'p2'));
+    const [sig] = crEvent('add', cr('h2', 'p1'));
+    const [input] = sig?.start.args as Array<{
+      world: { pod: unknown; hibernations: Array<{ name: string }> };
+    }>;
+    expect(input?.world.pod).toMatchObject({ exists: true, name: 'p1' });
+    expect(input?.world.hibernations.map((h) => h.name).sort()).toEqual(['h1', 'h2']);
+    // A pod not in the cache is known absent.
+    const [noPod] = crEvent('add', cr('h3', 'p3'));
+    expect((noPod?.start.args[0] as { world: unknown }).world).toEqual({
+      pod: { exists: false, namespace: 'ns1', name: 'p3' },
+      hibernations: [expect.objectContaining({ name: 'h3' })],
+    });
+  });
+
+  it("drops the echo of a workflow's own write for that workflow only, and remembers it as sent", () => {
+    const { podEvent, crEvent, router, ownWrites } = setup();
+    crEvent('add', cr('h1', 'p1'));
+    podEvent('add', pod('p1'));
+    // The VM workflow patched the CR's status; the write answered with the version the watch delivers next.
+    const written = cr('h1', 'p1', { phase: 'Hibernated' });
+    ownWrites.record('cocoonhibernation', 'ns1', 'h1', written.metadata.resourceVersion, 'vm/ns1/p1');
+    expect(crEvent('update', written)).toEqual([]);
+    expect(router.stats().echoes).toBe(1);
+    // The same content again (a relist) is not news either; a later change by someone else is.
+    expect(crEvent('update', cr('h1', 'p1', { phase: 'Hibernated' }))).toEqual([]);
+    expect(crEvent('update', cr('h1', 'p1', { phase: 'Active' }))).toHaveLength(1);
+    // A version some other workflow wrote is sent to this one.
+    const byOther = cr('h1', 'p1', { phase: 'Failed' });
+    ownWrites.record('cocoonhibernation', 'ns1', 'h1', byOther.metadata.resourceVersion, 'vm/ns1/elsewhere');
+    expect(crEvent('update', byOther)).toHaveLength(1);
+    // A pod write of this workflow: its echo is dropped, the next pod change is sent.
+    const annotated = pod('p1', {
+      annotations: { [Annotations.vmName]: 'vk-ns1-p1', [Annotations.hibernate]: 'true' },
+    });
+    ownWrites.record('pod', 'ns1', 'p1', annotated.metadata?.resourceVersion, 'vm/ns1/p1');
+    expect(podEvent('update', annotated)).toEqual([]);
+    expect(podEvent('update', pod('p1', { running: false }))).toHaveLength(1);
   });
 
   it('drops pod status-only churn no gate reads (condition lastProbeTime, podIP) — the reference lets it through', () => {
@@ -191,7 +256,7 @@ describe('HibernationRoute', () => {
     const { podEvent, crEvent } = setup();
     const p = pod('p1');
     podEvent('add', p);
-    expect(crEvent('add', cr('h1', 'p1'))).toHaveLength(2);
+    expect(crEvent('add', cr('h1', 'p1'))).toHaveLength(1);
     expect(podEvent('update', p)).toEqual([]);
     expect(podEvent('update', structuredClone(p))).toEqual([]);
     expect(crEvent('update', cr('h1', 'p1'))).toEqual([]);
@@ -228,7 +293,8 @@ describe('HibernationRoute', () => {
     podEvent('add', pod('p1'));
     crEvent('delete', c1);
     const sigs = crEvent('add', cr('h2', 'p1'));
-    expect(sigs.map((s) => s.signalName)).toEqual(['hibernationObserved', 'podObserved']);
+    expect(sigs.map((s) => s.signalName)).toEqual(['hibernationObserved']);
+    expect(sigs[0]?.payload).toMatchObject({ pod: { exists: true, name: 'p1' } });
   });
 
   it('keeps routing the pod while a second CR still targets it', () => {
@@ -247,7 +313,8 @@ describe('HibernationRoute', () => {
     crEvent('add', cr('h1', 'p1'));
     podEvent('add', pod('p1'));
     const sigs = crEvent('add', cr('h2', 'p1'));
-    expect(sigs.map((s) => s.signalName)).toEqual(['hibernationObserved', 'podObserved']);
+    expect(sigs.map((s) => s.signalName)).toEqual(['hibernationObserved']);
+    expect(sigs[0]?.payload).toMatchObject({ pod: { exists: true, name: 'p1' } });
     expect(crEvent('update', cr('h2', 'p1'))).toEqual([]);
   });
 

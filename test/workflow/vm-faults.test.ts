@@ -143,6 +143,9 @@ describe('VM workflow under faults', () => {
       // The winner is edited later (its resourceVersion is now the newer one), and the workflow is
       // restarted from scratch: the decision recorded in the world (a-hib's DesireConflict) stands.
       await world.putCR({ ...world.cr(NS, 'z-wake')! });
+      // The new run starts without the world (as after continue-as-new, or a start before the watcher's
+      // caches are listed), so it re-reads it: the decision must come from the world, not the old run.
+      world.startWorld = false;
       const id = vmWorkflowId(NS, 'demo-0');
       await env.client.workflow.getHandle(id).terminate('restart');
       const reads = world.calls.filter((c) => c.startsWith('readVMWorld')).length;

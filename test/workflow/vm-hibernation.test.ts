@@ -75,10 +75,14 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     await withWorld(env, async (world) => {
       await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Hibernate' });
       await world.putPod(NS, 'demo-0', { annotations: {} });
-      await waitFor('Pending', () => phase(world) === 'Pending');
-      expect(world.cr(NS, 'hib')?.status?.conditions?.[0]?.message).toBe(
-        'pod ns/demo-0 has no vm.cocoonstack.io/name annotation yet',
+      // First Pending for the missing pod (the CR came first), then for the missing annotation.
+      await waitFor(
+        'Pending for the annotation',
+        () =>
+          world.cr(NS, 'hib')?.status?.conditions?.[0]?.message ===
+          'pod ns/demo-0 has no vm.cocoonstack.io/name annotation yet',
       );
+      expect(phase(world)).toBe('Pending');
     });
   });
 
@@ -461,7 +465,9 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       await world.putPod(NS, 'demo-0', {
         annotations: hibernatedPodAnnotations(VM),
       });
-      // The first CR starts the workflow, whose first step is a read; a second CR appears during it.
+      // The first CR starts the workflow without the world (as before the watcher's caches are listed), so
+      // its first step is a read; a second CR appears during it.
+      world.startWorld = false;
       world.duringRead = async () => {
         await world.putCR({ namespace: NS, name: 'late', podRef: 'demo-0', desire: 'Hibernate' });
       };

@@ -19,6 +19,8 @@ import {
   resyncSignal,
   type SetDesire,
   setDesireSignal,
+  type VMWorldObservation,
+  vmWorkflowInput,
 } from '../../src/workflows/messages.js';
 import type { VMStateView } from '../../src/workflows/vm.js';
 import { noteSent, type Sent, settled } from './harness.js';
@@ -65,12 +67,17 @@ export class VMWorld {
   taskQueue = '';
   /** Runs once inside the next CR status patch, before its (then older) response is returned. */
   duringStatusPatch?: (patched: HibernationObservation) => Promise<void>;
-  /** Runs inside the pod annotation patch, after the write, before the response (vk acting meanwhile). */
+  /**
+   * Runs inside the pod annotation patch, after the write, before the response (vk acting meanwhile); the
+   * response is the pod as the hook left it.
+   */
   duringPodPatch?: (patched: PodObservation) => Promise<void>;
   /** Runs once inside the next readVMWorld, after its answer is taken and before it is returned. */
   duringRead?: () => Promise<void>;
   /** Extra fields of the VM workflow's start argument (e.g. historyLimit). */
   startExtra: Record<string, unknown> = {};
+  /** Starts carry the world (as the watcher's once its caches are listed); false: the workflow re-reads. */
+  startWorld = true;
   /** Workflow ids this world signalled (terminated when the test ends). */
   started = new Set<string>();
   /** Signals delivered, per workflow id (the barrier of `settled`). */
@@ -267,7 +274,9 @@ export class VMWorld {
         await this.client.signalWithStart('vmWorkflow', {
           workflowId,
           taskQueue: this.taskQueue,
-          args: [{ namespace: namespace!, pod: pod!, ...this.startExtra }],
+          args: [
+            { ...vmWorkflowInput(namespace!, pod!, this.worldOf(namespace!, pod!)), ...this.startExtra },
+          ],
           signal,
           signalArgs: [payload],
         });
@@ -289,6 +298,20 @@ export class VMWorld {
         await new Promise((r) => setTimeout(r, 50));
       }
     }
+  }
+
+  /**
+   * The world a start carries, as the watcher's caches would hold it (undefined when `startWorld` is
+   * false: the workflow then re-reads it first).
+   */
+  private worldOf(namespace: string, pod: string): VMWorldObservation | undefined {
+    if (!this.startWorld) return undefined;
+    return {
+      pod: this.pods.get(`${namespace}/${pod}`) ?? { exists: false, namespace, name: pod },
+      hibernations: [...this.crs.values()].filter(
+        (c) => c.exists && c.namespace === namespace && c.podRef === pod,
+      ),
+    };
   }
 
   private async signalPod(pod: PodObservation): Promise<void> {
@@ -351,7 +374,8 @@ export class VMWorld {
           };
           this.pods.set(`${namespace}/${pod}`, next);
           await this.duringPodPatch?.(next);
-          return next;
+          // What the hook changed is in the answer, as when vk's write lands just before ours.
+          return this.pods.get(`${namespace}/${pod}`) ?? next;
         });
       },
       setHibernationFinalizer: async ({ namespace, name, present }) => {

@@ -1,0 +1,90 @@
+/**
+ * The operator's own writes, remembered so the watcher can drop their echoes (docs/architecture.md#echoes).
+ *
+ * A Kubernetes write answers with the object as written, and the workflow that wrote it keeps that answer.
+ * The watch then delivers the same object version again as an update event; signalled back to the writer,
+ * it would cost a workflow task to learn nothing. Each write records `(kind, namespace/name,
+ * resourceVersion) → writer workflow id`; an informer event carrying exactly that version is the echo of that
+ * write and nothing else (any later change has a later resourceVersion), so the router drops it for the
+ * writer, and only for the writer: other workflows still see it.
+ *
+ * The record is per process: it works where the activity and the watcher share one (the default
+ * deployment, `OPERATOR_MODE=all`). Where they do not, or when the watch event wins the race against the
+ * write's answer, the echo is simply sent, as before: a lost record costs a workflow task, never an update.
+ */
+
+/** Object kinds whose writes are recorded (the watcher's resource kinds). */
+export type WrittenKind = 'pod' | 'cocoonhibernation' | 'cocoonset';
+
+interface Entry {
+  writer: string;
+  at: number;
+}
+
+/** See the module comment. Bounded: entries older than `ttlMs` and beyond `max` are forgotten. */
+export class OwnWrites {
+  private readonly writes = new Map<string, Entry>();
+  private counters = { recorded: 0, echoes: 0 };
+
+  /**
+   * @param ttlMs how long a write waits for its echo (ms; default 60 s, far above watch delivery times)
+   * @param max most writes remembered at once (default 10,000)
+   * @param now clock (epoch ms), for tests
+   */
+  constructor(
+    private readonly ttlMs = 60_000,
+    private readonly max = 10_000,
+    private readonly now: () => number = Date.now,
+  ) {}
+
+  /**
+   * Records that workflow `writer` wrote `kind` `namespace/name` and the write answered with
+   * `resourceVersion`. A missing version or writer records nothing.
+   */
+  record(
+    kind: WrittenKind,
+    namespace: string,
+    name: string,
+    resourceVersion: string | undefined,
+    writer: string | undefined,
+  ): void {
+    if (!resourceVersion || !writer) return;
+    const at = this.now();
+    this.writes.set(key(kind, namespace, name, resourceVersion), { writer, at });
+    this.counters.recorded++;
+    // Map order is insertion order: the oldest entries are first.
+    for (const [k, e] of this.writes) {
+      if (this.writes.size <= this.max && at - e.at <= this.ttlMs) break;
+      this.writes.delete(k);
+    }
+  }
+
+  /**
+   * The workflow id that wrote this exact version of the object, if a recorded write did; the record is
+   * consumed (an object version has one echo).
+   */
+  take(
+    kind: WrittenKind,
+    namespace: string,
+    name: string,
+    resourceVersion: string | undefined,
+  ): string | undefined {
+    if (!resourceVersion || this.writes.size === 0) return undefined;
+    const k = key(kind, namespace, name, resourceVersion);
+    const e = this.writes.get(k);
+    if (!e) return undefined;
+    this.writes.delete(k);
+    if (this.now() - e.at > this.ttlMs) return undefined;
+    this.counters.echoes++;
+    return e.writer;
+  }
+
+  /** Writes recorded, echoes recognised, and writes still waiting for their echo. */
+  stats(): { recorded: number; echoes: number; waiting: number } {
+    return { ...this.counters, waiting: this.writes.size };
+  }
+}
+
+function key(kind: WrittenKind, namespace: string, name: string, resourceVersion: string): string {
+  return `${kind}\u0000${namespace}\u0000${name}\u0000${resourceVersion}`;
+}

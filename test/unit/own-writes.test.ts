@@ -1,0 +1,41 @@
+import { describe, expect, it } from 'vitest';
+import { OwnWrites } from '../../src/kube/own-writes.js';
+
+describe('OwnWrites', () => {
+  it('names the writer of exactly the recorded object version, once', () => {
+    const w = new OwnWrites();
+    w.record('pod', 'ns', 'p1', '42', 'vm/ns/p1');
+    expect(w.take('pod', 'ns', 'p1', '41')).toBeUndefined();
+    expect(w.take('cocoonhibernation', 'ns', 'p1', '42')).toBeUndefined();
+    expect(w.take('pod', 'ns', 'p2', '42')).toBeUndefined();
+    expect(w.take('pod', 'ns', 'p1', '42')).toBe('vm/ns/p1');
+    expect(w.take('pod', 'ns', 'p1', '42')).toBeUndefined();
+    expect(w.stats()).toEqual({ recorded: 1, echoes: 1, waiting: 0 });
+  });
+
+  it('records nothing without a resourceVersion or a writer (a write outside a workflow)', () => {
+    const w = new OwnWrites();
+    w.record('pod', 'ns', 'p1', undefined, 'vm/ns/p1');
+    w.record('pod', 'ns', 'p1', '7', undefined);
+    expect(w.stats().waiting).toBe(0);
+  });
+
+  it('forgets writes whose echo never came: past the ttl, and beyond the size bound (oldest first)', () => {
+    let now = 0;
+    const w = new OwnWrites(1_000, 2, () => now);
+    w.record('pod', 'ns', 'a', '1', 'x');
+    now = 500;
+    w.record('pod', 'ns', 'b', '2', 'x');
+    now = 1_600; // a is 1.6 s old: gone on the next record; b (1.1 s) is past the ttl for take
+    w.record('pod', 'ns', 'c', '3', 'x');
+    expect(w.stats().waiting).toBe(1);
+    expect(w.take('pod', 'ns', 'c', '3')).toBe('x');
+    now = 1_700;
+    w.record('pod', 'ns', 'd', '4', 'x');
+    w.record('pod', 'ns', 'e', '5', 'x');
+    w.record('pod', 'ns', 'f', '6', 'x');
+    expect(w.stats().waiting).toBe(2);
+    expect(w.take('pod', 'ns', 'd', '4')).toBeUndefined();
+    expect(w.take('pod', 'ns', 'f', '6')).toBe('x');
+  });
+});
