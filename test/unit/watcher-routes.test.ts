@@ -174,14 +174,14 @@ describe('HibernationRoute', () => {
     crEvent('add', cr('h1', 'p1'));
     crEvent('add', cr('other', 'p2'));
     const [sig] = crEvent('add', cr('h2', 'p1'));
-    const [input] = sig?.start.args as Array<{
+    const [input] = (sig?.start.args ?? []) as Array<{
       world: { pod: unknown; hibernations: Array<{ name: string }> };
     }>;
     expect(input?.world.pod).toMatchObject({ exists: true, name: 'p1' });
     expect(input?.world.hibernations.map((h) => h.name).sort()).toEqual(['h1', 'h2']);
     // A pod not in the cache is known absent.
     const [noPod] = crEvent('add', cr('h3', 'p3'));
-    expect((noPod?.start.args[0] as { world: unknown }).world).toEqual({
+    expect((noPod?.start.args[0] as { world: unknown } | undefined)?.world).toEqual({
       pod: { exists: false, namespace: 'ns1', name: 'p3' },
       hibernations: [expect.objectContaining({ name: 'h3' })],
     });
