@@ -207,14 +207,25 @@ export async function recordEvent(core: CoreV1Api, input: EventInput, nowMs: num
 export function createKubeActivities(deps: KubeActivityDeps) {
   const { core, custom } = deps.kube;
 
-  /** Records a write's answer as the calling workflow's own (src/kube/own-writes.ts). */
-  function wrote<T extends { exists: boolean; namespace: string; name: string; resourceVersion?: string }>(
+  /**
+   * Runs `write` of `kind` `namespace/name` as the calling workflow's own write (src/kube/own-writes.ts):
+   * marked in flight until it answers, then recorded with the answered object's resourceVersion.
+   */
+  async function owned<T extends { exists: boolean; resourceVersion?: string }>(
     kind: 'pod' | 'cocoonhibernation',
-    obs: T,
-  ): T {
-    if (deps.ownWrites && obs.exists)
-      deps.ownWrites.record(kind, obs.namespace, obs.name, obs.resourceVersion, callingWorkflowId());
-    return obs;
+    namespace: string,
+    name: string,
+    write: () => Promise<T>,
+  ): Promise<T> {
+    const end = deps.ownWrites?.begin(kind, namespace, name, callingWorkflowId());
+    let answered: string | undefined;
+    try {
+      const obs = await write();
+      if (obs.exists) answered = obs.resourceVersion;
+      return obs;
+    } finally {
+      end?.(answered);
+    }
   }
 
   async function getHibernation(namespace: string, name: string): Promise<CocoonHibernation | undefined> {
@@ -287,21 +298,23 @@ export function createKubeActivities(deps: KubeActivityDeps) {
       uid?: string;
       annotations: Record<string, string | null>;
     }): Promise<PodObservation> {
-      const body: { metadata: { annotations: Record<string, string | null>; uid?: string } } = {
-        metadata: { annotations: input.annotations },
-      };
-      if (input.uid) body.metadata.uid = input.uid;
-      try {
-        const pod: V1Pod = await core.patchNamespacedPod(
-          { name: input.pod, namespace: input.namespace, body },
-          mergePatch,
-        );
-        return wrote('pod', observePod(pod));
-      } catch (err) {
-        const code = statusCodeOf(err);
-        if (code === 404 || code === 409) throw notFound(`pod ${input.namespace}/${input.pod}`);
-        throw err;
-      }
+      return owned('pod', input.namespace, input.pod, async () => {
+        const body: { metadata: { annotations: Record<string, string | null>; uid?: string } } = {
+          metadata: { annotations: input.annotations },
+        };
+        if (input.uid) body.metadata.uid = input.uid;
+        try {
+          const pod: V1Pod = await core.patchNamespacedPod(
+            { name: input.pod, namespace: input.namespace, body },
+            mergePatch,
+          );
+          return observePod(pod);
+        } catch (err) {
+          const code = statusCodeOf(err);
+          if (code === 404 || code === 409) throw notFound(`pod ${input.namespace}/${input.pod}`);
+          throw err;
+        }
+      });
     },
 
     /**
@@ -313,45 +326,47 @@ export function createKubeActivities(deps: KubeActivityDeps) {
       name: string;
       present: boolean;
     }): Promise<HibernationObservation> {
-      for (let attempt = 0; ; attempt++) {
-        const cr = await getHibernation(input.namespace, input.name);
-        if (!cr) return { exists: false, namespace: input.namespace, name: input.name };
-        const finalizers = cr.metadata.finalizers ?? [];
-        const has = finalizers.includes(Finalizers.cocoonHibernation);
-        if (has === input.present) return observeHibernation(cr);
-        cr.metadata.finalizers = input.present
-          ? [...finalizers, Finalizers.cocoonHibernation]
-          : finalizers.filter((f) => f !== Finalizers.cocoonHibernation);
-        const pod = cr.spec?.podRef?.name;
-        if (input.present && pod) {
-          const links = workflowAnnotations(vmWorkflowId(input.namespace, pod), deps.temporalUi);
-          cr.metadata.annotations = { ...cr.metadata.annotations, ...links };
-        }
-        try {
-          const updated = (await custom.replaceNamespacedCustomObject({
-            group: GROUP,
-            version: VERSION,
-            namespace: input.namespace,
-            plural: PLURAL_COCOONHIBERNATIONS,
-            name: input.name,
-            body: cr,
-          })) as CocoonHibernation;
-          // Removing the last finalizer of a deleting object deletes it.
-          if (
-            !input.present &&
-            updated.metadata?.deletionTimestamp &&
-            (updated.metadata.finalizers ?? []).length === 0
-          ) {
-            return { exists: false, namespace: input.namespace, name: input.name, uid: cr.metadata.uid };
+      return owned('cocoonhibernation', input.namespace, input.name, async () => {
+        for (let attempt = 0; ; attempt++) {
+          const cr = await getHibernation(input.namespace, input.name);
+          if (!cr) return { exists: false, namespace: input.namespace, name: input.name };
+          const finalizers = cr.metadata.finalizers ?? [];
+          const has = finalizers.includes(Finalizers.cocoonHibernation);
+          if (has === input.present) return observeHibernation(cr);
+          cr.metadata.finalizers = input.present
+            ? [...finalizers, Finalizers.cocoonHibernation]
+            : finalizers.filter((f) => f !== Finalizers.cocoonHibernation);
+          const pod = cr.spec?.podRef?.name;
+          if (input.present && pod) {
+            const links = workflowAnnotations(vmWorkflowId(input.namespace, pod), deps.temporalUi);
+            cr.metadata.annotations = { ...cr.metadata.annotations, ...links };
           }
-          return wrote('cocoonhibernation', observeHibernation(updated));
-        } catch (err) {
-          const code = statusCodeOf(err);
-          if (code === 404) return { exists: false, namespace: input.namespace, name: input.name };
-          if (code === 409 && attempt < 5) continue;
-          throw err;
+          try {
+            const updated = (await custom.replaceNamespacedCustomObject({
+              group: GROUP,
+              version: VERSION,
+              namespace: input.namespace,
+              plural: PLURAL_COCOONHIBERNATIONS,
+              name: input.name,
+              body: cr,
+            })) as CocoonHibernation;
+            // Removing the last finalizer of a deleting object deletes it.
+            if (
+              !input.present &&
+              updated.metadata?.deletionTimestamp &&
+              (updated.metadata.finalizers ?? []).length === 0
+            ) {
+              return { exists: false, namespace: input.namespace, name: input.name, uid: cr.metadata.uid };
+            }
+            return observeHibernation(updated);
+          } catch (err) {
+            const code = statusCodeOf(err);
+            if (code === 404) return { exists: false, namespace: input.namespace, name: input.name };
+            if (code === 409 && attempt < 5) continue;
+            throw err;
+          }
         }
-      }
+      });
     },
 
     /**
@@ -363,23 +378,25 @@ export function createKubeActivities(deps: KubeActivityDeps) {
       name: string;
       patch: { status: object };
     }): Promise<HibernationObservation> {
-      try {
-        const cr = (await custom.patchNamespacedCustomObjectStatus(
-          {
-            group: GROUP,
-            version: VERSION,
-            namespace: input.namespace,
-            plural: PLURAL_COCOONHIBERNATIONS,
-            name: input.name,
-            body: input.patch,
-          },
-          mergePatch,
-        )) as CocoonHibernation;
-        return wrote('cocoonhibernation', observeHibernation(cr));
-      } catch (err) {
-        if (statusCodeOf(err) === 404) throw notFound(`cocoonhibernation ${input.namespace}/${input.name}`);
-        throw err;
-      }
+      return owned('cocoonhibernation', input.namespace, input.name, async () => {
+        try {
+          const cr = (await custom.patchNamespacedCustomObjectStatus(
+            {
+              group: GROUP,
+              version: VERSION,
+              namespace: input.namespace,
+              plural: PLURAL_COCOONHIBERNATIONS,
+              name: input.name,
+              body: input.patch,
+            },
+            mergePatch,
+          )) as CocoonHibernation;
+          return observeHibernation(cr);
+        } catch (err) {
+          if (statusCodeOf(err) === 404) throw notFound(`cocoonhibernation ${input.namespace}/${input.name}`);
+          throw err;
+        }
+      });
     },
 
     /**

@@ -8,9 +8,13 @@
  * write and nothing else (any later change has a later resourceVersion), so the router drops it for the
  * writer, and only for the writer: other workflows still see it.
  *
+ * The watch event can reach the watcher before the write's answer reaches the activity, so a write is
+ * marked in flight from before its request (`begin`) until its answer (the function `begin` returned), and
+ * the watcher holds that object's events until then (`settled`).
+ *
  * The record is per process: it works where the activity and the watcher share one (the default
- * deployment, `OPERATOR_MODE=all`). Where they do not, or when the watch event wins the race against the
- * write's answer, the echo is simply sent, as before: a lost record costs a workflow task, never an update.
+ * deployment, `OPERATOR_MODE=all`). Where they do not, the echo is simply sent, as before: a lost record
+ * costs a workflow task, never an update.
  */
 
 /** Object kinds whose writes are recorded (the watcher's resource kinds). */
@@ -24,6 +28,7 @@ interface Entry {
 /** See the module comment. Bounded: entries older than `ttlMs` and beyond `max` are forgotten. */
 export class OwnWrites {
   private readonly writes = new Map<string, Entry>();
+  private readonly inFlight = new Map<string, { count: number; done: Promise<void>; resolve: () => void }>();
   private counters = { recorded: 0, echoes: 0 };
 
   /**
@@ -36,6 +41,48 @@ export class OwnWrites {
     private readonly max = 10_000,
     private readonly now: () => number = Date.now,
   ) {}
+
+  /**
+   * Marks a write of workflow `writer` to `kind` `namespace/name` in flight. Call the returned function once
+   * the write has answered, with the object's resourceVersion in the answer (undefined when it failed or
+   * answered no object): it records the write (`record`) and ends the in-flight mark. Without a writer (a
+   * write outside a workflow) nothing is marked.
+   */
+  begin(
+    kind: WrittenKind,
+    namespace: string,
+    name: string,
+    writer: string | undefined,
+  ): (resourceVersion: string | undefined) => void {
+    if (!writer) return () => {};
+    const k = objectKey(kind, namespace, name);
+    let f = this.inFlight.get(k);
+    if (!f) {
+      let resolve!: () => void;
+      const done = new Promise<void>((r) => {
+        resolve = r;
+      });
+      f = { count: 0, done, resolve };
+      this.inFlight.set(k, f);
+    }
+    const flight = f;
+    flight.count++;
+    let ended = false;
+    return (resourceVersion) => {
+      if (ended) return;
+      ended = true;
+      this.record(kind, namespace, name, resourceVersion, writer);
+      if (--flight.count === 0) {
+        this.inFlight.delete(k);
+        flight.resolve();
+      }
+    };
+  }
+
+  /** Resolves once no write to the object is in flight; undefined when none is now. */
+  settled(kind: WrittenKind, namespace: string, name: string): Promise<void> | undefined {
+    return this.inFlight.get(objectKey(kind, namespace, name))?.done;
+  }
 
   /**
    * Records that workflow `writer` wrote `kind` `namespace/name` and the write answered with
@@ -85,6 +132,10 @@ export class OwnWrites {
   }
 }
 
+function objectKey(kind: WrittenKind, namespace: string, name: string): string {
+  return `${kind}\u0000${namespace}\u0000${name}`;
+}
+
 function key(kind: WrittenKind, namespace: string, name: string, resourceVersion: string): string {
-  return `${kind}\u0000${namespace}\u0000${name}\u0000${resourceVersion}`;
+  return `${objectKey(kind, namespace, name)}\u0000${resourceVersion}`;
 }

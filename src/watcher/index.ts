@@ -87,6 +87,19 @@ export interface Watcher {
   stats(): WatcherStats;
 }
 
+/** Longest an event waits for the answer of a write of ours to its object (a hung request), ms. */
+const MAX_ECHO_WAIT_MS = 5_000;
+
+function withTimeout(p: Promise<void>, ms: number): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  return Promise.race([
+    p,
+    new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
 /**
  * Starts the informers and returns at once (check `synced()` / `waitForSync()` for readiness).
  * Errors of the Kubernetes API and of Temporal are retried and logged, never thrown.
@@ -135,11 +148,31 @@ export async function startWatcher(opts: WatcherOptions): Promise<Watcher> {
     onGiveUp: (sig) => router.forget(sig.key),
   });
 
+  // Events of an object one of our activities is writing wait for that write's answer, so the router can
+  // tell its echo (src/kube/own-writes.ts); later events of the same object queue behind them, in order.
+  const held = new Map<string, Promise<void>>();
   for (const [kind, inf] of informers) {
     const handle =
       (type: 'add' | 'update' | 'delete') =>
       (obj: KubernetesObject, old?: KubernetesObject): void => {
-        for (const sig of router.route({ kind, type, obj, old })) dispatcher.enqueue(sig);
+        const routeNow = () => {
+          for (const sig of router.route({ kind, type, obj, old })) dispatcher.enqueue(sig);
+        };
+        const namespace = obj.metadata?.namespace ?? '';
+        const name = obj.metadata?.name ?? '';
+        const key = `${kind}/${namespace}/${name}`;
+        const writing = opts.ownWrites?.settled(kind, namespace, name);
+        const before = held.get(key);
+        if (!writing && !before) return routeNow();
+        const next = Promise.all([before, writing && withTimeout(writing, MAX_ECHO_WAIT_MS)])
+          .then(routeNow)
+          .catch((err) =>
+            log.error({ err: String(err), kind, namespace, name }, 'routing a held event failed'),
+          )
+          .finally(() => {
+            if (held.get(key) === next) held.delete(key);
+          });
+        held.set(key, next);
       };
     inf.on('add', handle('add'));
     inf.on('update', handle('update'));
@@ -154,7 +187,10 @@ export async function startWatcher(opts: WatcherOptions): Promise<Watcher> {
     waitForSync: async () => {
       await Promise.all(informers.map(([, inf]) => inf.waitForSync()));
     },
-    idle: () => dispatcher.idle(),
+    idle: async () => {
+      while (held.size > 0) await Promise.all(held.values());
+      await dispatcher.idle();
+    },
     restartWatches: (relist = false) => {
       for (const [, inf] of informers) inf.restartWatch(relist);
     },

@@ -38,4 +38,29 @@ describe('OwnWrites', () => {
     expect(w.take('pod', 'ns', 'd', '4')).toBeUndefined();
     expect(w.take('pod', 'ns', 'f', '6')).toBe('x');
   });
+
+  it('marks a write in flight until it answers, then records the answered version (two writes: until both end)', async () => {
+    const w = new OwnWrites();
+    expect(w.settled('cocoonhibernation', 'ns', 'h')).toBeUndefined();
+    const endA = w.begin('cocoonhibernation', 'ns', 'h', 'vm/ns/p');
+    const endB = w.begin('cocoonhibernation', 'ns', 'h', 'vm/ns/p');
+    const settled = w.settled('cocoonhibernation', 'ns', 'h');
+    let done = false;
+    void settled?.then(() => {
+      done = true;
+    });
+    endA('10');
+    await Promise.resolve();
+    expect(done).toBe(false);
+    endB(undefined); // failed: nothing recorded for it
+    endB('99'); // a second call is ignored
+    await settled;
+    expect(done).toBe(true);
+    expect(w.settled('cocoonhibernation', 'ns', 'h')).toBeUndefined();
+    expect(w.take('cocoonhibernation', 'ns', 'h', '10')).toBe('vm/ns/p');
+    expect(w.stats()).toEqual({ recorded: 1, echoes: 1, waiting: 0 });
+    // Outside a workflow nothing is marked.
+    w.begin('pod', 'ns', 'p', undefined)('5');
+    expect(w.settled('pod', 'ns', 'p')).toBeUndefined();
+  });
 });
