@@ -19,6 +19,7 @@ import { createRegistryActivities } from '../../src/activities/registry.js';
 import { taskQueues } from '../../src/api/ids.js';
 import { ENV_SETTINGS } from '../../src/config.js';
 import { type KubeClients, makeKubeClients } from '../../src/kube/client.js';
+import { OwnWrites } from '../../src/kube/own-writes.js';
 import { OCIRegistryClient } from '../../src/registry/client.js';
 import { startWatcher, type Watcher } from '../../src/watcher/index.js';
 import { RegistryProxy } from '../../test/support/registry-proxy.js';
@@ -101,6 +102,8 @@ export interface WorkflowHost {
   taskQueue: string;
   kubeConfig: CountingKubeConfig;
   kube: KubeClients;
+  /** The activities' writes, for the watcher's echo filter (as src/worker.ts wires it). */
+  ownWrites: OwnWrites;
   /** Shuts the worker down (graceful). */
   stop(): Promise<void>;
 }
@@ -114,6 +117,7 @@ export async function startWorkflowHost(
   const kubeConfig = new CountingKubeConfig();
   kubeConfig.loadFromFile(env.stack.kubeconfig);
   const kube = makeKubeClients(kubeConfig);
+  const ownWrites = new OwnWrites();
   const worker = await Worker.create({
     connection: env.connection,
     namespace: env.stack.temporalNamespace,
@@ -121,7 +125,7 @@ export async function startWorkflowHost(
     workflowBundle: env.workflowBundle,
     interceptors: { activity: [heartbeatWhileRunning] },
     activities: timed(
-      { ...createKubeActivities({ kube }), ...createCocoonSetActivities({ kube }) },
+      { ...createKubeActivities({ kube, ownWrites }), ...createCocoonSetActivities({ kube }) },
       onActivity,
     ),
   });
@@ -130,6 +134,7 @@ export async function startWorkflowHost(
     taskQueue,
     kubeConfig,
     kube,
+    ownWrites,
     async stop() {
       if (worker.getState() === 'RUNNING') worker.shutdown();
       await run.catch(() => undefined);
@@ -193,6 +198,7 @@ export async function startOperator(env: BenchEnv, opts: OperatorOptions): Promi
       namespace: opts.namespace,
       log: env.log,
       cocoonSets: true,
+      ownWrites: host.ownWrites,
     });
     await watcher.waitForSync();
   } catch (err) {

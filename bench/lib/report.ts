@@ -6,6 +6,7 @@ import type { FleetResult } from '../scenarios/fleet.js';
 import type { HistoryResult } from '../scenarios/history.js';
 import type { LatencyResult } from '../scenarios/latency.js';
 import type { SeedResult } from '../scenarios/seed.js';
+import type { TemporalCounts } from './history.js';
 
 /** Formats a number with `digits` decimals; NaN/undefined → `n/a`. */
 export function fmt(x: number | undefined, digits = 0): string {
@@ -20,6 +21,44 @@ export function table(header: string[], rows: string[][]): string {
 
 function write(s: string): void {
   process.stdout.write(`${s}\n`);
+}
+
+/** A count: whole numbers as such, medians that fell between two values with one decimal. */
+function count(x: number): string {
+  return fmt(x, Number.isInteger(x) ? 0 : 1);
+}
+
+/** Header cells of {@link temporalCells}. */
+const TEMPORAL_HEADER = [
+  'workflow tasks',
+  'activity tasks',
+  'local activities',
+  'history events',
+  'signals',
+  'actions',
+  'of which heartbeats (est.)',
+];
+
+/** Table cells of one transition's Temporal cost (see TemporalCounts). */
+function temporalCells(t: TemporalCounts): string[] {
+  return [
+    count(t.workflowTasks),
+    count(t.activityTasks),
+    count(t.localActivities),
+    count(t.events),
+    count(t.signals),
+    count(t.actions),
+    count(t.heartbeatsEst),
+  ];
+}
+
+/** One line: actions by kind, then timers, search attribute upserts and other markers. */
+function temporalDetail(t: TemporalCounts): string {
+  const kinds = Object.entries(t.actionsByKind)
+    .filter(([, v]) => v > 0)
+    .map(([k, v]) => `${k} ${count(v)}`)
+    .join(', ');
+  return `actions by kind ${kinds || 'none'}; timers ${count(t.timers)}, search attribute upserts ${count(t.searchAttributeUpserts)}, other markers (patches) ${count(t.otherMarkers)}`;
 }
 
 /** The machine line: cores, memory, load averages at start and end. */
@@ -96,6 +135,39 @@ export function printSeed(r: SeedResult): void {
       ]),
     ),
   );
+  write('\nTemporal per transition (medians over VMs, then over reps), CPU per transition and peak RSS:\n');
+  write(
+    table(
+      [
+        'L',
+        'C',
+        ...TEMPORAL_HEADER,
+        'CPU ms/transition: bench proc',
+        'Temporal',
+        'apiserver',
+        'etcd',
+        'all (bench + stack)',
+        'bench proc peak RSS MiB',
+      ],
+      r.cells.map((c) => [
+        String(c.latencyMs),
+        String(c.concurrency),
+        ...temporalCells(c.temporalPerTransition),
+        fmt(c.cpuMsPerTransition.bench),
+        fmt(c.cpuMsPerTransition.temporal),
+        fmt(c.cpuMsPerTransition.apiserver),
+        fmt(c.cpuMsPerTransition.etcd),
+        fmt(c.cpuMsPerTransition.all),
+        fmt(c.peakRssMiB),
+      ]),
+    ),
+  );
+  const first = r.cells[0];
+  if (first) {
+    write(
+      `\nactions: Temporal Cloud billable actions estimated from the histories (rules in bench/lib/history.ts); heartbeats are not in history, estimated. all = bench process + every stack component (Temporal, apiserver, etcd, registry, simulator). Peak RSS: the largest over the repetitions, first create to last Hibernated. Per transition at L=${first.latencyMs}, C=${first.concurrency}: ${temporalDetail(first.temporalPerTransition)}.`,
+    );
+  }
   const run = r.runs[0];
   if (run) {
     write(
@@ -192,6 +264,12 @@ export function printFleet(f: FleetResult): void {
         `\nThe CocoonSets took ${fmt(i.setsSteadyMs / 1000, 1)} s from the first create to all Running with every agent ready (unmeasured setup); sets not steady at the end of the window: ${i.setsUnsteadyAtEnd.length}.`,
       );
     }
+    if (i.setBuild) {
+      const t = i.setBuild;
+      write(
+        `\nCocoonSet workflow per set, from creation to steady (its whole history when the idle window opened; median over ${i.sets} sets): ${count(t.workflowTasks)} workflow tasks, ${count(t.activityTasks)} activity tasks, ${count(t.localActivities)} local activities, ${count(t.events)} history events, ${count(t.signals)} signals, ${count(t.actions)} actions (${count(t.heartbeatsEst)} heartbeats est.); ${temporalDetail(t)}.`,
+      );
+    }
   }
 }
 
@@ -225,6 +303,19 @@ export function printLatency(r: LatencyResult): void {
         ? ` (recovered: ${r.stalls.filter((s) => s.recovered).length}; records in the JSON).`
         : '.'),
   );
+  if (r.temporalPerTransition) {
+    write(
+      '\nTemporal per transition (medians over the low-load transitions; the VM workflow history sliced at each edit):\n',
+    );
+    const rows = r.temporalPerTransition;
+    write(
+      table(
+        ['transition', 'samples', ...TEMPORAL_HEADER],
+        rows.map((t) => [t.transition, String(t.samples), ...temporalCells(t.counts)]),
+      ),
+    );
+    for (const t of rows) write(`\n${t.transition}: ${temporalDetail(t.counts)}.`);
+  }
   const b = r.backToBack;
   if (b) {
     write(

@@ -16,7 +16,14 @@ import { cocoonSetWorkflowId, vmWorkflowId } from '../../src/api/ids.js';
 import type { HibernationPhase } from '../../src/api/types.js';
 import { resyncSignal } from '../../src/workflows/messages.js';
 import { type BenchEnv, metricsDelta, scrapeWorkerMetrics } from '../lib/env.js';
-import { historyFigures, terminateAll } from '../lib/history.js';
+import {
+  fetchEvents,
+  historyFigures,
+  medianCounts,
+  type TemporalCounts,
+  temporalCounts,
+  terminateAll,
+} from '../lib/history.js';
 import { diffCounts, type KubeRequestCounts } from '../lib/kube-count.js';
 import { type RunningOperator, startOperator } from '../lib/operator.js';
 import { type CpuWindow, sampleRss, startCpuWindow } from '../lib/procstat.js';
@@ -74,6 +81,12 @@ export interface IdleResult {
   setsSteadyMs: number;
   /** Sets not steady any more at the end of the window (should be none). */
   setsUnsteadyAtEnd: string[];
+  /**
+   * What building one set cost Temporal: its CocoonSet workflow's whole history (creation to steady, and
+   * the settle time, in which a steady set adds nothing), read just before the window opened; field-wise
+   * medians over the sets. The VM workflows of the sets' pods are not included. Absent without sets.
+   */
+  setBuild?: TemporalCounts;
   /** History growth in the window: VM workflows, CocoonSet workflows. */
   historyEventsAddedByKind: { vm: number; cocoonSet: number };
   /** Total history length when the window opened (evidence the workflows exist and were read). */
@@ -274,6 +287,11 @@ export async function runFleet(env: BenchEnv, opts: FleetOptions): Promise<Fleet
         while (sets > 0 && Date.now() - world.lastSetChangeAt < settleMs) {
           await new Promise((r) => setTimeout(r, 1_000));
         }
+        const setBuild = setIds.length
+          ? medianCounts(
+              await pool(setIds, 8, async (id) => temporalCounts(await fetchEvents(env.client, id))),
+            )
+          : undefined;
         await op.watcher.idle();
         const hist0 = await historyTotal(env, ids);
         const histSets0 = await historyTotal(env, setIds);
@@ -307,6 +325,7 @@ export async function runFleet(env: BenchEnv, opts: FleetOptions): Promise<Fleet
           setPods: sets * (1 + subAgents),
           setsSteadyMs,
           setsUnsteadyAtEnd: world.unsteadySets(),
+          setBuild,
           historyEventsAddedByKind: { vm: hist1 - hist0, cocoonSet: histSets1 - histSets0 },
           historyEventsAtStartByKind: { vm: hist0, cocoonSet: histSets0 },
           perMinute: {

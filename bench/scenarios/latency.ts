@@ -13,7 +13,15 @@
 import { vmWorkflowId } from '../../src/api/ids.js';
 import type { HibernationDesire, HibernationPhase } from '../../src/api/types.js';
 import type { BenchEnv } from '../lib/env.js';
-import { terminateAll } from '../lib/history.js';
+import {
+  eventTimeMs,
+  fetchEvents,
+  type HistoryEvent,
+  medianCounts,
+  type TemporalCounts,
+  temporalCounts,
+  terminateAll,
+} from '../lib/history.js';
 import { type ActivityCall, startOperator } from '../lib/operator.js';
 import { percentile, pool } from '../lib/stats.js';
 import { awaitTransition, type StallRecord, workflowSettled } from '../lib/transition.js';
@@ -56,10 +64,19 @@ export interface LatencyResult {
   samples: {
     pod: string;
     desire: HibernationDesire;
+    /** Local epoch ms just before the edit was sent. */
+    editAt: number;
     toPatchMs: number;
     toDoneMs: number;
     stalled: boolean;
   }[];
+  /**
+   * What one transition cost Temporal, by kind: the initial CR create → Hibernated (which starts the VM
+   * workflow) and the low-load hibernate and wake edits that did not stall. Each transition is the slice of
+   * its VM workflow's history from its edit (or the run's start) to the VM's next edit (or the end of the
+   * low-load part); field-wise medians over the slices. Absent in results of older versions.
+   */
+  temporalPerTransition?: { transition: string; samples: number; counts: TemporalCounts }[];
   backToBack?: { edits: number; vms: number; lost: number; slow: number; stalls: StallRecord[] };
 }
 
@@ -74,6 +91,50 @@ function quantiles(xs: number[]): Quantiles {
 
 const target = (d: HibernationDesire): HibernationPhase => (d === 'Wake' ? 'Active' : 'Hibernated');
 const flip = (d: HibernationDesire): HibernationDesire => (d === 'Hibernate' ? 'Wake' : 'Hibernate');
+
+/** Events of `events` with a server time in [from, to). */
+function between(events: readonly HistoryEvent[], from: number, to: number): HistoryEvent[] {
+  return events.filter((ev) => {
+    const t = eventTimeMs(ev);
+    return t >= from && t < to;
+  });
+}
+
+/**
+ * Per-transition Temporal figures of the low-load part (see LatencyResult.temporalPerTransition) from the
+ * current run of each VM's workflow, read once at its end (`end`, local epoch ms). A run that continued as
+ * new drops the slices that began before it, and its creation slice.
+ */
+async function perTransitionCounts(
+  env: BenchEnv,
+  namespace: string,
+  pods: readonly string[],
+  samples: LatencyResult['samples'],
+  end: number,
+): Promise<NonNullable<LatencyResult['temporalPerTransition']>> {
+  const rows = new Map<string, TemporalCounts[]>();
+  const push = (kind: string, c: TemporalCounts) => rows.set(kind, [...(rows.get(kind) ?? []), c]);
+  await pool(pods, 4, async (pod) => {
+    const events = await fetchEvents(env.client, vmWorkflowId(namespace, pod));
+    const first = events[0];
+    if (!first) return;
+    const runStart = eventTimeMs(first);
+    const mine = samples.filter((s) => s.pod === pod);
+    const firstRun = !first.workflowExecutionStartedEventAttributes?.continuedExecutionRunId;
+    if (firstRun) push('create → Hibernated', temporalCounts(between(events, 0, mine[0]?.editAt ?? end)));
+    mine.forEach((s, i) => {
+      if (s.stalled || s.editAt < runStart) return;
+      const to = mine[i + 1]?.editAt ?? end;
+      push(
+        s.desire === 'Wake' ? 'wake (desire edit)' : 'hibernate (desire edit)',
+        temporalCounts(between(events, s.editAt, to)),
+      );
+    });
+  });
+  return ['create → Hibernated', 'hibernate (desire edit)', 'wake (desire edit)']
+    .filter((k) => rows.has(k))
+    .map((k) => ({ transition: k, samples: rows.get(k)!.length, counts: medianCounts(rows.get(k)!) }));
+}
 
 /** Runs the edits and returns the distributions. */
 export async function runLatency(env: BenchEnv, opts: LatencyOptions): Promise<LatencyResult> {
@@ -98,6 +159,7 @@ export async function runLatency(env: BenchEnv, opts: LatencyOptions): Promise<L
     const stalls: StallRecord[] = [];
     const desire = new Map<string, HibernationDesire>(pods.map((p) => [p, 'Hibernate']));
     let backToBack: LatencyResult['backToBack'];
+    let temporalPerTransition: LatencyResult['temporalPerTransition'];
     try {
       await world.createCRs(pods, 'Hibernate', pods.length);
       await world.waitPhase(pods, 'Hibernated', 120_000);
@@ -124,6 +186,7 @@ export async function runLatency(env: BenchEnv, opts: LatencyOptions): Promise<L
         samples.push({
           pod,
           desire: next,
+          editAt: t0,
           toPatchMs: patch ? patch.end - t0 : Number.NaN,
           toDoneMs: doneAt - t0,
           stalled: stall !== undefined,
@@ -131,6 +194,7 @@ export async function runLatency(env: BenchEnv, opts: LatencyOptions): Promise<L
         await workflowSettled(env, world, pod, target(next));
         if ((i + 1) % 50 === 0) opts.progress?.(`latency: ${i + 1}/${opts.edits} edits`);
       }
+      temporalPerTransition = await perTransitionCounts(env, world.namespace, lowLoad, samples, Date.now());
       if (opts.backToBackPerVM > 0) {
         const b2b: StallRecord[] = [];
         const vms = pods.slice(0, opts.backToBackVMs);
@@ -174,6 +238,7 @@ export async function runLatency(env: BenchEnv, opts: LatencyOptions): Promise<L
       stalls,
       samples,
       backToBack,
+      temporalPerTransition,
     };
   } finally {
     await terminateAll(env.client, ids);

@@ -7,10 +7,10 @@
  */
 import { vmWorkflowId } from '../../src/api/ids.js';
 import type { BenchEnv } from '../lib/env.js';
-import { runTimeline, terminateAll } from '../lib/history.js';
+import { medianCounts, runTimeline, type TemporalCounts, terminateAll } from '../lib/history.js';
 import { diffCounts, type KubeRequestCounts } from '../lib/kube-count.js';
 import { startOperator, startWorkflowHost, type WorkflowHost } from '../lib/operator.js';
-import { type CpuWindow, startCpuWindow } from '../lib/procstat.js';
+import { type CpuWindow, sampleRss, startCpuWindow } from '../lib/procstat.js';
 import { median, pool, type Summary, summarize } from '../lib/stats.js';
 import { BenchWorld } from '../lib/world.js';
 
@@ -66,6 +66,13 @@ export interface SeedRun {
   /** Medians per VM: workflow tasks, activities, history events. */
   perVM: { workflowTasks: number; activities: number; events: number; kubeActivityMs: number };
   activityMix: Record<string, number>;
+  /** What one transition cost Temporal: field-wise medians over the N VM workflow histories. */
+  temporalPerVM: TemporalCounts;
+  /**
+   * Peak RSS of the benchmark process (workers, watcher, harness) from the first create to the last
+   * Hibernated, MiB (sampled every 50 ms).
+   */
+  peakRssMiB: number;
 }
 
 /** Figures of one (L, C) cell over its repetitions. */
@@ -82,8 +89,15 @@ export interface SeedCell {
   ratioToIdeal: number;
   /** Median wall − ideal: the part no registry wait explains, ms. */
   overheadMs: number;
-  /** Median CPU milliseconds per transition: this process (workers + watcher), Temporal, apiserver, etcd. */
-  cpuMsPerTransition: { bench: number; temporal: number; apiserver: number; etcd: number };
+  /**
+   * Median CPU milliseconds per transition: this process (workers + watcher), Temporal, apiserver, etcd,
+   * and all of them plus the registry and the simulator (`all`).
+   */
+  cpuMsPerTransition: { bench: number; temporal: number; apiserver: number; etcd: number; all: number };
+  /** What one transition cost Temporal: medians over the VMs of a run, then over the repetitions. */
+  temporalPerTransition: TemporalCounts;
+  /** Largest peak RSS of the benchmark process over the repetitions, MiB. */
+  peakRssMiB: number;
   /** Median share of the machine's CPU busy in the window that none of the above used (other load). */
   otherLoadShare: number;
   medianBreakdown: Breakdown;
@@ -111,8 +125,15 @@ function medianOf(rows: Breakdown[]): Breakdown {
   return out;
 }
 
-/** Time after completion during which late registry calls would still be counted, ms. */
+/** Time after completion during which late registry calls and signals would still be counted, ms. */
 const SETTLE_MS = 500;
+/** RSS sampling period during a run, ms. */
+const RSS_SAMPLE_MS = 50;
+
+/** CPU seconds of this process and every stack component in a window (unreadable components as 0). */
+function allCpuSeconds(w: CpuWindow): number {
+  return w.self + Object.values(w.stack).reduce((a, b) => a + (Number.isNaN(b) ? 0 : b), 0);
+}
 
 /**
  * One run: fresh namespace, pods, tags, registry proxy, registry workers and watcher; the workflow worker
@@ -164,17 +185,20 @@ async function seedRun(
     phases.previousCleanupWait = Date.now() - tPrev;
     try {
       const kubeBefore = op.kubeConfig.snapshot();
+      const rss = sampleRss(RSS_SAMPLE_MS);
       const cpu = startCpuWindow();
       const t0 = Date.now();
       const createdAt = await world.createCRs(pods, 'Hibernate', n);
       const doneAt = await world.waitPhase(pods, 'Hibernated', timeoutMs);
       const wallMs = Math.max(...doneAt) - t0;
       const cpuSeconds = cpu.stop();
+      const peakRss = rss.stop();
       const registryAtDone = Object.fromEntries(op.proxy.counts);
-      const settledAt = Date.now() + SETTLE_MS;
-      const timelines = await pool(ids, 8, (id) => runTimeline(env.client, id));
-      await new Promise((r) => setTimeout(r, Math.max(0, settledAt - Date.now())));
+      // Histories are read after the settle, so the watcher's signals about the operator's own last
+      // writes (and the workflow tasks they cause) count in the transition.
+      await new Promise((r) => setTimeout(r, SETTLE_MS));
       const registryAfterSettle = Object.fromEntries(op.proxy.counts);
+      const timelines = await pool(ids, 8, (id) => runTimeline(env.client, id));
       const kube = diffCounts(op.kubeConfig.snapshot(), kubeBefore);
       const rows: Breakdown[] = timelines.map((tl, i) => {
         const reg = tl.registry;
@@ -212,6 +236,8 @@ async function seedRun(
           kubeActivityMs: median(timelines.map((t) => t.kubeActivityMs)),
         },
         activityMix: mix,
+        temporalPerVM: medianCounts(timelines.map((t) => t.counts)),
+        peakRssMiB: peakRss / 2 ** 20,
       };
     } finally {
       const tStop = Date.now();
@@ -307,7 +333,10 @@ async function matrix(
           temporal: median(mine.map((r) => (1000 * r.cpuSeconds.stack.temporal) / opts.n)),
           apiserver: median(mine.map((r) => (1000 * r.cpuSeconds.stack['kube-apiserver']) / opts.n)),
           etcd: median(mine.map((r) => (1000 * r.cpuSeconds.stack.etcd) / opts.n)),
+          all: median(mine.map((r) => (1000 * allCpuSeconds(r.cpuSeconds)) / opts.n)),
         },
+        temporalPerTransition: medianCounts(mine.map((r) => r.temporalPerVM)),
+        peakRssMiB: Math.max(...mine.map((r) => r.peakRssMiB)),
         otherLoadShare: median(mine.map((r) => r.cpuSeconds.otherShare)),
         medianBreakdown: medianOf(mine.map((r) => r.medianBreakdown)),
       });
