@@ -280,7 +280,7 @@ export const scenarios: Scenario[] = [
       'a signal arrives during the pass after which the run is past its history limit: it continues as new at once, carrying the re-read',
     record: (env) =>
       withWorld(env, async (world) => {
-        world.startExtra = { historyLimit: 30 };
+        world.startExtra = { historyLimit: 12 };
         await world.putPod(NS, POD, {
           annotations: podAnnotations({ [Annotations.vmID]: 'vm-first' }),
           containerRunning: true,
