@@ -318,50 +318,85 @@ export function createKubeActivities(deps: KubeActivityDeps) {
     },
 
     /**
-     * Adds (`present: true`) or removes our finalizer with a full Update guarded by resourceVersion,
-     * re-reading on conflict. Adding it also writes the workflow-link annotations (src/api/ids.ts). Returns the object after the write, or exists:false when it is gone.
+     * Adds (`present: true`) or removes our finalizer. With `seen` (the object as the caller last saw it),
+     * first as one JSON merge patch carrying that resourceVersion (the server refuses it if the object
+     * changed since); otherwise, and after such a conflict, with a full Update guarded by the
+     * resourceVersion just read, re-reading on conflict. Adding it also writes the workflow-link
+     * annotations (src/api/ids.ts). Returns the object after the write, or exists:false when it is gone.
      */
     async setHibernationFinalizer(input: {
       namespace: string;
       name: string;
       present: boolean;
+      seen?: { resourceVersion?: string; finalizers?: string[]; podRef?: string };
     }): Promise<HibernationObservation> {
+      const gone = (uid?: string): HibernationObservation => ({
+        exists: false,
+        namespace: input.namespace,
+        name: input.name,
+        uid,
+      });
+      const target = { group: GROUP, version: VERSION, namespace: input.namespace, name: input.name };
+      const change = (finalizers: string[], podRef: string | undefined) => ({
+        finalizers: input.present
+          ? [...finalizers, Finalizers.cocoonHibernation]
+          : finalizers.filter((f) => f !== Finalizers.cocoonHibernation),
+        annotations:
+          input.present && podRef
+            ? workflowAnnotations(vmWorkflowId(input.namespace, podRef), deps.temporalUi)
+            : undefined,
+      });
+      // Removing the last finalizer of a deleting object deletes it.
+      const answer = (updated: CocoonHibernation, uid?: string): HibernationObservation =>
+        !input.present &&
+        updated.metadata?.deletionTimestamp &&
+        (updated.metadata.finalizers ?? []).length === 0
+          ? gone(uid)
+          : observeHibernation(updated);
       return owned('cocoonhibernation', input.namespace, input.name, async () => {
-        for (let attempt = 0; ; attempt++) {
-          const cr = await getHibernation(input.namespace, input.name);
-          if (!cr) return { exists: false, namespace: input.namespace, name: input.name };
-          const finalizers = cr.metadata.finalizers ?? [];
-          const has = finalizers.includes(Finalizers.cocoonHibernation);
-          if (has === input.present) return observeHibernation(cr);
-          cr.metadata.finalizers = input.present
-            ? [...finalizers, Finalizers.cocoonHibernation]
-            : finalizers.filter((f) => f !== Finalizers.cocoonHibernation);
-          const pod = cr.spec?.podRef?.name;
-          if (input.present && pod) {
-            const links = workflowAnnotations(vmWorkflowId(input.namespace, pod), deps.temporalUi);
-            cr.metadata.annotations = { ...cr.metadata.annotations, ...links };
-          }
+        const seen = input.seen;
+        if (
+          seen?.resourceVersion &&
+          (seen.finalizers ?? []).includes(Finalizers.cocoonHibernation) !== input.present
+        ) {
+          const { finalizers, annotations } = change(seen.finalizers ?? [], seen.podRef);
           try {
-            const updated = (await custom.replaceNamespacedCustomObject({
-              group: GROUP,
-              version: VERSION,
-              namespace: input.namespace,
-              plural: PLURAL_COCOONHIBERNATIONS,
-              name: input.name,
-              body: cr,
-            })) as CocoonHibernation;
-            // Removing the last finalizer of a deleting object deletes it.
-            if (
-              !input.present &&
-              updated.metadata?.deletionTimestamp &&
-              (updated.metadata.finalizers ?? []).length === 0
-            ) {
-              return { exists: false, namespace: input.namespace, name: input.name, uid: cr.metadata.uid };
-            }
-            return observeHibernation(updated);
+            const updated = (await custom.patchNamespacedCustomObject(
+              {
+                ...target,
+                plural: PLURAL_COCOONHIBERNATIONS,
+                body: { metadata: { resourceVersion: seen.resourceVersion, finalizers, annotations } },
+              },
+              mergePatch,
+            )) as CocoonHibernation;
+            return answer(updated);
           } catch (err) {
             const code = statusCodeOf(err);
-            if (code === 404) return { exists: false, namespace: input.namespace, name: input.name };
+            if (code === 404) return gone();
+            if (code !== 409) throw err;
+          }
+        }
+        for (let attempt = 0; ; attempt++) {
+          const cr = await getHibernation(input.namespace, input.name);
+          if (!cr) return gone();
+          const has = (cr.metadata.finalizers ?? []).includes(Finalizers.cocoonHibernation);
+          if (has === input.present) return observeHibernation(cr);
+          const { finalizers, annotations } = change(cr.metadata.finalizers ?? [], cr.spec?.podRef?.name);
+          cr.metadata.finalizers = finalizers;
+          if (annotations) cr.metadata.annotations = { ...cr.metadata.annotations, ...annotations };
+          try {
+            const updated = (await custom.replaceNamespacedCustomObject({
+              ...target,
+              plural: PLURAL_COCOONHIBERNATIONS,
+              body: cr,
+            })) as CocoonHibernation;
+            return answer({
+              ...updated,
+              metadata: { ...updated.metadata, uid: updated.metadata?.uid ?? cr.metadata.uid },
+            });
+          } catch (err) {
+            const code = statusCodeOf(err);
+            if (code === 404) return gone();
             if (code === 409 && attempt < 5) continue;
             throw err;
           }

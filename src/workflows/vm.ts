@@ -623,7 +623,12 @@ async function pass(state: VMState, name: string, io: VMIO): Promise<boolean> {
   if (!(cr.finalizers ?? []).includes(Finalizers.cocoonHibernation)) {
     track(
       state,
-      await io.kube.setHibernationFinalizer({ namespace: cr.namespace, name: cr.name, present: true }),
+      await io.kube.setHibernationFinalizer({
+        namespace: cr.namespace,
+        name: cr.name,
+        present: true,
+        seen: seenOf(cr),
+      }),
     );
     return true;
   }
@@ -722,6 +727,11 @@ function holderOf(state: VMState): Holder | undefined {
 type Holder =
   | { kind: 'cr'; cr: TrackedCR; path: Path; why: string }
   | { kind: 'set'; set: string; path: 'hibernate'; why: string };
+
+/** The CR as this workflow last saw it, for a write that the server refuses if the CR changed since. */
+function seenOf(cr: TrackedCR): { resourceVersion?: string; finalizers?: string[]; podRef?: string } {
+  return { resourceVersion: cr.resourceVersion, finalizers: cr.finalizers, podRef: cr.podRef };
+}
 
 function track(state: VMState, obs: HibernationObservation): TrackedCR | undefined {
   const cur = state.crs[obs.name];
@@ -1080,6 +1090,7 @@ async function deletionFlow(state: VMState, cr: TrackedCR, io: VMIO): Promise<vo
       namespace: cr.namespace,
       name: cr.name,
       present: false,
+      seen: seenOf(cr),
     });
     if (obs.exists && obs.deleting) {
       // Other finalizers still hold the object; it is no longer ours to process.

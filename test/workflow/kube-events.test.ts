@@ -7,8 +7,19 @@
  */
 import { beforeAll, describe, expect, it } from 'vitest';
 import { createKubeActivities, type EventInput, hibernationRef } from '../../src/activities/kube.js';
-import { EVENT_SOURCE, EventReasons } from '../../src/api/keys.js';
-import type { KubeClients } from '../../src/kube/client.js';
+import { vmWorkflowId } from '../../src/api/ids.js';
+import {
+  API_VERSION,
+  EVENT_SOURCE,
+  EventReasons,
+  Finalizers,
+  GROUP,
+  PLURAL_COCOONHIBERNATIONS,
+  VERSION,
+  WorkflowAnnotations,
+} from '../../src/api/keys.js';
+import type { CocoonHibernation } from '../../src/api/types.js';
+import { type KubeClients, mergePatch } from '../../src/kube/client.js';
 import { kubeClients, stackEnv } from '../e2e/stack-harness.js';
 
 const NS = `vm-events-${process.pid}-${Date.now() % 100000}`;
@@ -73,5 +84,62 @@ describe('CocoonHibernation Events on a real apiserver', () => {
     // Another CR's Event is its own.
     await acts.emitEvent({ ...woken('other-1'), involved: hibernationRef('other', 'uid-other') });
     expect((await ours()).map((e) => e.count)).toEqual([4]);
+  });
+});
+
+describe('the CocoonHibernation finalizer on a real apiserver', () => {
+  const crs = () => ({ group: GROUP, version: VERSION, namespace: NS, plural: PLURAL_COCOONHIBERNATIONS });
+  const create = async (name: string) =>
+    (await kube.custom.createNamespacedCustomObject({
+      ...crs(),
+      body: {
+        apiVersion: API_VERSION,
+        kind: 'CocoonHibernation',
+        metadata: { name },
+        spec: { podRef: { name: 'demo-0' }, desire: 'Hibernate' },
+      },
+    })) as CocoonHibernation;
+  const read = async (name: string) =>
+    (await kube.custom.getNamespacedCustomObject({ ...crs(), name })) as CocoonHibernation;
+
+  it('adds it in one patch from what the workflow saw, and when that is stale, re-reads: no other finalizer is lost', async () => {
+    const fresh = await create('fin-fresh');
+    const added = await acts.setHibernationFinalizer({
+      namespace: NS,
+      name: 'fin-fresh',
+      present: true,
+      seen: { resourceVersion: fresh.metadata.resourceVersion, finalizers: [], podRef: 'demo-0' },
+    });
+    expect(added.finalizers).toEqual([Finalizers.cocoonHibernation]);
+    expect((await read('fin-fresh')).metadata.annotations?.[WorkflowAnnotations.id]).toBe(
+      vmWorkflowId(NS, 'demo-0'),
+    );
+
+    // Someone else adds a finalizer after the workflow's view: the patch's resourceVersion conflicts, and
+    // the update after a re-read keeps theirs.
+    const stale = await create('fin-stale');
+    await kube.custom.patchNamespacedCustomObject(
+      { ...crs(), name: 'fin-stale', body: { metadata: { finalizers: ['example.com/other'] } } },
+      mergePatch,
+    );
+    const merged = await acts.setHibernationFinalizer({
+      namespace: NS,
+      name: 'fin-stale',
+      present: true,
+      seen: { resourceVersion: stale.metadata.resourceVersion, finalizers: [], podRef: 'demo-0' },
+    });
+    expect(merged.finalizers).toEqual(['example.com/other', Finalizers.cocoonHibernation]);
+    const removed = await acts.setHibernationFinalizer({
+      namespace: NS,
+      name: 'fin-stale',
+      present: false,
+      seen: { resourceVersion: merged.resourceVersion, finalizers: merged.finalizers, podRef: 'demo-0' },
+    });
+    expect(removed.finalizers).toEqual(['example.com/other']);
+    expect((await read('fin-stale')).metadata.finalizers).toEqual(['example.com/other']);
+    await kube.custom.patchNamespacedCustomObject(
+      { ...crs(), name: 'fin-stale', body: { metadata: { finalizers: null } } },
+      mergePatch,
+    );
   });
 });
