@@ -31,7 +31,7 @@ import { type KubeClients, mergePatch, statusCodeOf } from '../kube/client.js';
 import { kubeFailure } from '../kube/errors.js';
 import type { OperatorMetrics } from '../metrics.js';
 import { type SetDesire, setDesireSignal, VM_WORKFLOW_TYPE, vmWorkflowInput } from '../workflows/messages.js';
-import { recordEvent } from './kube.js';
+import { EventCache, recordEvent } from './kube.js';
 
 /** Dependencies of the CocoonSet activities. `metrics` absent = counters are not incremented. */
 export interface CocoonSetActivityDeps {
@@ -77,6 +77,7 @@ function trim<T extends { metadata?: { managedFields?: unknown } }>(o: T): T {
  */
 export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
   const { core, custom } = deps.kube;
+  const events = new EventCache();
 
   async function listPodPage(namespace: string, name: string, token: string | undefined): Promise<PodPage> {
     try {
@@ -332,6 +333,7 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
           key: input.key,
         },
         Date.now(),
+        events,
       );
     },
 

@@ -119,18 +119,143 @@ export function eventKeysOf(ev: CoreV1Event): string[] {
   }
 }
 
+/** What this process last wrote of one folded Event: its name, version, count and occurrence keys. */
+interface CachedEvent {
+  name: string;
+  resourceVersion?: string;
+  count: number;
+  keys: string[];
+  /** Epoch ms of its last occurrence. */
+  lastMs: number;
+}
+
+/**
+ * The Events this process wrote, per involved object, type, reason and message (as client-go's
+ * EventCorrelator keeps them in memory), so a first occurrence is created and a repeat folded without
+ * listing the namespace's Events first. Bounded: the least recently used entries beyond `max` go.
+ */
+export class EventCache {
+  private readonly entries = new Map<string, CachedEvent>();
+  constructor(private readonly max = 4096) {}
+
+  get(key: string): CachedEvent | undefined {
+    const e = this.entries.get(key);
+    if (e) {
+      this.entries.delete(key);
+      this.entries.set(key, e);
+    }
+    return e;
+  }
+
+  set(key: string, e: CachedEvent): void {
+    this.entries.delete(key);
+    this.entries.set(key, e);
+    for (const k of this.entries.keys()) {
+      if (this.entries.size <= this.max) break;
+      this.entries.delete(k);
+    }
+  }
+
+  delete(key: string): void {
+    this.entries.delete(key);
+  }
+}
+
+function cachedEvent(ev: CoreV1Event): CachedEvent {
+  return {
+    name: ev.metadata?.name ?? '',
+    resourceVersion: ev.metadata?.resourceVersion,
+    count: ev.count ?? 1,
+    keys: eventKeysOf(ev),
+    lastMs: timeMs(ev.lastTimestamp ?? ev.firstTimestamp),
+  };
+}
+
 /**
  * Records one occurrence (`input.key`, at `nowMs` epoch ms) of an Event, folded as client-go's recorder
  * folds them: this operator's Events on the same involved object with the same type, reason and message
- * whose last occurrence is within EVENT_FOLD_WINDOW_MS are one Event whose `count` grows. Lists those
+ * whose last occurrence is within EVENT_FOLD_WINDOW_MS are one Event whose `count` grows. With `cache`, a
+ * repeat within the window of an Event this process wrote is decided without a read: a key it counted is
+ * not counted again, another key patches the cached Event (a conflict falls back to the listing). Else: lists those
  * Events (field selectors); if one already counted `key`, does nothing; else patches the newest one's
  * count + 1 and lastTimestamp (a merge patch carrying the resourceVersion read, so a concurrent fold
  * conflicts and is re-read instead of lost); else creates the Event, named after the object and the key
  * so that two attempts of one occurrence cannot both create one. Returns true when this call counted the
  * key, false when it had been counted before. Errors: API errors other than a conflict are thrown.
  */
-export async function recordEvent(core: CoreV1Api, input: EventInput, nowMs: number): Promise<boolean> {
+export async function recordEvent(
+  core: CoreV1Api,
+  input: EventInput,
+  nowMs: number,
+  cache?: EventCache,
+): Promise<boolean> {
   const message = truncate(input.message, EVENT_MESSAGE_MAX_BYTES);
+  const cacheKey = [
+    input.namespace,
+    input.involved.uid ?? input.involved.name,
+    input.type,
+    input.reason,
+    message,
+  ].join('\u0000');
+  const fold = async (ev: Omit<CachedEvent, 'lastMs'>) => {
+    const keys = [...ev.keys, input.key].slice(-EVENT_KEYS_KEPT);
+    const out = await core.patchNamespacedEvent(
+      {
+        name: ev.name,
+        namespace: input.namespace,
+        body: {
+          metadata: {
+            resourceVersion: ev.resourceVersion,
+            annotations: { [EVENT_KEYS_ANNOTATION]: JSON.stringify(keys) },
+          },
+          count: ev.count + 1,
+          lastTimestamp: metaTime(nowMs),
+        },
+      },
+      mergePatch,
+    );
+    cache?.set(cacheKey, cachedEvent(out));
+  };
+  const create = async () => {
+    const out = await core.createNamespacedEvent({
+      namespace: input.namespace,
+      body: {
+        metadata: {
+          name: eventName(input.involved.name, input.key),
+          namespace: input.namespace,
+          annotations: { [EVENT_KEYS_ANNOTATION]: JSON.stringify([input.key]) },
+        },
+        involvedObject: { ...input.involved, namespace: input.namespace },
+        reason: input.reason,
+        message,
+        type: input.type,
+        source: { component: EVENT_SOURCE },
+        reportingComponent: EVENT_SOURCE,
+        reportingInstance: process.env.HOSTNAME || EVENT_SOURCE,
+        firstTimestamp: new Date(metaTime(nowMs)),
+        lastTimestamp: new Date(metaTime(nowMs)),
+        count: 1,
+      },
+    });
+    cache?.set(cacheKey, cachedEvent(out));
+  };
+
+  // A repeat within the window of an Event this process wrote: fold it without a read. A first occurrence
+  // (or one this process does not remember) reads first: an earlier process may have counted this very key
+  // into an Event of another name (a fold), which only the listing finds.
+  const cached = cache?.get(cacheKey);
+  if (cached && nowMs - cached.lastMs <= EVENT_FOLD_WINDOW_MS) {
+    if (cached.keys.includes(input.key)) return false;
+    try {
+      await fold(cached);
+      return true;
+    } catch (err) {
+      const code = statusCodeOf(err);
+      if (code !== 409 && code !== 404) throw err;
+      cache?.delete(cacheKey);
+    }
+  }
+
   const selector = [
     `involvedObject.kind=${input.involved.kind}`,
     `involvedObject.name=${input.involved.name}`,
@@ -144,50 +269,17 @@ export async function recordEvent(core: CoreV1Api, input: EventInput, nowMs: num
       fieldSelector: selector.join(','),
     });
     const same = list.items.filter((e) => e.source?.component === EVENT_SOURCE && e.message === message);
-    if (same.some((e) => eventKeysOf(e).includes(input.key))) return false;
+    const counted = same.find((e) => eventKeysOf(e).includes(input.key));
+    if (counted) {
+      cache?.set(cacheKey, cachedEvent(counted));
+      return false;
+    }
     const newest = same
       .filter((e) => nowMs - timeMs(e.lastTimestamp ?? e.firstTimestamp) <= EVENT_FOLD_WINDOW_MS)
       .sort((a, b) => timeMs(b.lastTimestamp) - timeMs(a.lastTimestamp))[0];
     try {
-      if (newest) {
-        const keys = [...eventKeysOf(newest), input.key].slice(-EVENT_KEYS_KEPT);
-        await core.patchNamespacedEvent(
-          {
-            name: newest.metadata!.name!,
-            namespace: input.namespace,
-            body: {
-              metadata: {
-                resourceVersion: newest.metadata?.resourceVersion,
-                annotations: { [EVENT_KEYS_ANNOTATION]: JSON.stringify(keys) },
-              },
-              count: (newest.count ?? 1) + 1,
-              lastTimestamp: metaTime(nowMs),
-            },
-          },
-          mergePatch,
-        );
-        return true;
-      }
-      await core.createNamespacedEvent({
-        namespace: input.namespace,
-        body: {
-          metadata: {
-            name: eventName(input.involved.name, input.key),
-            namespace: input.namespace,
-            annotations: { [EVENT_KEYS_ANNOTATION]: JSON.stringify([input.key]) },
-          },
-          involvedObject: { ...input.involved, namespace: input.namespace },
-          reason: input.reason,
-          message,
-          type: input.type,
-          source: { component: EVENT_SOURCE },
-          reportingComponent: EVENT_SOURCE,
-          reportingInstance: process.env.HOSTNAME || EVENT_SOURCE,
-          firstTimestamp: new Date(metaTime(nowMs)),
-          lastTimestamp: new Date(metaTime(nowMs)),
-          count: 1,
-        },
-      });
+      if (newest) await fold(cachedEvent(newest));
+      else await create();
       return true;
     } catch (err) {
       const code = statusCodeOf(err);
@@ -206,6 +298,7 @@ export async function recordEvent(core: CoreV1Api, input: EventInput, nowMs: num
  */
 export function createKubeActivities(deps: KubeActivityDeps) {
   const { core, custom } = deps.kube;
+  const events = new EventCache();
 
   /**
    * Runs `write` of `kind` `namespace/name` as the calling workflow's own write (src/kube/own-writes.ts):
@@ -440,7 +533,7 @@ export function createKubeActivities(deps: KubeActivityDeps) {
      * and observes the phase-duration histogram when this call counted the key.
      */
     async emitEvent(input: EventInput): Promise<void> {
-      const counted = await recordEvent(core, input, Date.now());
+      const counted = await recordEvent(core, input, Date.now(), events);
       if (counted && input.phaseDuration) {
         const d = input.phaseDuration;
         deps.metrics?.observePhaseDuration(d.kind, d.result, d.seconds);

@@ -81,9 +81,20 @@ describe('CocoonHibernation Events on a real apiserver', () => {
     await Promise.all([acts.emitEvent(woken('attempt-4')), acts.emitEvent(woken('attempt-4'))]);
     expect((await ours()).map((e) => e.count)).toEqual([4]);
 
+    // A new process (nothing remembered) retrying an occurrence an earlier one folded: still counted once.
+    const restarted = createKubeActivities({
+      kube,
+      metrics: { observePhaseDuration: (kind, result) => observed.push({ kind, result }) },
+    });
+    await restarted.emitEvent(woken('attempt-4'));
+    expect((await ours()).map((e) => e.count)).toEqual([4]);
+    await restarted.emitEvent(woken('attempt-5'));
+    expect((await ours()).map((e) => e.count)).toEqual([5]);
+    expect(observed).toHaveLength(5);
+
     // Another CR's Event is its own.
     await acts.emitEvent({ ...woken('other-1'), involved: hibernationRef('other', 'uid-other') });
-    expect((await ours()).map((e) => e.count)).toEqual([4]);
+    expect((await ours()).map((e) => e.count)).toEqual([5]);
   });
 });
 
