@@ -163,7 +163,10 @@ export async function startWatcher(opts: WatcherOptions): Promise<Watcher> {
         const key = `${kind}/${namespace}/${name}`;
         const writing = opts.ownWrites?.settled(kind, namespace, name);
         const before = held.get(key);
-        if (!writing && !before) return routeNow();
+        if (!writing && !before) {
+          routeNow();
+          return;
+        }
         const next = Promise.all([before, writing && withTimeout(writing, MAX_ECHO_WAIT_MS)])
           .then(routeNow)
           .catch((err) =>
