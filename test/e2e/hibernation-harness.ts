@@ -358,27 +358,24 @@ export async function dropTag(registry: string, repo: string, tag: string): Prom
 /**
  * Barrier: signals `resync` to VM workflow `workflowId` and waits until the workflow has re-read the world
  * after that signal (its `state` query counts one more completed re-read, `reads`) and is idle again: not
- * busy, no pending activity or workflow task, and its last history event a completed workflow task (no
- * timer started after it, as a VM whose CRs are all steady Hibernated/Active waits for signals only).
- * Everything the workflow would do on a full re-pass has then been done, so counting Events after it checks
- * for duplicates without a fixed sleep. Throws after `timeoutMs` (also when the workflow keeps a timer,
- * e.g. a stale retry).
+ * busy, no timer-driven round scheduled (`nextWakeAt` null: a VM whose CRs are all steady
+ * Hibernated/Active waits for signals only), and no pending activity or workflow task. Everything the
+ * workflow would do on a full re-pass has then been done, so counting Events after it checks for
+ * duplicates without a fixed sleep. Throws after `timeoutMs` (also when the workflow keeps a timer, e.g. a
+ * stale retry).
  */
 export async function settle(client: Client, workflowId: string, timeoutMs = 30_000): Promise<void> {
   const handle = client.workflow.getHandle(workflowId);
-  const reads = async () => await handle.query<{ reads: number; busy: boolean }>('state');
-  const before = (await reads()).reads;
+  const state = () => handle.query<{ reads: number; busy: boolean; nextWakeAt: string | null }>('state');
+  const before = (await state()).reads;
   await handle.signal(resyncSignal);
   await waitFor(
     `workflow ${workflowId} idle after a resync`,
     async () => {
-      const q = await reads();
-      if (q.reads <= before || q.busy) return false;
+      const q = await state();
+      if (q.reads <= before || q.busy || q.nextWakeAt !== null) return false;
       const d = await handle.describe();
-      if ((d.raw.pendingActivities?.length ?? 0) > 0 || d.raw.pendingWorkflowTask) return false;
-      const history = (await handle.fetchHistory()).events ?? [];
-      const lastEvent = history[history.length - 1];
-      return lastEvent?.workflowTaskCompletedEventAttributes != null;
+      return (d.raw.pendingActivities?.length ?? 0) === 0 && !d.raw.pendingWorkflowTask;
     },
     timeoutMs,
     { intervalMs: 250 },
