@@ -300,6 +300,14 @@ export function createKubeActivities(deps: KubeActivityDeps) {
   const { core, custom } = deps.kube;
   const events = new EventCache();
 
+  async function emit(input: EventInput): Promise<void> {
+    const counted = await recordEvent(core, input, Date.now(), events);
+    if (counted && input.phaseDuration) {
+      const d = input.phaseDuration;
+      deps.metrics?.observePhaseDuration(d.kind, d.result, d.seconds);
+    }
+  }
+
   /**
    * Runs `write` of `kind` `namespace/name` as the calling workflow's own write (src/kube/own-writes.ts):
    * marked in flight until it answers, then recorded with the answered object's resourceVersion.
@@ -505,7 +513,10 @@ export function createKubeActivities(deps: KubeActivityDeps) {
       namespace: string;
       name: string;
       patch: { status: object };
+      /** An Event announcing the change, recorded first (as `emitEvent`; a retry counts it once). */
+      event?: EventInput;
     }): Promise<HibernationObservation> {
+      if (input.event) await emit(input.event);
       return owned('cocoonhibernation', input.namespace, input.name, async () => {
         try {
           const cr = (await custom.patchNamespacedCustomObjectStatus(
@@ -533,11 +544,7 @@ export function createKubeActivities(deps: KubeActivityDeps) {
      * and observes the phase-duration histogram when this call counted the key.
      */
     async emitEvent(input: EventInput): Promise<void> {
-      const counted = await recordEvent(core, input, Date.now(), events);
-      if (counted && input.phaseDuration) {
-        const d = input.phaseDuration;
-        deps.metrics?.observePhaseDuration(d.kind, d.result, d.seconds);
-      }
+      await emit(input);
     },
   };
 }

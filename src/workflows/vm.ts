@@ -166,6 +166,8 @@ export interface VMState {
 interface VMIO {
   kube: KubeActivities;
   registry: RegistryActivities;
+  /** The Kubernetes activities are local (the run started with `kubeIO: 'local'`). */
+  local: boolean;
 }
 
 function vmIO(input: VMWorkflowInput): VMIO {
@@ -177,6 +179,7 @@ function vmIO(input: VMWorkflowInput): VMIO {
     registry: proxyActivities<RegistryActivities>(
       registryActivityOptions(taskQueues(workflowInfo().taskQueue).hibernationRegistry),
     ),
+    local: input.kubeIO === 'local',
   };
 }
 
@@ -758,9 +761,10 @@ async function writeStatus(
   state: VMState,
   cr: TrackedCR,
   patch: StatusPatch | null,
+  event?: EventInput,
 ): Promise<TrackedCR> {
   if (!patch) return cr;
-  const obs = await io.kube.patchHibernationStatus({ namespace: cr.namespace, name: cr.name, patch });
+  const obs = await io.kube.patchHibernationStatus({ namespace: cr.namespace, name: cr.name, patch, event });
   const from = cr.status?.phase || '(none)';
   const to = patch.status.phase;
   if (to && to !== from) log.info(`cocoonhibernation ${cr.namespace}/${cr.name}: ${from} → ${to}`);
@@ -799,8 +803,7 @@ function eventBase(cr: TrackedCR): Pick<EventInput, 'namespace' | 'involved'> {
  * Hibernating/Waking, else since `startedMs` (epoch ms) when the transition began and ended within this
  * pass (vk-cocoon finished while the annotation patch was in flight, so the phase was never written).
  */
-async function announce(
-  io: VMIO,
+function announcement(
   cr: TrackedCR,
   kind: 'hibernate' | 'wake',
   result: 'ok' | 'timeout',
@@ -808,11 +811,11 @@ async function announce(
   type: 'Normal' | 'Warning',
   message: string,
   startedMs?: number,
-): Promise<void> {
+): EventInput {
   const ltt = readyTransitionMs(cr.status);
   const inPhase = cr.status?.phase === (kind === 'hibernate' ? 'Hibernating' : 'Waking');
   const since = inPhase ? ltt : startedMs;
-  await io.kube.emitEvent({
+  return {
     ...eventBase(cr),
     type,
     reason,
@@ -820,7 +823,23 @@ async function announce(
     key: `${cr.uid}/${reason}/${ltt ?? 'none'}/${cr.generation ?? 0}`,
     phaseDuration:
       since !== undefined ? { kind, result, seconds: Math.max(0, (Date.now() - since) / 1000) } : undefined,
-  });
+  };
+}
+
+/**
+ * Records `event`, then writes the status change it announces: one local activity in a run with local
+ * Kubernetes I/O, two activities in an older run (its history holds two).
+ */
+async function writeAnnounced(
+  io: VMIO,
+  state: VMState,
+  cr: TrackedCR,
+  event: EventInput,
+  patch: StatusPatch | null,
+): Promise<TrackedCR> {
+  if (io.local && patch) return writeStatus(io, state, cr, patch, event);
+  await io.kube.emitEvent(event);
+  return writeStatus(io, state, cr, patch);
 }
 
 async function retryRequested(io: VMIO, cr: TrackedCR, desire: string): Promise<void> {
@@ -855,8 +874,8 @@ async function failAtDeadline(
   reason: string,
   messages: { event: string; status: string },
 ): Promise<void> {
-  await announce(io, cr, kind, 'timeout', reason, 'Warning', messages.event);
-  const failed = await writeStatus(io, state, cr, markFailedPatch(cr, messages.status, Date.now()));
+  const event = announcement(cr, kind, 'timeout', reason, 'Warning', messages.event);
+  const failed = await writeAnnounced(io, state, cr, event, markFailedPatch(cr, messages.status, Date.now()));
   failed.retryAt = Date.now() + FAILED_RETRY_MS;
 }
 
@@ -891,8 +910,7 @@ async function hibernatePath(state: VMState, name: string, vmName: string, io: V
     // Any answer of the registry ends a probe failure (an error at the deadline keeps it: it is the cause).
     if (!probeError) cr = await writeStatus(io, state, cr, probeFailingPatch(cr, undefined, Date.now()));
     if (present) {
-      await announce(
-        io,
+      const event = announcement(
         cr,
         'hibernate',
         'ok',
@@ -901,7 +919,7 @@ async function hibernatePath(state: VMState, name: string, vmName: string, io: V
         `snapshot ${vmName} pushed to the registry`,
         startedMs,
       );
-      await writeStatus(io, state, cr, setPhasePatch(cr, 'Hibernated', vmName, Date.now()));
+      await writeAnnounced(io, state, cr, event, setPhasePatch(cr, 'Hibernated', vmName, Date.now()));
       return;
     }
   }
@@ -956,8 +974,7 @@ async function wakePath(state: VMState, name: string, vmName: string, io: VMIO):
     } catch (err) {
       log.error(`delete hibernation snapshot ${vmName}`, { error: errorMessage(err) });
     }
-    await announce(
-      io,
+    const event = announcement(
       cr,
       'wake',
       'ok',
@@ -966,7 +983,7 @@ async function wakePath(state: VMState, name: string, vmName: string, io: VMIO):
       `pod ${cr.namespace}/${pod.name} is running`,
       startedMs,
     );
-    await writeStatus(io, state, cr, setPhasePatch(cr, 'Active', vmName, Date.now()));
+    await writeAnnounced(io, state, cr, event, setPhasePatch(cr, 'Active', vmName, Date.now()));
     return;
   }
   if (deadlineExceeded(cr.status, 'Waking', WAKE_TIMEOUT_MS, Date.now())) {

@@ -7,7 +7,7 @@
 
 import type { WorkflowClient } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
-import type { KubeActivities } from '../../src/activities/kube.js';
+import type { EventInput, KubeActivities } from '../../src/activities/kube.js';
 import type { RegistryActivities } from '../../src/activities/registry.js';
 import { vmWorkflowId } from '../../src/api/ids.js';
 import { Annotations, Finalizers } from '../../src/api/keys.js';
@@ -392,7 +392,8 @@ export class VMWorld {
         this.crs.set(`${namespace}/${name}`, next);
         return next;
       },
-      patchHibernationStatus: async ({ namespace, name, patch }) => {
+      patchHibernationStatus: async ({ namespace, name, patch, event }) => {
+        if (event) this.recordEvent(event);
         const cur = this.crs.get(`${namespace}/${name}`);
         if (!cur)
           throw ApplicationFailure.create({ type: 'NotFound', message: 'cr not found', nonRetryable: true });
@@ -410,22 +411,25 @@ export class VMWorld {
         if (hook) await hook(next);
         return next;
       },
-      emitEvent: async (input) => {
-        if (this.events.some((e) => e.key === input.key)) return;
-        this.events.push({
-          name: input.involved.name,
-          type: input.type,
-          reason: input.reason,
-          message: input.message,
-          key: input.key,
-        });
-        if (input.phaseDuration) {
-          const { kind, result, seconds } = input.phaseDuration;
-          this.phaseDurations.push({ kind, result });
-          this.phaseSeconds.push(seconds);
-        }
-      },
+      emitEvent: async (input) => this.recordEvent(input),
     };
+  }
+
+  /** An Event occurrence, counted once per key (as the real writer), with its phase duration. */
+  private recordEvent(input: EventInput): void {
+    if (this.events.some((e) => e.key === input.key)) return;
+    this.events.push({
+      name: input.involved.name,
+      type: input.type,
+      reason: input.reason,
+      message: input.message,
+      key: input.key,
+    });
+    if (input.phaseDuration) {
+      const { kind, result, seconds } = input.phaseDuration;
+      this.phaseDurations.push({ kind, result });
+      this.phaseSeconds.push(seconds);
+    }
   }
 
   registryActivities(): RegistryActivities {
