@@ -12,8 +12,8 @@ const HEARTBEAT_INTERVAL_MS = 1_000;
 
 /**
  * Worker interceptor factory (`interceptors: { activity: [heartbeatWhileRunning] }`): heartbeats every
- * quarter of the activity's heartbeat timeout (at most every HEARTBEAT_INTERVAL_MS) until it returns or
- * throws. The SDK throttles what reaches the server, so the period only bounds detection latency. Local
+ * quarter of the activity's heartbeat timeout (at most every HEARTBEAT_INTERVAL_MS), from one period after
+ * the start until it returns or throws. The SDK throttles what reaches the server, so the period only bounds detection latency. Local
  * activities are left alone.
  */
 export const heartbeatWhileRunning: ActivityInterceptorsFactory = (ctx) => ({
@@ -23,7 +23,9 @@ export const heartbeatWhileRunning: ActivityInterceptorsFactory = (ctx) => ({
       if (ctx.info.isLocal) return next(input);
       const timeoutMs = ctx.info.heartbeatTimeoutMs;
       const period = timeoutMs ? Math.min(HEARTBEAT_INTERVAL_MS, timeoutMs / 4) : HEARTBEAT_INTERVAL_MS;
-      ctx.heartbeat();
+      // The first heartbeat after one period, not at once: a call shorter than that (a registry HEAD at
+      // ordinary latency) sends none, and the server has nothing to record (each heartbeat is an RPC, and a
+      // billed action on Temporal Cloud). The heartbeat timeout still counts from the start.
       const timer = setInterval(() => ctx.heartbeat(), period);
       try {
         return await next(input);
