@@ -51,6 +51,7 @@ import { cocoonSetObservedSignal, ownedPodObservedSignal } from '../watcher/coco
 import {
   backoffDelay,
   errorMessage,
+  historyFull,
   isNotFound,
   kubeActivityOptions,
   olderThan,
@@ -227,12 +228,9 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
       }
       continue;
     }
-    const info = workflowInfo();
     if (
       passedThisRun &&
-      (info.continueAsNewSuggested ||
-        info.historyLength > (input.historyLimit ?? MAX_HISTORY_EVENTS) ||
-        info.historySize > (input.historyBytesLimit ?? MAX_HISTORY_BYTES))
+      historyFull(input.historyLimit ?? MAX_HISTORY_EVENTS, input.historyBytesLimit ?? MAX_HISTORY_BYTES)
     ) {
       await condition(allHandlersFinished);
       // A signal not yet acted on does not hold the continue-as-new back (it is carried as `pendingPass`):

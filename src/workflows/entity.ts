@@ -1,13 +1,14 @@
 /**
  * Helpers both entity workflows (VM and CocoonSet) share: ordering of observations by resourceVersion,
- * error text of failed activities, error backoff, and the activity options that bound a call lost with
- * its worker. Workflow code only (deterministic; no I/O).
+ * error text of failed activities, error backoff, when to continue as new, and the activity options that
+ * bound a call lost with its worker. Workflow code only (deterministic; no I/O).
  */
 import {
   ActivityFailure,
   type ActivityOptions,
   ApplicationFailure,
   type LocalActivityOptions,
+  workflowInfo,
 } from '@temporalio/workflow';
 
 /**
@@ -47,6 +48,15 @@ export function errorMessage(err: unknown): string {
 export function isNotFound(err: unknown): boolean {
   const e = activityError(err);
   return e instanceof ApplicationFailure && e.type === 'NotFound';
+}
+
+/**
+ * The run should continue as new: the server suggests it, or its history is past `maxEvents` events or
+ * `maxBytes` bytes. Both entity workflows check it between passes, then carry their state over.
+ */
+export function historyFull(maxEvents: number, maxBytes = Number.POSITIVE_INFINITY): boolean {
+  const info = workflowInfo();
+  return info.continueAsNewSuggested || info.historyLength > maxEvents || info.historySize > maxBytes;
 }
 
 /** Error backoff after `failures` consecutive failures (≥ 1): `baseMs` doubling, capped at `maxMs`. */

@@ -59,9 +59,9 @@ import {
   wakeGateOpen,
 } from '../hibernation/rules.js';
 import {
-  backoffDelay,
   compareResourceVersions,
   errorMessage,
+  historyFull,
   isNotFound,
   kubeActivityOptions,
   kubeLocalActivityOptions,
@@ -79,37 +79,24 @@ import {
   vmStateQuery,
 } from './messages.js';
 import { publishSearchAttributes } from './search-attributes.js';
+import {
+  backoff,
+  backoffResync,
+  DELETE_ROUND_WAIT_MS,
+  DELETE_WAKE_WAIT_MS,
+  deadlineDue,
+  FAILED_RETRY_MS,
+  FALLBACK_RESYNC_MS,
+  inFlight,
+  nextWake,
+  setDesireRecheckMs,
+} from './vm-schedule.js';
 
-/** Re-read the world this often while a transition is in flight, in case a watch event was missed. */
-const FALLBACK_RESYNC_MS = 60_000;
-/** After a deadline turned a transition Failed, retry it after this long (or sooner on any change). */
-const FAILED_RETRY_MS = 30_000;
-/** Error backoff for a CR's pass: 1 s doubling to 60 s. */
-const BACKOFF_BASE_MS = 1_000;
-const BACKOFF_MAX_MS = 60_000;
-/** Deleting CRs wait for an in-flight vk hibernate round at most this long before dropping the tag. */
-const DELETE_ROUND_WAIT_MS = HIBERNATE_TIMEOUT_MS;
-/**
- * Deleting CRs wait for an in-flight vk wake (which pulls the tag) at most this long after the deletion
- * started, then keep the tag: room for a hibernate round to finish and the wake that follows it.
- */
-const DELETE_WAKE_WAIT_MS = HIBERNATE_TIMEOUT_MS + WAKE_TIMEOUT_MS;
 /** Continue as new past this many history events (well under Temporal's 51,200 limit). */
 const MAX_HISTORY_EVENTS = 5_000;
-/**
- * While a CocoonSet's desire keeps this workflow alive (no watch event reaches it when no CocoonHibernation
- * targets the pod), re-read the pod this often: a pod deleted meanwhile ends the desire.
- */
-const SET_DESIRE_RECHECK_MS = 10 * 60_000;
-/** While an un-suspend waits for its VM to run again (to drop the leftover tag), re-read the pod this often. */
-const SET_WAKE_POLL_MS = 5_000;
-
-function setDesireRecheckMs(state: VMState): number {
-  return state.setDesire?.desire === 'Wake' ? SET_WAKE_POLL_MS : SET_DESIRE_RECHECK_MS;
-}
 
 /** One CocoonHibernation as this workflow tracks it, plus its private scheduling state. */
-interface TrackedCR extends HibernationObservation {
+export interface TrackedCR extends HibernationObservation {
   /** Consecutive failed passes (error backoff). */
   failures?: number;
   /** Epoch ms until which a failed pass backs off (no pass at all before it). */
@@ -254,8 +241,7 @@ export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
       if (!dirty) return; // no CocoonHibernation targets this pod any more
       continue;
     }
-    const info = workflowInfo();
-    if (info.continueAsNewSuggested || info.historyLength > (input.historyLimit ?? MAX_HISTORY_EVENTS)) {
+    if (historyFull(input.historyLimit ?? MAX_HISTORY_EVENTS)) {
       // A signal racing the continue-as-new can be lost to the carried state (the server rejects the
       // command, and on the retried task the SDK may finish the body before the handler runs), so the
       // next run re-reads the world before acting: observations are never trusted across runs. For the
@@ -356,43 +342,6 @@ function stripScheduling(cr: TrackedCR): HibernationObservation {
   return obs;
 }
 
-function inFlight(state: VMState): boolean {
-  return Object.values(state.crs).some(
-    (cr) => cr.deleting || cr.status?.phase === 'Hibernating' || cr.status?.phase === 'Waking',
-  );
-}
-
-/** Earliest time any CR wants a pass without a signal: deadlines, retries, fallback re-reads. */
-function nextWake(state: VMState): number | undefined {
-  let at: number | undefined;
-  // A time at or before the last pass's start was already served by it: never sleep on a past time again
-  // (a CR whose deadline passed while it waits on something else would otherwise spin on 1 ms timers).
-  const spent = state.lastPassAt ?? Number.NEGATIVE_INFINITY;
-  const consider = (t: number | undefined, floor = Number.NEGATIVE_INFINITY) => {
-    if (t === undefined) return;
-    const when = Math.max(t, floor);
-    if (when > spent && (at === undefined || when < at)) at = when;
-  };
-  // Deadlines are strict (now − LTT > timeout; LTT at second precision, now in ms): look 1 ms after.
-  const after = (t: number | undefined) => (t === undefined ? undefined : t + 1);
-  for (const cr of Object.values(state.crs)) {
-    // A CR backing off after a failed pass gets no retry before backoffUntil; its deadline is not moved
-    // by the backoff (a registry outage must turn Hibernating into Failed at 3m0s, not at 3m0s + backoff).
-    const floor = cr.backoffUntil ?? Number.NEGATIVE_INFINITY;
-    consider(cr.backoffUntil);
-    consider(cr.retryAt, floor);
-    consider(after(deadlineOf(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS)));
-    consider(after(deadlineOf(cr.status, 'Waking', WAKE_TIMEOUT_MS)));
-  }
-  if (state.needResync) consider(state.resyncAt);
-  if (inFlight(state)) consider((state.lastResyncAt ?? Date.now()) + FALLBACK_RESYNC_MS);
-  // From the later of the last re-read and the last round: a round without a re-read (the set's signal
-  // carried nothing newer) leaves lastResyncAt in the past, and a time before the round counts as spent.
-  if (state.setDesire)
-    consider(Math.max(state.lastResyncAt ?? Date.now(), state.lastPassAt ?? 0) + setDesireRecheckMs(state));
-  return at;
-}
-
 /**
  * CRs in a stable order, oldest first: creationTimestamp (second precision), then the resourceVersion
  * this workflow first saw them at (creation order within a second, as etcd assigns it), then the name.
@@ -403,14 +352,6 @@ function ordered(state: VMState): TrackedCR[] {
       (a.creationTimestamp ?? '').localeCompare(b.creationTimestamp ?? '') ||
       compareResourceVersions(a.firstSeenRV ?? a.resourceVersion, b.firstSeenRV ?? b.resourceVersion) ||
       a.name.localeCompare(b.name),
-  );
-}
-
-/** The in-flight phase's deadline has passed: a pass is due whatever the error backoff says. */
-function deadlineDue(cr: TrackedCR, nowMs: number): boolean {
-  return (
-    deadlineExceeded(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS, nowMs) ||
-    deadlineExceeded(cr.status, 'Waking', WAKE_TIMEOUT_MS, nowMs)
   );
 }
 
@@ -462,8 +403,7 @@ async function reconcileAll(state: VMState, io: VMIO): Promise<void> {
       await resync(state, io);
     } catch (err) {
       log.warn('resync failed', { error: errorMessage(err) });
-      state.resyncFailures = (state.resyncFailures ?? 0) + 1;
-      state.resyncAt = Date.now() + backoffDelay(state.resyncFailures, BACKOFF_BASE_MS, BACKOFF_MAX_MS);
+      backoffResync(state);
       return;
     }
   }
@@ -594,11 +534,6 @@ async function reportConflict(state: VMState, message: string | undefined): Prom
     // The set's workflow is not running (the set is gone): nobody to tell.
     log.info('set workflow not told of the desire conflict', { set: d.set, error: errorMessage(err) });
   }
-}
-
-function backoff(cr: TrackedCR): void {
-  cr.failures = (cr.failures ?? 0) + 1;
-  cr.backoffUntil = Date.now() + backoffDelay(cr.failures, BACKOFF_BASE_MS, BACKOFF_MAX_MS);
 }
 
 /** Runs passes for one CR until one ends without asking to go again (the finalizer add asks). */
