@@ -1,5 +1,5 @@
 /**
- * `npm run bench [-- --quick] [--only seed,scale,idle,latency,history,crash] [--reps N] [--scale-n N]
+ * `npm run bench [-- --quick] [--only seed,scale,idle,latency,history,crash] [--reps N] [--scale-n N] [--scale-c C]
  *  [--idle-s S] [--idle-sets N] [--sub-agents N] [--edits N] [--cycles N] [--trials N] [--seed N]
  *  [--budget-s S] [--crash-scenarios hibernate,wake,delete,delete-held] [--out FILE]`
  *
@@ -54,6 +54,7 @@ async function main(): Promise<void> {
       only: { type: 'string' },
       reps: { type: 'string' },
       'scale-n': { type: 'string' },
+      'scale-c': { type: 'string' },
       'idle-s': { type: 'string' },
       'idle-sets': { type: 'string' },
       'sub-agents': { type: 'string' },
@@ -135,7 +136,7 @@ async function main(): Promise<void> {
       result.fleet = await runFleet(env, {
         n: sizes.scaleN,
         latencyMs: 50,
-        concurrency: 64,
+        concurrency: int(values['scale-c'], 'scale-c') ?? 64,
         scale: want('scale'),
         idleMs: want('idle') ? sizes.idleS * 1000 : 0,
         sets: sizes.idleSets,
