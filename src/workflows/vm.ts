@@ -975,10 +975,27 @@ function wakeInFlight(pod: PodObservation, vmName: string): boolean {
  * - while vk is waking this VM (`wakeInFlight`: the tag is the only copy and vk is pulling it), wait until
  *   the VM runs (then the tag is spent and goes), until DELETE_WAKE_WAIT_MS after the deletion started; past
  *   that, keep the tag: a wake vk still retries must find it. The reference deletes at once and loses the VM;
- * - while the pod's CocoonSet is suspended (its `Hibernate` desire), neither wake the VM nor drop the tag.
+ * - while the pod's CocoonSet is suspended (its `Hibernate` desire), neither wake the VM nor drop the tag;
+ * - a recorded VM that is not this pod's (neither the VM this workflow acted on nor the pod's annotation: a
+ *   status edited by hand) keeps its tag.
  */
 async function deletionFlow(state: VMState, cr: TrackedCR, io: VMIO): Promise<void> {
-  const vmName = cr.status?.vmName ?? '';
+  const recorded = cr.status?.vmName ?? '';
+  // Deliberate fix: the tag dropped is the VM of this CR's pod, as this workflow knows it (the VM it acted
+  // on, or the pod's annotation now). A status.vmName edited by hand to name another VM (any namespace,
+  // even one a suspended set needs) is kept, with a warning; the reference deletes whatever it names.
+  const podVM = state.podObs?.exists ? state.podObs.annotations?.[Annotations.vmName] : undefined;
+  const foreign =
+    recorded !== '' &&
+    recorded !== state.vmName &&
+    recorded !== podVM &&
+    patched('deletion-keeps-foreign-vm');
+  if (foreign) {
+    log.warn(
+      `not deleting ${recorded}:hibernate: cocoonhibernation ${cr.namespace}/${cr.name} recorded it, but pod ${cr.namespace}/${cr.podRef} runs ${podVM ?? state.vmName ?? 'no VM this workflow knows'}`,
+    );
+  }
+  const vmName = foreign ? '' : recorded;
   let keepTag = false;
   if (vmName) {
     const pod = state.podObs;

@@ -151,6 +151,23 @@ export const scenarios: Scenario[] = [
       }),
   },
   {
+    name: 'vm-deletion-foreign-vm',
+    covers: "a CR whose status.vmName was forged to another VM is deleted: that VM's tag is kept",
+    record: (env) =>
+      withWorld(env, async (world) => {
+        world.tags.add('vk-other-victim:hibernate');
+        await world.putCR({ namespace: NS, name: 'evil', podRef: POD, desire: 'Wake' });
+        await waitFor('Pending', () => phase(world, 'evil') === 'Pending');
+        const cur = world.cr(NS, 'evil')!;
+        await world.putCR({ ...cur, status: { ...cur.status, vmName: 'vk-other-victim' } });
+        await world.settled(env, NS, POD);
+        await world.deleteCR(NS, 'evil');
+        await waitFor('CR gone', () => world.cr(NS, 'evil') === undefined);
+        await env.client.workflow.getHandle(VM_ID).result();
+        return { 'vm-deletion-foreign-vm': await vmHistory(env) };
+      }),
+  },
+  {
     name: 'vm-deletion-during-wake',
     covers: 'a CR deleted while vk wakes its VM: the deletion waits until the VM runs, then drops the tag',
     record: (env) =>

@@ -477,6 +477,22 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     });
   });
 
+  it("a CR whose status.vmName was edited by hand to name another VM keeps that VM's tag when deleted (deliberate fix: the reference deletes whatever it names)", async () => {
+    await withWorld(env, async (world) => {
+      world.tags.add('vk-other-victim:hibernate');
+      // A CR on a pod that does not exist (Pending), whose status is then forged to name another VM.
+      await world.putCR({ namespace: NS, name: 'evil', podRef: 'ghost', desire: 'Wake' });
+      await waitFor('Pending', () => phase(world, 'evil') === 'Pending');
+      const cur = world.cr(NS, 'evil')!;
+      await world.putCR({ ...cur, status: { ...cur.status, vmName: 'vk-other-victim' } });
+      await world.settled(env, NS, 'ghost');
+      await world.deleteCR(NS, 'evil');
+      await waitFor('CR gone', () => world.cr(NS, 'evil') === undefined);
+      expect(world.tags.has('vk-other-victim:hibernate')).toBe(true);
+      expect(world.calls.filter((c) => c.startsWith('DELETE'))).toEqual([]);
+    });
+  });
+
   it('a pod deleted unseen (operator down) is found by the re-read a NotFound asks for, even long after the last read', async () => {
     await withWorld(env, async (world) => {
       await world.putPod(NS, 'demo-0', {
