@@ -583,6 +583,27 @@ async function pass(state: VMState, name: string, io: VMIO): Promise<boolean> {
     return false;
   }
   const pod = state.podObs;
+  if (!pod?.exists && deadlineDue(cr, Date.now()) && patched('transition-without-pod-times-out')) {
+    // Deliberate fix: a transition whose pod went away still ends at its deadline. markPending never
+    // demotes Hibernating/Waking, and the paths' own deadline checks need the pod, so the CR said
+    // Hibernating or Waking for as long as the pod stayed away (the reference's too).
+    const vmName = cr.status?.vmName ?? '';
+    const podName = `${cr.namespace}/${cr.podRef}`;
+    if (cr.status?.phase === 'Hibernating') {
+      const limit = goDuration(HIBERNATE_TIMEOUT_MS);
+      await failAtDeadline(io, state, cr, 'hibernate', EventReasons.hibernateTimedOut, {
+        event: `snapshot ${vmName} not confirmed in the registry within ${limit}; pod ${podName} is gone`,
+        status: `hibernate not confirmed within ${limit}; pod ${podName} is gone`,
+      });
+    } else {
+      const limit = goDuration(WAKE_TIMEOUT_MS);
+      await failAtDeadline(io, state, cr, 'wake', EventReasons.wakeTimedOut, {
+        event: `pod ${podName} is gone; vk-cocoon did not report the container running within ${limit}`,
+        status: `wake timed out after ${limit}; pod ${podName} is gone`,
+      });
+    }
+    return false;
+  }
   if (!pod?.exists) {
     await writeStatus(
       io,

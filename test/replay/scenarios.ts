@@ -168,6 +168,26 @@ export const scenarios: Scenario[] = [
       }),
   },
   {
+    name: 'vm-wake-without-pod',
+    covers: 'a Waking CR whose pod is deleted: Failed at the 5m0s deadline, then Pending',
+    record: (env) =>
+      withWorld(env, async (world) => {
+        await world.putPod(NS, POD, {
+          annotations: podAnnotations({ [Annotations.lifecycleState]: 'hibernated' }),
+        });
+        await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Wake' });
+        await waitFor('Waking', () => phase(world) === 'Waking');
+        await world.deletePod(NS, POD);
+        await world.settled(env, NS, POD);
+        await env.sleep(5 * 60_000 + 2_000);
+        await waitFor('Failed', () => phase(world) === 'Failed');
+        await env.sleep(31_000);
+        await waitFor('Pending', () => phase(world) === 'Pending');
+        await world.settled(env, NS, POD);
+        return { 'vm-wake-without-pod': await vmHistory(env) };
+      }),
+  },
+  {
     name: 'vm-deletion-during-wake',
     covers: 'a CR deleted while vk wakes its VM: the deletion waits until the VM runs, then drops the tag',
     record: (env) =>

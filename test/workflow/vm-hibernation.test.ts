@@ -302,6 +302,31 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     });
   });
 
+  it('a Waking CR whose pod is deleted still times out at 5m0s, then says Pending (deliberate fix: the reference stays Waking while the pod is away)', async () => {
+    await withWorld(env, async (world) => {
+      await world.putPod(NS, 'demo-0', {
+        annotations: podAnnotations({ [Annotations.lifecycleState]: 'hibernated' }),
+      });
+      await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
+      await waitFor('Waking', () => phase(world) === 'Waking');
+      await world.deletePod(NS, 'demo-0');
+      expect((await settled(world)).podExists).toBe(false);
+      expect(phase(world)).toBe('Waking');
+      const message = () => world.cr(NS, 'hib')!.status!.conditions![0]!.message;
+      await env.sleep(5 * 60_000 + 2_000);
+      await waitFor('Failed', () => phase(world) === 'Failed');
+      expect(message()).toBe('wake timed out after 5m0s; pod ns/demo-0 is gone');
+      expect(world.events.find((e) => e.reason === 'WakeTimedOut')?.message).toBe(
+        'pod ns/demo-0 is gone; vk-cocoon did not report the container running within 5m0s',
+      );
+      expect(world.phaseDurations).toEqual([{ kind: 'wake', result: 'timeout' }]);
+      // The retry 30 s later finds no pod: Pending says so.
+      await env.sleep(31_000);
+      await waitFor('Pending', () => phase(world) === 'Pending');
+      expect(message()).toBe('pod ns/demo-0 not yet present');
+    });
+  });
+
   it('marks an unknown desire Failed with Go quoting', async () => {
     await withWorld(env, async (world) => {
       await world.putPod(NS, 'demo-0', { annotations: podAnnotations() });
