@@ -4,6 +4,7 @@
  * idempotent, so Temporal may retry it (docs/architecture.md#activities-and-task-queues). Writes go to the
  * API server.
  */
+import { createHash } from 'node:crypto';
 import type { CoreV1Api, CoreV1Event, V1Pod } from '@kubernetes/client-node';
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
@@ -67,14 +68,13 @@ function notFound(what: string): ApplicationFailure {
   return ApplicationFailure.create({ type: 'NotFound', message: `${what} not found`, nonRetryable: true });
 }
 
-/** Event object names are DNS subdomains; keys are hashed into a short stable suffix. */
-function eventName(involvedName: string, key: string): string {
-  let h = 0x811c9dc5;
-  for (let i = 0; i < key.length; i++) {
-    h ^= key.charCodeAt(i);
-    h = Math.imul(h, 0x01000193) >>> 0;
-  }
-  return `${involvedName}.${h.toString(16).padStart(8, '0')}`;
+/**
+ * An Event object name (a DNS subdomain, ≤ 253 characters): the involved object's name, a dot and the first
+ * 16 hex digits of the SHA-256 of `key`.
+ */
+export function eventName(involvedName: string, key: string): string {
+  const h = createHash('sha256').update(key).digest('hex').slice(0, 16);
+  return `${involvedName.slice(0, 253 - 17)}.${h}`;
 }
 
 function truncate(s: string, max: number): string {
@@ -131,8 +131,8 @@ interface CachedEvent {
 
 /**
  * The Events this process wrote, per involved object, type, reason and message (as client-go's
- * EventCorrelator keeps them in memory), so a first occurrence is created and a repeat folded without
- * listing the namespace's Events first. Bounded: the least recently used entries beyond `max` go.
+ * EventCorrelator keeps them in memory), so a repeat is folded without reading the Event first. Bounded:
+ * the least recently used entries beyond `max` go.
  */
 export class EventCache {
   private readonly entries = new Map<string, CachedEvent>();
@@ -173,15 +173,25 @@ function cachedEvent(ev: CoreV1Event): CachedEvent {
 
 /**
  * Records one occurrence (`input.key`, at `nowMs` epoch ms) of an Event, folded as client-go's recorder
- * folds them: this operator's Events on the same involved object with the same type, reason and message
- * whose last occurrence is within EVENT_FOLD_WINDOW_MS are one Event whose `count` grows. With `cache`, a
- * repeat within the window of an Event this process wrote is decided without a read: a key it counted is
- * not counted again, another key patches the cached Event (a conflict falls back to the listing). Else: lists those
- * Events (field selectors); if one already counted `key`, does nothing; else patches the newest one's
- * count + 1 and lastTimestamp (a merge patch carrying the resourceVersion read, so a concurrent fold
- * conflicts and is re-read instead of lost); else creates the Event, named after the object and the key
- * so that two attempts of one occurrence cannot both create one. Returns true when this call counted the
- * key, false when it had been counted before. Errors: API errors other than a conflict are thrown.
+ * folds them: this operator's occurrences on the same involved object with the same type, reason and
+ * message (the fold key) are one Event whose `count` grows while each comes within EVENT_FOLD_WINDOW_MS of
+ * the last. The Event's name is derived from the fold key (`eventName`), so finding it is one GET by name,
+ * never a listing whose cost grows with the namespace's Events:
+ *
+ * - a repeat of an Event this process wrote (`cache`) is folded from memory: a merge patch of count + 1,
+ *   lastTimestamp and the occurrence keys, carrying the resourceVersion last written, so a concurrent fold
+ *   conflicts instead of being lost;
+ * - otherwise the Event is created with count 1; if it exists (an earlier process, or a concurrent
+ *   attempt, wrote it), it is read: an occurrence key it already counted is not counted again (the last
+ *   EVENT_KEYS_KEPT keys are kept on the Event, so a retried activity never counts twice, across a
+ *   restart too); a last occurrence within the window is folded; an older one starts a new series on the
+ *   same object (count 1, firstTimestamp now), where client-go would create an Event of another name;
+ * - a conflicting concurrent write (409) or an Event expired meanwhile (404) is re-read, at most
+ *   EVENT_FOLD_ATTEMPTS times.
+ *
+ * Returns true when this call counted the key, false when it had been counted before. Errors: API errors
+ * other than those are thrown. An Event an operator version before this naming wrote (named after the
+ * occurrence key) is not found, so a new occurrence starts an Event beside it.
  */
 export async function recordEvent(
   core: CoreV1Api,
@@ -190,14 +200,16 @@ export async function recordEvent(
   cache?: EventCache,
 ): Promise<boolean> {
   const message = truncate(input.message, EVENT_MESSAGE_MAX_BYTES);
-  const cacheKey = [
+  const foldKey = [
     input.namespace,
     input.involved.uid ?? input.involved.name,
     input.type,
     input.reason,
     message,
   ].join('\u0000');
-  const fold = async (ev: Omit<CachedEvent, 'lastMs'>) => {
+  const name = eventName(input.involved.name, foldKey);
+  /** Patches `ev` with this occurrence: folded into its count, or the first of a new series. */
+  const count = async (ev: Omit<CachedEvent, 'lastMs'>, series: 'fold' | 'new') => {
     const keys = [...ev.keys, input.key].slice(-EVENT_KEYS_KEPT);
     const out = await core.patchNamespacedEvent(
       {
@@ -208,20 +220,20 @@ export async function recordEvent(
             resourceVersion: ev.resourceVersion,
             annotations: { [EVENT_KEYS_ANNOTATION]: JSON.stringify(keys) },
           },
-          count: ev.count + 1,
+          ...(series === 'fold' ? { count: ev.count + 1 } : { count: 1, firstTimestamp: metaTime(nowMs) }),
           lastTimestamp: metaTime(nowMs),
         },
       },
       mergePatch,
     );
-    cache?.set(cacheKey, cachedEvent(out));
+    cache?.set(foldKey, cachedEvent(out));
   };
   const create = async () => {
     const out = await core.createNamespacedEvent({
       namespace: input.namespace,
       body: {
         metadata: {
-          name: eventName(input.involved.name, input.key),
+          name,
           namespace: input.namespace,
           annotations: { [EVENT_KEYS_ANNOTATION]: JSON.stringify([input.key]) },
         },
@@ -237,57 +249,41 @@ export async function recordEvent(
         count: 1,
       },
     });
-    cache?.set(cacheKey, cachedEvent(out));
+    cache?.set(foldKey, cachedEvent(out));
+  };
+  const retryable = (err: unknown) => {
+    const code = statusCodeOf(err);
+    return code === 409 || code === 404;
   };
 
-  // A repeat within the window of an Event this process wrote: fold it without a read. A first occurrence
-  // (or one this process does not remember) reads first: an earlier process may have counted this very key
-  // into an Event of another name (a fold), which only the listing finds.
-  const cached = cache?.get(cacheKey);
+  const cached = cache?.get(foldKey);
   if (cached && nowMs - cached.lastMs <= EVENT_FOLD_WINDOW_MS) {
     if (cached.keys.includes(input.key)) return false;
     try {
-      await fold(cached);
+      await count(cached, 'fold');
       return true;
     } catch (err) {
-      const code = statusCodeOf(err);
-      if (code !== 409 && code !== 404) throw err;
-      cache?.delete(cacheKey);
+      if (!retryable(err)) throw err;
+      cache?.delete(foldKey);
     }
   }
-
-  const selector = [
-    `involvedObject.kind=${input.involved.kind}`,
-    `involvedObject.name=${input.involved.name}`,
-    `reason=${input.reason}`,
-    `type=${input.type}`,
-  ];
-  if (input.involved.uid) selector.push(`involvedObject.uid=${input.involved.uid}`);
   for (let attempt = 1; ; attempt++) {
-    const list = await core.listNamespacedEvent({
-      namespace: input.namespace,
-      fieldSelector: selector.join(','),
-    });
-    const same = list.items.filter((e) => e.source?.component === EVENT_SOURCE && e.message === message);
-    const counted = same.find((e) => eventKeysOf(e).includes(input.key));
-    if (counted) {
-      cache?.set(cacheKey, cachedEvent(counted));
-      return false;
-    }
-    const newest = same
-      .filter((e) => nowMs - timeMs(e.lastTimestamp ?? e.firstTimestamp) <= EVENT_FOLD_WINDOW_MS)
-      .sort((a, b) => timeMs(b.lastTimestamp) - timeMs(a.lastTimestamp))[0];
     try {
-      if (newest) await fold(cachedEvent(newest));
-      else await create();
+      await create();
       return true;
     } catch (err) {
-      const code = statusCodeOf(err);
-      // The Event named after this key exists: an earlier attempt of this occurrence created it.
-      if (code === 409 && !newest) return false;
-      // 409: a concurrent fold moved the Event; 404: it expired meanwhile. Re-read and fold again.
-      if ((code === 409 || code === 404) && attempt < EVENT_FOLD_ATTEMPTS) continue;
-      throw err;
+      if (statusCodeOf(err) !== 409) throw err;
+    }
+    try {
+      const ev = cachedEvent(await core.readNamespacedEvent({ name, namespace: input.namespace }));
+      if (ev.keys.includes(input.key)) {
+        cache?.set(foldKey, ev);
+        return false;
+      }
+      await count(ev, nowMs - ev.lastMs <= EVENT_FOLD_WINDOW_MS ? 'fold' : 'new');
+      return true;
+    } catch (err) {
+      if (!retryable(err) || attempt >= EVENT_FOLD_ATTEMPTS) throw err;
     }
   }
 }

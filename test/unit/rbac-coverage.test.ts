@@ -53,6 +53,7 @@ const API_CALLS: Record<string, Classification> = {
   createNamespacedEvent: coreRes('events', 'create'),
   patchNamespacedEvent: coreRes('events', 'patch'),
   listNamespacedEvent: coreRes('events', 'list'),
+  readNamespacedEvent: coreRes('events', 'get'),
   readNamespacedLease: lease('get'),
   createNamespacedLease: lease('create'),
   replaceNamespacedLease: lease('update'),

@@ -5,8 +5,17 @@
  * the activity is retried, and the phase-duration histogram is observed once per counted key. Needs
  * `npm run stack -- up` (npm test brings it up).
  */
+
+import type { CoreV1Api } from '@kubernetes/client-node';
 import { beforeAll, describe, expect, it } from 'vitest';
-import { createKubeActivities, type EventInput, hibernationRef } from '../../src/activities/kube.js';
+import {
+  createKubeActivities,
+  EVENT_FOLD_WINDOW_MS,
+  EventCache,
+  type EventInput,
+  hibernationRef,
+  recordEvent,
+} from '../../src/activities/kube.js';
 import { vmWorkflowId } from '../../src/api/ids.js';
 import {
   API_VERSION,
@@ -95,6 +104,79 @@ describe('CocoonHibernation Events on a real apiserver', () => {
     // Another CR's Event is its own.
     await acts.emitEvent({ ...woken('other-1'), involved: hibernationRef('other', 'uid-other') });
     expect((await ours()).map((e) => e.count)).toEqual([5]);
+  });
+});
+
+/** `core` with every Event request it sends counted by method name. */
+function countingCore(core: CoreV1Api): { core: CoreV1Api; calls: string[] } {
+  const calls: string[] = [];
+  const proxy = new Proxy(core, {
+    get(target, prop, receiver) {
+      const v = Reflect.get(target, prop, receiver);
+      if (typeof prop !== 'string' || typeof v !== 'function' || !prop.includes('Event')) return v;
+      return (...args: unknown[]) => {
+        calls.push(prop);
+        return v.apply(target, args);
+      };
+    },
+  });
+  return { core: proxy, calls };
+}
+
+describe('Event requests do not grow with the namespace', () => {
+  const input = (involved: string, key: string, message = 'pod is running'): EventInput => ({
+    namespace: NS,
+    involved: hibernationRef(involved, `uid-${involved}`),
+    type: 'Normal',
+    reason: EventReasons.wokenActive,
+    message,
+    key,
+  });
+
+  it('a first occurrence is one create, a repeat one patch, and a new process finds the Event by name (no listing)', async () => {
+    // A namespace full of this operator's Events on other objects with the same reason.
+    await Promise.all(
+      Array.from({ length: 60 }, (_, i) => recordEvent(kube.core, input(`crowd-${i}`, 'k'), Date.now())),
+    );
+
+    const { core, calls } = countingCore(kube.core);
+    const cache = new EventCache();
+    const t0 = Date.now();
+    expect(await recordEvent(core, input('lone', 'attempt-1'), t0, cache)).toBe(true);
+    expect(calls).toEqual(['createNamespacedEvent']);
+    calls.length = 0;
+    expect(await recordEvent(core, input('lone', 'attempt-2'), t0 + 1000, cache)).toBe(true);
+    expect(calls).toEqual(['patchNamespacedEvent']);
+    calls.length = 0;
+    // A restarted process (empty cache): the create finds the Event by its name, then folds or skips.
+    expect(await recordEvent(core, input('lone', 'attempt-2'), t0 + 2000, new EventCache())).toBe(false);
+    expect(calls).toEqual(['createNamespacedEvent', 'readNamespacedEvent']);
+    calls.length = 0;
+    expect(await recordEvent(core, input('lone', 'attempt-3'), t0 + 3000, new EventCache())).toBe(true);
+    expect(calls).toEqual(['createNamespacedEvent', 'readNamespacedEvent', 'patchNamespacedEvent']);
+    const lone = (
+      await kube.core.listNamespacedEvent({ namespace: NS, fieldSelector: 'involvedObject.name=lone' })
+    ).items;
+    expect(lone.map((e) => e.count)).toEqual([3]);
+  });
+
+  it('an occurrence after the fold window starts a new series on the same Event (count 1); another message is another Event', async () => {
+    const t0 = Date.now();
+    expect(await recordEvent(kube.core, input('late', 'a-1'), t0)).toBe(true);
+    expect(await recordEvent(kube.core, input('late', 'a-2'), t0 + 1000)).toBe(true);
+    expect(await recordEvent(kube.core, input('late', 'a-3'), t0 + 1000 + EVENT_FOLD_WINDOW_MS + 1000)).toBe(
+      true,
+    );
+    // The old series' keys are still known: a very late retry of one of them is not counted again.
+    expect(await recordEvent(kube.core, input('late', 'a-2'), t0 + 2000 + EVENT_FOLD_WINDOW_MS)).toBe(false);
+    expect(await recordEvent(kube.core, input('late', 'b-1', 'another message'), t0)).toBe(true);
+    const late = (
+      await kube.core.listNamespacedEvent({ namespace: NS, fieldSelector: 'involvedObject.name=late' })
+    ).items;
+    expect(late.map((e) => [e.message, e.count]).sort()).toEqual([
+      ['another message', 1],
+      ['pod is running', 1],
+    ]);
   });
 });
 
