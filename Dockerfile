@@ -16,7 +16,8 @@ COPY src ./src
 COPY scripts ./scripts
 RUN npm run build \
  && test -f dist/worker.js \
- && test -f dist/workflow-bundle.js
+ && test -f dist/workflow-bundle.js \
+ && test -f dist/workflow-thread-preload.cjs
 
 FROM ${NODE_IMAGE} AS deps
 WORKDIR /src
@@ -33,4 +34,5 @@ COPY package.json ./
 USER 65532:65532
 # 8080 = /metrics (METRICS_ADDR), 8081 = /healthz and /readyz (PROBE_ADDR).
 EXPOSE 8080 8081
-CMD ["node", "dist/worker.js"]
+# The preload turns off the SDK's per-promise workflow stack capture (WORKFLOW_STACK_TRACES).
+CMD ["node", "--require", "./dist/workflow-thread-preload.cjs", "dist/worker.js"]

@@ -90,6 +90,11 @@ export interface Config {
   mode: Mode;
   /** How long in-flight activities may run after SIGTERM before they are cancelled, in milliseconds. */
   shutdownGraceMs: number;
+  /**
+   * The SDK records a stack at every promise workflow code creates (the Temporal UI's Stack Trace tab);
+   * off, the workflow threads skip it (src/workflow-thread-preload.cjs).
+   */
+  workflowStackTraces: boolean;
 }
 
 /** One row of the settings table (docs/configuration.md and the compose tests check against it). */
@@ -271,9 +276,17 @@ export const ENV_SETTINGS: SettingSpec[] = [
     required: false,
     description: 'time in-flight activities get after SIGTERM, e.g. 30s, 500ms, 2m',
   },
+  {
+    env: 'WORKFLOW_STACK_TRACES',
+    flag: '--workflow-stack-traces',
+    default: 'false',
+    required: false,
+    description:
+      'record workflow stack traces for the Temporal UI and `temporal workflow stack` (true/false; costs about half the workflow CPU)',
+  },
 ];
 
-const BOOLEAN_FLAGS = new Set(['--leader-elect', '--temporal-tls']);
+const BOOLEAN_FLAGS = new Set(['--leader-elect', '--temporal-tls', '--workflow-stack-traces']);
 
 /** Raw value of one setting and the name to blame when it is bad (the flag if given, else the env). */
 interface Raw {
@@ -610,6 +623,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, opts: LoadCon
   }
   const mode = modeRaw.value as Mode;
   const shutdownGraceMs = parseDuration(get('SHUTDOWN_GRACE_PERIOD'));
+  const workflowStackTraces = parseBool(get('WORKFLOW_STACK_TRACES'));
 
   return {
     kubeconfig,
@@ -628,6 +642,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, opts: LoadCon
     temporalUiUrl,
     mode,
     shutdownGraceMs,
+    workflowStackTraces,
   };
 }
 

@@ -24,6 +24,7 @@ import { OwnWrites } from './kube/own-writes.js';
 import type { LeaderElector } from './leader.js';
 import type { Logger } from './log.js';
 import type { startWatcher } from './watcher/index.js';
+import { configureWorkflowStackTraces } from './workflow-threads.js';
 
 /**
  * Everything heavy, loaded only after the settings are valid, so a bad setting fails in well under a
@@ -363,10 +364,22 @@ export async function run(config: Config, log: Logger): Promise<number> {
           ...createCocoonSetActivities({ kube, metrics, temporalUi }),
         };
         const registryActivities = createRegistryActivities({ registry });
+        const stackTraces = configureWorkflowStackTraces(config.workflowStackTraces);
+        if (stackTraces.recorded && !config.workflowStackTraces) {
+          log.warn(
+            {},
+            'workflow stack traces stay on: start the process with --require of workflow-thread-preload.cjs (as npm start and the image do) to turn them off',
+          );
+        }
         const bundleStarted = Date.now();
         const bundle = await workflowBundleFor(HERE, log);
         log.info(
-          { path: bundle.codePath, origin: bundle.origin, ms: Date.now() - bundleStarted },
+          {
+            path: bundle.codePath,
+            origin: bundle.origin,
+            ms: Date.now() - bundleStarted,
+            workflowStackTraces: stackTraces.recorded,
+          },
           bundle.origin === 'built'
             ? 'built and cached the workflow bundle'
             : 'loaded prebuilt workflow bundle',

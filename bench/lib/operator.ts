@@ -22,6 +22,7 @@ import { type KubeClients, makeKubeClients } from '../../src/kube/client.js';
 import { OwnWrites } from '../../src/kube/own-writes.js';
 import { OCIRegistryClient } from '../../src/registry/client.js';
 import { startWatcher, type Watcher } from '../../src/watcher/index.js';
+import { configureWorkflowStackTraces } from '../../src/workflow-threads.js';
 import { RegistryProxy } from '../../test/support/registry-proxy.js';
 import type { BenchEnv } from './env.js';
 import { CountingKubeConfig } from './kube-count.js';
@@ -118,6 +119,8 @@ export async function startWorkflowHost(
   kubeConfig.loadFromFile(env.stack.kubeconfig);
   const kube = makeKubeClients(kubeConfig);
   const ownWrites = new OwnWrites();
+  // As the operator does (src/worker.ts): WORKFLOW_STACK_TRACES, off unless `true`.
+  configureWorkflowStackTraces(process.env.WORKFLOW_STACK_TRACES === 'true');
   const worker = await Worker.create({
     connection: env.connection,
     namespace: env.stack.temporalNamespace,

@@ -64,7 +64,10 @@ export interface OperatorProcess {
   metricsUrl: string;
 }
 
-/** Starts `tsx src/worker.ts <args>` with exactly `env` (see cleanEnv). */
+/** The preload `npm start` and the image load (src/workflow-thread-preload.cjs). */
+const PRELOAD = './src/workflow-thread-preload.cjs';
+
+/** Starts `tsx src/worker.ts <args>` as `npm start` does (with the preload) with exactly `env` (see cleanEnv). */
 export function startOperator(
   env: NodeJS.ProcessEnv,
   args: string[] = [],
@@ -74,8 +77,8 @@ export function startOperator(
   // 'node' loads tsx as a hook in one process, so the pid is the operator itself (for kill -9).
   const [cmd, argv] =
     opts.launcher === 'tsx'
-      ? [TSX, ['src/worker.ts', ...args]]
-      : [process.execPath, ['--import', 'tsx', 'src/worker.ts', ...args]];
+      ? [TSX, ['--require', PRELOAD, 'src/worker.ts', ...args]]
+      : [process.execPath, ['--require', PRELOAD, '--import', 'tsx', 'src/worker.ts', ...args]];
   const child = spawn(cmd, argv, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   let err = '';

@@ -188,6 +188,10 @@ describe('operator process against the local stack', () => {
     await op.waitForLog((l) => l.component === 'temporal' && l.sdkComponent === 'worker', 10_000);
     await op.waitForLog((l) => l.component === 'temporal' && l.sdkComponent === 'core', 10_000);
     expect(op.logs.find((l) => l.msg === 'cocoon-operator dev starting')).toBeDefined();
+    // Started as `npm start` starts it (with src/workflow-thread-preload.cjs): workflow stack traces off.
+    expect(op.logs.find((l) => l.msg?.includes('workflow bundle'))).toMatchObject({
+      workflowStackTraces: false,
+    });
 
     const t0 = Date.now();
     op.child.kill('SIGTERM');

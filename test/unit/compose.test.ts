@@ -211,7 +211,7 @@ describe('Dockerfile', () => {
     expect(build.compilerOptions).toMatchObject({ rootDir: 'src', outDir: 'dist' });
   });
 
-  it('runs production dependencies only, as a numeric non-root user, starting dist/worker.js', () => {
+  it('runs production dependencies only, as a numeric non-root user, starting dist/worker.js with the workflow-thread preload', () => {
     expect(final).toMatch(/--from=deps/);
     expect(dockerfile).toMatch(/npm ci --omit=dev/);
     const user = /^USER\s+(\d+)(?::(\d+))?\s*$/m.exec(final);
@@ -221,7 +221,16 @@ describe('Dockerfile', () => {
     const deployment = readFileSync(join(REPO_ROOT, 'config/manager/deployment.yaml'), 'utf8');
     expect(deployment).toMatch(new RegExp(`runAsUser: ${user![1]}\\b`));
     const cmd = /^CMD\s+(\[.*\])\s*$/m.exec(final);
-    expect(JSON.parse(cmd![1]!)).toEqual(['node', 'dist/worker.js']);
+    expect(JSON.parse(cmd![1]!)).toEqual([
+      'node',
+      '--require',
+      './dist/workflow-thread-preload.cjs',
+      'dist/worker.js',
+    ]);
+    // `npm run build` puts the preload there, and `npm start` loads the same file from src/.
+    const pkg = JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8'));
+    expect(pkg.scripts.build).toMatch(/cp src\/workflow-thread-preload\.cjs dist\//);
+    expect(pkg.scripts.start).toBe('tsx --require ./src/workflow-thread-preload.cjs src/worker.ts');
   });
 
   it('keeps build inputs in the context and everything else out (.dockerignore)', () => {
