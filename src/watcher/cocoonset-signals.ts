@@ -38,10 +38,14 @@ export interface OwnedPodObservation {
   annotations?: Record<string, string>;
 }
 
-/** Start argument of the CocoonSet workflow as the watcher starts it. */
+/**
+ * Start argument of the CocoonSet workflow as the watcher starts it (a subset of CocoonSetWorkflowInput in
+ * src/workflows/cocoonset.ts). `kubeIO: 'local'`: the run's Kubernetes I/O runs as local activities.
+ */
 export interface CocoonSetWorkflowStart {
   namespace: string;
   name: string;
+  kubeIO: 'local';
 }
 
 /** The CocoonSet's generation changed, it started deleting, or it is gone (`exists: false`). */

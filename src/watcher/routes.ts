@@ -251,9 +251,12 @@ export function vmStart(namespace: string, pod: string, world?: VMWorldObservati
   return { workflowType: VM_WORKFLOW_TYPE, args: [vmWorkflowInput(namespace, pod, world)] };
 }
 
-/** Signal-with-start arguments of the CocoonSet workflow. */
+/**
+ * Signal-with-start arguments of the CocoonSet workflow (CocoonSetWorkflowStart): a run this version starts
+ * runs its Kubernetes I/O as local activities.
+ */
 export function cocoonSetStart(namespace: string, name: string): WorkflowStart {
-  const input: CocoonSetWorkflowStart = { namespace, name };
+  const input: CocoonSetWorkflowStart = { namespace, name, kubeIO: 'local' };
   return { workflowType: COCOONSET_WORKFLOW_TYPE, args: [input] };
 }
 

@@ -53,7 +53,7 @@ import {
   errorMessage,
   historyFull,
   isNotFound,
-  kubeActivityOptions,
+  kubeActivities,
   olderThan,
   registryActivityOptions,
 } from './entity.js';
@@ -71,6 +71,14 @@ export interface CocoonSetWorkflowInput {
   historyBytesLimit?: number;
   /** False when no registry is configured: restore is a no-op, migration/wake are off. Default true. */
   registryConfigured?: boolean;
+  /**
+   * `local`: the run's Kubernetes reads and writes are local activities (inside the workflow task, one
+   * marker event each; the registry calls stay regular activities on their own queue). Every run this
+   * version starts says so (the watcher's `cocoonSetStart`, continue-as-new); a run an older version
+   * started (the field absent) keeps regular activities, which its recorded history holds, until it
+   * continues as new. See KubeIO in entity.ts.
+   */
+  kubeIO?: 'local';
 }
 
 /** Current state of a CocoonSet workflow, for `temporal workflow query --type state`. */
@@ -147,12 +155,30 @@ export interface CocoonSetState {
   tagDroppedFor?: Record<string, true>;
 }
 
-const kube = proxyActivities<CocoonSetActivities>(kubeActivityOptions(3));
+/**
+ * The activities one run calls: the Kubernetes reads and writes (local activities in a run started with
+ * `kubeIO: 'local'`, else regular ones: see CocoonSetWorkflowInput.kubeIO) and the registry calls, always
+ * regular activities on their own task queue, whose worker slots are the concurrency knob
+ * (COCOONSET_CONCURRENCY).
+ *
+ * Every Kubernetes activity of the set is one short API round trip or a few (a page of pods, a create, a
+ * patch, a finalizer update retried on conflict at most 5 times, an Event, a signal-with-start to a VM
+ * workflow): none polls or waits, so each fits the local activity's 30 s start-to-close as it fitted the
+ * regular one's. What waits (deletion for its pods, requeues, backoff) waits on durable timers between
+ * passes, never inside an activity.
+ */
+interface CocoonSetIO {
+  kube: CocoonSetActivities;
+  registry: RegistryActivities;
+}
 
-function registryActivities(): RegistryActivities {
-  return proxyActivities<RegistryActivities>(
-    registryActivityOptions(taskQueues(workflowInfo().taskQueue).cocoonSetRegistry),
-  );
+function cocoonSetIO(input: CocoonSetWorkflowInput): CocoonSetIO {
+  return {
+    kube: kubeActivities<CocoonSetActivities>(input.kubeIO, 3),
+    registry: proxyActivities<RegistryActivities>(
+      registryActivityOptions(taskQueues(workflowInfo().taskQueue).cocoonSetRegistry),
+    ),
+  };
 }
 
 /** Counts a handled signal and keeps the newest resourceVersion signals carried (the query's barrier). */
@@ -171,7 +197,7 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
     passes: 0,
     failures: 0,
   };
-  const registry = registryActivities();
+  const io = cocoonSetIO(input);
   // Every run starts with a pass (observations are never trusted across runs), except a run carried over
   // during an error backoff: its pass is the backoff timer's, else a failure that outgrows the history
   // bound would pass, continue as new and pass again in a loop.
@@ -217,7 +243,7 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
       state.nextPassAt = undefined;
       passing = true;
       passedThisRun = true;
-      const gone = await runPass(state, input, registry).finally(() => {
+      const gone = await runPass(state, input, io).finally(() => {
         passing = false;
       });
       publish(state);
@@ -236,9 +262,14 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
       // A signal not yet acted on does not hold the continue-as-new back (it is carried as `pendingPass`):
       // waiting for a quiet moment starved it while a large pass's own writes kept echoing back, and the
       // history grew past 20,000 events (a 1000-pod scale-down), too long to replay under load.
-      if (!dirty) await continueAsNew<typeof cocoonSetWorkflow>({ ...input, carried: state });
+      if (!dirty)
+        await continueAsNew<typeof cocoonSetWorkflow>({ ...input, kubeIO: 'local', carried: state });
       else if (patched('continue-as-new-while-dirty'))
-        await continueAsNew<typeof cocoonSetWorkflow>({ ...input, carried: { ...state, pendingPass: true } });
+        await continueAsNew<typeof cocoonSetWorkflow>({
+          ...input,
+          kubeIO: 'local',
+          carried: { ...state, pendingPass: true },
+        });
     }
     const at = state.nextPassAt;
     const signalled = await condition(
@@ -256,19 +287,19 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
 async function runPass(
   state: CocoonSetState,
   input: CocoonSetWorkflowInput,
-  registry: RegistryActivities,
+  io: CocoonSetIO,
 ): Promise<boolean> {
   state.passes++;
   let result: PassResult & { delegated?: DelegatedFlow };
   let cs: CocoonSet | undefined;
   try {
-    const world = await readWorld(state.namespace, state.name);
+    const world = await readWorld(io.kube, state.namespace, state.name);
     if (!world.cs) {
       log.info('cocoonset gone; workflow completes', { namespace: state.namespace, name: state.name });
       return true;
     }
     cs = world.cs;
-    result = await drive(state, input, world.cs, world.pods, registry);
+    result = await drive(state, input, world.cs, world.pods, io);
   } catch (err) {
     result = { requeue: false, requeueAfterMs: 0, error: errorMessage(err) };
   }
@@ -288,7 +319,7 @@ async function runPass(
           reason: RECONCILE_FAILED,
           message: result.error,
         },
-        registry,
+        io,
       );
     }
     state.failures++;
@@ -314,7 +345,11 @@ async function runPass(
  * The CocoonSet and all its pods (compact summaries), read page by page so that no activity result
  * approaches Temporal's payload limit however many pods the set has (src/activities/cocoonset.ts).
  */
-async function readWorld(namespace: string, name: string): Promise<{ cs: CocoonSet | null; pods: V1Pod[] }> {
+async function readWorld(
+  kube: CocoonSetActivities,
+  namespace: string,
+  name: string,
+): Promise<{ cs: CocoonSet | null; pods: V1Pod[] }> {
   const first = await kube.cocoonSetReadWorld({ namespace, name });
   const pods = first.pods;
   for (let token = first.continue; first.cs && token; ) {
@@ -331,7 +366,7 @@ async function drive(
   input: CocoonSetWorkflowInput,
   cs: CocoonSet,
   pods: PassInput['pods'],
-  registry: RegistryActivities,
+  io: CocoonSetIO,
 ): Promise<PassResult & { delegated?: DelegatedFlow }> {
   const passInput: PassInput = {
     cs,
@@ -353,8 +388,8 @@ async function drive(
   const end = await reconcilePass(passInput, {
     exec: (actions, concurrent, maxConcurrency) =>
       concurrent
-        ? pool(actions, Math.max(1, maxConcurrency), (a) => execute(state, cs, a, registry))
-        : sequence(actions, (a) => execute(state, cs, a, registry)),
+        ? pool(actions, Math.max(1, maxConcurrency), (a) => execute(state, cs, a, io))
+        : sequence(actions, (a) => execute(state, cs, a, io)),
     offer: async (flow) => {
       // Only runs recorded before the `migration` / `seat-release` patches offer a flow: it was not
       // implemented then, so it answers "not handled" and the pass goes on past its step.
@@ -368,7 +403,7 @@ async function drive(
   }
   switch (end.flow) {
     case 'delete':
-      return await deletionFlow(state, cs, pods, (input.registryConfigured ?? true) ? registry : undefined);
+      return await deletionFlow(state, cs, pods, io, input.registryConfigured ?? true);
     case 'suspend':
     case 'suspendRelease':
       // Only runs recorded before the `set-desires` / `seat-release` patches delegate a suspend: it was not
@@ -390,7 +425,7 @@ async function drive(
               : 'spec.suspend with hibernatePolicy release is not implemented by this operator version: ' +
                 'pods are left as they are',
         },
-        registry,
+        io,
       );
       rollUp(state, cs, pods, cs.status?.phase);
       return { requeue: false, requeueAfterMs: 0, delegated: end.flow };
@@ -427,8 +462,9 @@ async function execute(
   state: CocoonSetState,
   cs: CocoonSet,
   a: PassAction,
-  registry: RegistryActivities,
+  io: CocoonSetIO,
 ): Promise<ActionOutcome> {
+  const { kube, registry } = io;
   const namespace = state.namespace;
   try {
     switch (a.type) {
@@ -533,15 +569,18 @@ async function execute(
 /**
  * Deletion (docs/cocoonset.md#deletion-and-registry-gc): stash the VM names on the CocoonSet, delete every
  * owned pod, wait (5 s requeue) until they are gone, then drop the registry tags (best effort; `:latest` per
- * the snapshot policy) and remove the finalizer. Without a registry (`registry` undefined) the GC is skipped
- * with a warning.
+ * the snapshot policy) and remove the finalizer. Without a registry (`registryConfigured` false) the GC is
+ * skipped with a warning.
  */
 async function deletionFlow(
   state: CocoonSetState,
   cs: CocoonSet,
   pods: PassInput['pods'],
-  registry: RegistryActivities | undefined,
+  io: CocoonSetIO,
+  registryConfigured: boolean,
 ): Promise<PassResult> {
+  const { kube } = io;
+  const registry = registryConfigured ? io.registry : undefined;
   const namespace = state.namespace;
   const owned = pods.filter((p) => isControlledBy(p, cs.metadata.uid));
   const sorted = stashedVMNames(cs, owned);
@@ -571,7 +610,7 @@ async function deletionFlow(
   }
   let remaining: number;
   try {
-    const again = await readWorld(namespace, state.name);
+    const again = await readWorld(io.kube, namespace, state.name);
     remaining = again.cs ? again.pods.filter((p) => isControlledBy(p, cs.metadata.uid)).length : 0;
   } catch (err) {
     return { requeue: false, requeueAfterMs: 0, error: `re-list pods after delete: ${errorMessage(err)}` };

@@ -8,6 +8,8 @@ import {
   type ActivityOptions,
   ApplicationFailure,
   type LocalActivityOptions,
+  proxyActivities,
+  proxyLocalActivities,
   workflowInfo,
 } from '@temporalio/workflow';
 
@@ -97,6 +99,28 @@ export function kubeActivityOptions(attempts: number): ActivityOptions {
 export function kubeLocalActivityOptions(attempts: number): LocalActivityOptions {
   const { heartbeatTimeout: _h, ...rest } = kubeActivityOptions(attempts);
   return rest;
+}
+
+/**
+ * How a run calls its Kubernetes activities, from its start argument's `kubeIO` field: `local` = local
+ * activities (inside the workflow task, one marker event each, no task through the server). Every run this
+ * version starts says `local`; a run an older version started (the field absent) keeps regular
+ * activities, which its recorded history holds, until it continues as new. No `patched()` id is needed:
+ * the mode is in the start argument, which replay sees as the run saw it.
+ */
+export type KubeIO = 'local' | undefined;
+
+/**
+ * The Kubernetes activities `A` of a run whose start said `kubeIO` (see KubeIO), `attempts` total tries of
+ * one call. Both forms have the same call signatures; a failure differs in its wrapping only (see
+ * `errorMessage`, `isNotFound`).
+ */
+export function kubeActivities<A>(kubeIO: KubeIO, attempts: number): A {
+  return (
+    kubeIO === 'local'
+      ? proxyLocalActivities<A>(kubeLocalActivityOptions(attempts))
+      : proxyActivities<A>(kubeActivityOptions(attempts))
+  ) as A;
 }
 
 /**

@@ -22,7 +22,6 @@ import {
   log,
   patched,
   proxyActivities,
-  proxyLocalActivities,
   setHandler,
   workflowInfo,
 } from '@temporalio/workflow';
@@ -63,8 +62,7 @@ import {
   errorMessage,
   historyFull,
   isNotFound,
-  kubeActivityOptions,
-  kubeLocalActivityOptions,
+  kubeActivities,
   olderThan,
   registryActivityOptions,
 } from './entity.js';
@@ -159,10 +157,7 @@ interface VMIO {
 
 function vmIO(input: VMWorkflowInput): VMIO {
   return {
-    kube:
-      input.kubeIO === 'local'
-        ? proxyLocalActivities<KubeActivities>(kubeLocalActivityOptions(5))
-        : proxyActivities<KubeActivities>(kubeActivityOptions(5)),
+    kube: kubeActivities<KubeActivities>(input.kubeIO, 5),
     registry: proxyActivities<RegistryActivities>(
       registryActivityOptions(taskQueues(workflowInfo().taskQueue).hibernationRegistry),
     ),

@@ -382,7 +382,7 @@ describe('CocoonSetRoute', () => {
     expect(first?.signalName).toBe('cocoonSetObserved');
     expect(first?.start).toEqual({
       workflowType: 'cocoonSetWorkflow',
-      args: [{ namespace: 'ns1', name: 's1' }],
+      args: [{ namespace: 'ns1', name: 's1', kubeIO: 'local' }],
     });
     expect(ev('update', cs('s1', 1, 'Running'))).toEqual([]);
     expect(ev('update', cs('s1', 2, 'Running'))).toHaveLength(1);

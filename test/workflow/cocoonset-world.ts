@@ -25,8 +25,8 @@ import {
   ownedPodObservedSignal,
   ownedPodSignal,
 } from '../../src/watcher/cocoonset-signals.js';
+import { cocoonSetStart } from '../../src/watcher/routes.js';
 import type { CocoonSetStateView } from '../../src/workflows/cocoonset.js';
-import { COCOONSET_WORKFLOW_TYPE } from '../../src/workflows/messages.js';
 import { IMAGE, newCocoonSet } from '../support/builders.js';
 
 export { convergedPods } from '../support/builders.js';
@@ -163,13 +163,17 @@ export class CocoonSetWorld {
     return this.pods.get(name);
   }
 
-  /** Starts the workflow as the watcher does (signal-with-start on a CocoonSet observation). */
+  /**
+   * Starts the workflow as the watcher does: signal-with-start on a CocoonSet observation, with the
+   * watcher's start argument (`cocoonSetStart`: Kubernetes I/O as local activities) plus `extra`.
+   */
   async start(extra: Record<string, unknown> = {}): Promise<void> {
     const cs = this.cs!;
-    await this.client!.signalWithStart(COCOONSET_WORKFLOW_TYPE, {
+    const { workflowType, args } = cocoonSetStart(cs.metadata.namespace ?? '', cs.metadata.name ?? '');
+    await this.client!.signalWithStart(workflowType, {
       workflowId: this.workflowId,
       taskQueue: this.taskQueue,
-      args: [{ namespace: cs.metadata.namespace, name: cs.metadata.name, ...extra }],
+      args: [{ ...(args[0] as object), ...extra }],
       signal: cocoonSetObservedSignal,
       signalArgs: [observeCocoonSet(cs)],
     });
