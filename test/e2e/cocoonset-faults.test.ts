@@ -72,19 +72,35 @@ async function waitRunning(name: string, agents: number): Promise<CocoonSet> {
   ))!;
 }
 
-/** The byte sizes of the results of the pod reads (`cocoonSetReadWorld`, `cocoonSetListPods`) in the set's open run. */
+/**
+ * The byte sizes of the results of the pod reads (`cocoonSetReadWorld`, `cocoonSetListPods`) in the set's
+ * open run: local activity markers (`core_local_activity`: type in `data`, the result in `result`) and
+ * regular activities (a run an older version started).
+ */
 async function podReadResultBytes(name: string): Promise<number[]> {
   const history = await temporal.workflow.getHandle(cocoonSetWorkflowId(ns, name)).fetchHistory();
   const types = new Map<string, string>();
   const out: number[] = [];
+  const isPodRead = (type: string | undefined) =>
+    type === 'cocoonSetReadWorld' || type === 'cocoonSetListPods';
+  const bytes = (payloads: { data?: Uint8Array | null }[] | null | undefined) =>
+    (payloads ?? []).reduce((n, p) => n + (p.data?.length ?? 0), 0);
   for (const e of history.events ?? []) {
+    const m = e.markerRecordedEventAttributes;
+    if (m?.markerName === 'core_local_activity') {
+      const data = m.details?.data?.payloads?.[0]?.data;
+      const marker = data
+        ? (JSON.parse(Buffer.from(data).toString('utf8')) as { activity_type?: string })
+        : {};
+      if (isPodRead(marker.activity_type)) out.push(bytes(m.details?.result?.payloads));
+      continue;
+    }
     const s = e.activityTaskScheduledEventAttributes;
     if (s) types.set(String(e.eventId), s.activityType?.name ?? '');
     const c = e.activityTaskCompletedEventAttributes;
     if (!c) continue;
-    const type = types.get(String(c.scheduledEventId));
-    if (type !== 'cocoonSetReadWorld' && type !== 'cocoonSetListPods') continue;
-    out.push((c.result?.payloads ?? []).reduce((n, p) => n + (p.data?.length ?? 0), 0));
+    if (!isPodRead(types.get(String(c.scheduledEventId)))) continue;
+    out.push(bytes(c.result?.payloads));
   }
   return out;
 }
@@ -192,6 +208,7 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
     const fullPerPod = Buffer.byteLength(JSON.stringify(served)) / served.length;
     const summaryPerPod = Buffer.byteLength(JSON.stringify(served.map(summarizePod))) / served.length;
     const reads = await podReadResultBytes(name);
+    expect(reads.length).toBeGreaterThan(0);
     const biggest = Math.max(...reads);
     console.log(
       `[payload] 60 pods: as served ${fullPerPod.toFixed(0)} B a pod, as the pass reads it ${summaryPerPod.toFixed(0)} B a pod; largest pod-read result in the history ${biggest} B (${(biggest / 60).toFixed(0)} B a pod)`,

@@ -169,16 +169,21 @@ export async function cocoonSetWorkflowState(
   return client.workflow.getHandle(cocoonSetWorkflowId(namespace, name)).query('state');
 }
 
-/** One activity a workflow run scheduled: its type and its (JSON) input. */
+/**
+ * One activity a workflow run scheduled: its type and its (JSON) input; `local` for a local activity,
+ * whose marker event records its type and result but not its input (`input` undefined).
+ */
 export interface ScheduledActivity {
   runId: string;
   type: string;
   input: unknown;
+  local?: true;
 }
 
 /**
- * Every activity the runs of CocoonSet workflow `<namespace>/<name>` scheduled, oldest run first and in
- * history order within a run (the runs are found through visibility, which may lag a moment).
+ * Every activity the runs of CocoonSet workflow `<namespace>/<name>` scheduled, regular (ActivityTaskScheduled)
+ * and local (the SDK core's `core_local_activity` marker), oldest run first and in history order within a
+ * run (the runs are found through visibility, which may lag a moment).
  */
 export async function scheduledActivities(
   client: Client,
@@ -195,6 +200,15 @@ export async function scheduledActivities(
   for (const { runId } of runs) {
     const history = await client.workflow.getHandle(id, runId).fetchHistory();
     for (const e of history.events ?? []) {
+      const m = e.markerRecordedEventAttributes;
+      if (m?.markerName === 'core_local_activity') {
+        const data = m.details?.data?.payloads?.[0]?.data;
+        const marker = data
+          ? (JSON.parse(Buffer.from(data).toString('utf8')) as { activity_type?: string })
+          : {};
+        out.push({ runId, type: marker.activity_type ?? '', input: undefined, local: true });
+        continue;
+      }
       const a = e.activityTaskScheduledEventAttributes;
       if (!a) continue;
       const data = a.input?.payloads?.[0]?.data;
