@@ -157,7 +157,8 @@ export interface CocoonSetState {
 
 /**
  * The activities one run calls: the Kubernetes reads and writes (local activities in a run started with
- * `kubeIO: 'local'`, else regular ones: see CocoonSetWorkflowInput.kubeIO) and the registry calls, always
+ * `kubeIO: 'local'`, else regular ones: see CocoonSetWorkflowInput.kubeIO), the same as regular activities
+ * for rounds too large to run locally (`bulk`, see LOCAL_ROUND_MAX), and the registry calls, always
  * regular activities on their own task queue, whose worker slots are the concurrency knob
  * (COCOONSET_CONCURRENCY).
  *
@@ -169,16 +170,35 @@ export interface CocoonSetState {
  */
 interface CocoonSetIO {
   kube: CocoonSetActivities;
+  bulk: CocoonSetActivities;
   registry: RegistryActivities;
 }
+
+/**
+ * Most Kubernetes calls one round of a pass (one `exec` of the planner, the deletion's pod deletes) makes
+ * as local activities. A larger round (a bring-up, scale-down or drift of many pods, a large set's
+ * deletion) runs them as regular activities (`bulk`): local activities hold the workflow task open until
+ * they finish, and the signals the round's own writes echo back meanwhile (several per pod) are buffered
+ * by the server, which fails the open task once more than 100 are (`history.maximumBufferedEventsBatch`).
+ * A 60-pod set lost its bring-up and scale-down tasks that way, and a retry then failed in the SDK core
+ * with "Nondeterminism error: Missing associated machine for LocalActivity" (e2e cocoonset-faults (b)).
+ * A regular round ends the task once scheduled. Deterministic: the size comes from what the pass read.
+ */
+const LOCAL_ROUND_MAX = 4;
 
 function cocoonSetIO(input: CocoonSetWorkflowInput): CocoonSetIO {
   return {
     kube: kubeActivities<CocoonSetActivities>(input.kubeIO, 3),
+    bulk: kubeActivities<CocoonSetActivities>(undefined, 3),
     registry: proxyActivities<RegistryActivities>(
       registryActivityOptions(taskQueues(workflowInfo().taskQueue).cocoonSetRegistry),
     ),
   };
+}
+
+/** The Kubernetes activities for a round of `calls` calls: local up to LOCAL_ROUND_MAX, else regular. */
+function kubeForRound(io: CocoonSetIO, calls: number): CocoonSetActivities {
+  return calls > LOCAL_ROUND_MAX ? io.bulk : io.kube;
 }
 
 /** Counts a handled signal and keeps the newest resourceVersion signals carried (the query's barrier). */
@@ -386,10 +406,12 @@ async function drive(
     tagDroppedFor: state.tagDroppedFor,
   };
   const end = await reconcilePass(passInput, {
-    exec: (actions, concurrent, maxConcurrency) =>
-      concurrent
-        ? pool(actions, Math.max(1, maxConcurrency), (a) => execute(state, cs, a, io))
-        : sequence(actions, (a) => execute(state, cs, a, io)),
+    exec: (actions, concurrent, maxConcurrency) => {
+      const kube = kubeForRound(io, actions.length);
+      return concurrent
+        ? pool(actions, Math.max(1, maxConcurrency), (a) => execute(state, cs, a, io, kube))
+        : sequence(actions, (a) => execute(state, cs, a, io, kube));
+    },
     offer: async (flow) => {
       // Only runs recorded before the `migration` / `seat-release` patches offer a flow: it was not
       // implemented then, so it answers "not handled" and the pass goes on past its step.
@@ -457,14 +479,18 @@ async function pool<T, R>(items: T[], limit: number, fn: (t: T) => Promise<R>): 
   return out;
 }
 
-/** Executes one planner action as an activity and turns its answer into the outcome the planner reads. */
+/**
+ * Executes one planner action as an activity and turns its answer into the outcome the planner reads;
+ * `kube`: the Kubernetes activities of its round (see kubeForRound).
+ */
 async function execute(
   state: CocoonSetState,
   cs: CocoonSet,
   a: PassAction,
   io: CocoonSetIO,
+  kube: CocoonSetActivities = io.kube,
 ): Promise<ActionOutcome> {
-  const { kube, registry } = io;
+  const { registry } = io;
   const namespace = state.namespace;
   try {
     switch (a.type) {
@@ -596,10 +622,11 @@ async function deletionFlow(
       return { requeue: false, requeueAfterMs: 0, error: `stash vm names: ${errorMessage(err)}` };
     }
   }
+  const deletes = kubeForRound(io, owned.length);
   for (const p of owned) {
     const pod = p.metadata?.name ?? '';
     try {
-      await kube.cocoonSetDeletePod({ namespace, pod });
+      await deletes.cocoonSetDeletePod({ namespace, pod });
     } catch (err) {
       return {
         requeue: false,
@@ -668,9 +695,11 @@ async function deletionFlow(
   }
   state.phase = 'Deleting';
   // VM workflows still holding this set's hibernate request (a released seat keeps it without a pod) let go.
-  for (const pod of Object.keys(state.hibernateAsked ?? {}).sort()) {
+  const asked = Object.keys(state.hibernateAsked ?? {}).sort();
+  const asks = kubeForRound(io, asked.length);
+  for (const pod of asked) {
     try {
-      await kube.cocoonSetAskVM({
+      await asks.cocoonSetAskVM({
         namespace,
         pod,
         desire: { set: state.name, desire: 'Wake', generation: cs.metadata.generation ?? 0 },
