@@ -478,6 +478,35 @@ export const scenarios: Scenario[] = [
     },
   },
   {
+    name: 'cocoonset-large-rounds',
+    covers:
+      'rounds of more than 4 Kubernetes calls as regular activities beside the local ones: 5 more sub-agents created at once, then all 7 scaled away (their deletes)',
+    record: async (env) => {
+      const cs = demoSet(withFinalizer);
+      return withCocoonSetWorld(env, new CocoonSetWorld(cs, convergedPods(cs)), async (w) => {
+        await w.start();
+        await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+        await w.editSpec((c) => (c.spec.agent.replicas = 7));
+        await waitFor('all pods created', () => w.pods.size === 9);
+        for (const p of [...w.pods.keys()]) await w.makeReady(p);
+        await waitFor(
+          'Running 8/8',
+          () => w.cs?.status?.phase === 'Running' && w.cs.status.readyAgents === 8,
+        );
+        await w.editSpec((c) => (c.spec.agent.replicas = 0));
+        await waitFor('the main and the toolbox alone', () => w.pods.size === 2);
+        await waitFor(
+          'Running 1/1',
+          () => w.cs?.status?.desiredAgents === 1 && w.cs.status.readyAgents === 1,
+        );
+        await w.settled(env);
+        return {
+          'cocoonset-large-rounds': await env.client.workflow.getHandle(w.workflowId).fetchHistory(),
+        };
+      });
+    },
+  },
+  {
     name: 'cocoonset-deletion',
     covers:
       'a CocoonSet deleted: VM names stashed, pods deleted, tags dropped per policy, finalizer removed, done',
