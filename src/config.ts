@@ -72,6 +72,11 @@ export interface Config {
   cocoonSetConcurrency: number;
   /** Activity slots of the hibernation registry task queue (≥ 1). */
   hibernationConcurrency: number;
+  /**
+   * Workflows the workflow worker keeps in memory (the SDK's `maxCachedWorkflows`); 0 = no cache, 'auto' =
+   * the SDK's default, sized from the V8 heap limit.
+   */
+  workflowCacheSize: number | 'auto';
   /** `/metrics` listener; null = disabled (`0`). */
   metricsAddr: ListenAddress | null;
   /** `/healthz` + `/readyz` listener; null = disabled (`0` or an empty flag). */
@@ -219,6 +224,14 @@ export const ENV_SETTINGS: SettingSpec[] = [
     default: '4',
     required: false,
     description: 'concurrent registry activities of the hibernation controller (integer ≥ 1)',
+  },
+  {
+    env: 'WORKFLOW_CACHE_SIZE',
+    flag: '--workflow-cache-size',
+    default: 'auto',
+    required: false,
+    description:
+      "workflows kept in the worker's memory between tasks (integer ≥ 2, or 0 = no cache); auto = the Temporal SDK's default, from the V8 heap limit",
   },
   {
     env: 'METRICS_ADDR',
@@ -385,6 +398,20 @@ function parseConcurrency(raw: Raw, what: string): number {
   // The reference's wording (docs/configuration.md#startup-order), kept for the < 1 case.
   if (n < 1) throw new ConfigError(raw.source, `${what} concurrency must be at least 1, got ${n}`);
   if (!Number.isSafeInteger(n)) throw new ConfigError(raw.source, `must be an integer ≥ 1, got "${v}"`);
+  return n;
+}
+
+function parseCacheSize(raw: Raw): number | 'auto' {
+  const v = (raw.value ?? '').trim();
+  if (v === 'auto') return 'auto';
+  const n = /^\d+$/.test(v) ? Number(v) : Number.NaN;
+  // The SDK turns 1 into 2 with a warning; say so at start instead.
+  if (!Number.isSafeInteger(n) || n === 1) {
+    throw new ConfigError(
+      raw.source,
+      `must be auto, 0 (no cache) or an integer ≥ 2, got "${raw.value ?? ''}"`,
+    );
+  }
   return n;
 }
 
@@ -589,6 +616,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, opts: LoadCon
 
   const cocoonSetConcurrency = parseConcurrency(get('COCOONSET_CONCURRENCY'), 'cocoonset');
   const hibernationConcurrency = parseConcurrency(get('HIBERNATION_CONCURRENCY'), 'hibernation');
+  const workflowCacheSize = parseCacheSize(get('WORKFLOW_CACHE_SIZE'));
 
   const metricsAddr = parseListen(get('METRICS_ADDR'), true);
   const probeRaw = get('PROBE_ADDR');
@@ -631,6 +659,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, opts: LoadCon
     temporal: { address, namespace, taskQueue, tls, apiKey, metricsAddr: temporalMetricsAddr },
     cocoonSetConcurrency,
     hibernationConcurrency,
+    workflowCacheSize,
     metricsAddr,
     probeAddr,
     leaderElect,

@@ -398,6 +398,7 @@ export async function run(config: Config, log: Logger): Promise<number> {
             workflowBundle: { codePath: bundle.codePath },
             activities: kubeActivities,
             stickyQueueScheduleToStartTimeout: STICKY_QUEUE_TIMEOUT,
+            ...(config.workflowCacheSize === 'auto' ? {} : { maxCachedWorkflows: config.workflowCacheSize }),
           }),
           await Worker.create({
             ...common,
@@ -426,6 +427,7 @@ export async function run(config: Config, log: Logger): Promise<number> {
             queues,
             cocoonsetConcurrency: config.cocoonSetConcurrency,
             hibernationConcurrency: config.hibernationConcurrency,
+            workflowCacheSize: running.workers[0]?.options.maxCachedWorkflows,
           },
           'Temporal workers running',
         );
