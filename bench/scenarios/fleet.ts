@@ -13,8 +13,6 @@
  * registry requests, workflow tasks and activities, per minute.
  */
 import { cocoonSetWorkflowId, vmWorkflowId } from '../../src/api/ids.js';
-import type { HibernationPhase } from '../../src/api/types.js';
-import { resyncSignal } from '../../src/workflows/messages.js';
 import { type BenchEnv, metricsDelta, scrapeWorkerMetrics } from '../lib/env.js';
 import {
   fetchEvents,
@@ -27,6 +25,7 @@ import {
 import { diffCounts, type KubeRequestCounts } from '../lib/kube-count.js';
 import { type RunningOperator, startOperator } from '../lib/operator.js';
 import { type CpuWindow, sampleRss, startCpuWindow } from '../lib/procstat.js';
+import { driveScalePhase, type ScalePhaseName, seedScaleFleet } from '../lib/scale.js';
 import { pool } from '../lib/stats.js';
 import { BenchWorld } from '../lib/world.js';
 
@@ -127,72 +126,24 @@ function sumMatching(m: Record<string, number>, re: RegExp): number {
     .reduce((a, [, v]) => a + v, 0);
 }
 
-/** With no CR changing phase for this long, the still-pending VMs are nudged with a resync signal. */
-const FLEET_STALL_MS = 60_000;
-/** Give up after this many nudge rounds without completion. */
-const MAX_NUDGES = 3;
 /** CocoonSets must all be steady within this long, plus the per-set allowance below. */
 const SETS_STEADY_TIMEOUT_MS = 120_000;
 const SETS_STEADY_PER_SET_MS = 3_000;
-
-/**
- * Waits for the whole fleet like BenchWorld.waitPhase, but when no CR has changed for FLEET_STALL_MS,
- * sends the pending VMs' workflows a resync signal (recorded in `nudged`) instead of waiting forever.
- */
-async function waitFleet(
-  env: BenchEnv,
-  world: BenchWorld,
-  phase: HibernationPhase,
-  minGeneration: (pod: string) => number,
-  nudged: string[],
-): Promise<number[]> {
-  let nudges = 0;
-  for (;;) {
-    try {
-      return await world.waitPhase(world.pods, phase, FLEET_STALL_MS, minGeneration);
-    } catch (err) {
-      if (Date.now() - world.lastChangeAt < FLEET_STALL_MS) continue; // still moving
-      if (++nudges > MAX_NUDGES) throw err;
-      const pending = world.notYet(world.pods, phase, minGeneration);
-      nudged.push(...pending);
-      await pool(pending, 16, (p) =>
-        env.client.workflow.getHandle(vmWorkflowId(world.namespace, p)).signal(resyncSignal),
-      );
-    }
-  }
-}
 
 async function measurePhase(
   env: BenchEnv,
   world: BenchWorld,
   op: RunningOperator,
   opts: FleetOptions,
-  phase: 'hibernate' | 'wake',
+  phase: ScalePhaseName,
 ): Promise<ScalePhase> {
   const pods = world.pods;
-  const parallel = opts.parallel ?? 32;
   const kube0 = op.kubeConfig.snapshot();
   const reg0 = Object.fromEntries(op.proxy.counts);
   const met0 = await scrapeWorkerMetrics(env.metricsAddr);
   const rss = sampleRss();
   const cpu = startCpuWindow();
-  const t0 = Date.now();
-  const nudged: string[] = [];
-  let doneAt: number[];
-  let issueMs: number;
-  if (phase === 'hibernate') {
-    await world.createCRs(pods, 'Hibernate', parallel);
-    issueMs = Date.now() - t0;
-    doneAt = await waitFleet(env, world, 'Hibernated', () => 1, nudged);
-  } else {
-    const gens = new Map<string, number>();
-    await pool(pods, parallel, async (p) => {
-      gens.set(p, await world.setDesire(p, 'Wake'));
-    });
-    issueMs = Date.now() - t0;
-    doneAt = await waitFleet(env, world, 'Active', (p) => gens.get(p) ?? 1, nudged);
-  }
-  const wallMs = Math.max(...doneAt) - t0;
+  const { issueMs, wallMs, nudged } = await driveScalePhase(env, world, phase, opts.parallel ?? 32);
   const cpuSeconds = cpu.stop();
   const peak = rss.stop();
   const met1 = await scrapeWorkerMetrics(env.metricsAddr);
@@ -240,10 +191,8 @@ export async function runFleet(env: BenchEnv, opts: FleetOptions): Promise<Fleet
     setupMs: 0,
   };
   try {
-    const pods = await world.createPods(opts.n, { running: true });
+    const pods = await seedScaleFleet(world, opts.n);
     ids.push(...pods.map((p) => vmWorkflowId(world.namespace, p)));
-    await world.pushHibernateTags(pods);
-    await world.track();
     const op = await startOperator(env, {
       namespace: world.namespace,
       concurrency: opts.concurrency,
@@ -262,8 +211,7 @@ export async function runFleet(env: BenchEnv, opts: FleetOptions): Promise<Fleet
           );
         }
       } else {
-        await world.createCRs(pods, 'Hibernate', opts.parallel ?? 32);
-        await waitFleet(env, world, 'Hibernated', () => 1, []);
+        await driveScalePhase(env, world, 'hibernate', opts.parallel ?? 32);
         say(`fleet hibernated (unmeasured; scale not requested)`);
       }
       if (opts.idleMs > 0) {
