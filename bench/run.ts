@@ -1,7 +1,8 @@
 /**
- * `npm run bench [-- --quick] [--only seed,scale,idle,latency,history,crash] [--reps N] [--scale-n N] [--scale-c C]
- *  [--idle-s S] [--idle-sets N] [--sub-agents N] [--edits N] [--cycles N] [--trials N] [--seed N]
- *  [--budget-s S] [--crash-scenarios hibernate,wake,delete,delete-held] [--out FILE]`
+ * `npm run bench [-- --quick] [--only seed,scale,idle,latency,history,crash,shipped] [--reps N] [--scale-n N]
+ *  [--scale-c C] [--idle-s S] [--idle-sets N] [--sub-agents N] [--edits N] [--cycles N] [--trials N]
+ *  [--seed N] [--budget-s S] [--crash-scenarios hibernate,wake,delete,delete-held] [--shipped-n N]
+ *  [--shipped-c C] [--shipped-cache SIZE,...] [--out FILE]`
  *
  * Benchmarks of the operator against the real local stack (`npm run stack -- up`): Temporal dev server,
  * kube-apiserver + etcd, the OCI registry behind a latency-injecting proxy (test/support/registry-proxy.ts).
@@ -16,6 +17,14 @@
  * SIGKILLs of the real operator process (default 100) at random points of hibernate, wake and deletion,
  * plans drawn from `--seed` (default: random, printed) over `--crash-scenarios` (default all four), no
  * new trial started after `--budget-s`.
+ *
+ * `--only shipped` (not part of the default run): the operator as shipped, `node dist/worker.js` as a child
+ * process (bench/scenarios/shipped.ts; runs `npm run build` first when dist/ is missing or older than
+ * src/), through the scale workload: `--shipped-n` VMs (default 1000; 200 with --quick) hibernate then
+ * wake at L = 50 ms and HIBERNATION_CONCURRENCY `--shipped-c` (default 64). Reports the child's own CPU
+ * per transition and its resident memory (peak, and at the end with N VMs known). `--shipped-cache`
+ * runs it once per listed WORKFLOW_CACHE_SIZE of the child, back to back (`default` = unset: the shipped
+ * default; e.g. `auto,1000,250`).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
@@ -23,17 +32,26 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { openBenchEnv } from './lib/env.js';
-import { printCrash, printFleet, printHistory, printLatency, printMachine, printSeed } from './lib/report.js';
+import {
+  printCrash,
+  printFleet,
+  printHistory,
+  printLatency,
+  printMachine,
+  printSeed,
+  printShipped,
+} from './lib/report.js';
 import { CRASH_SCENARIOS, type CrashScenario, runCrash } from './scenarios/crash.js';
 import { runFleet } from './scenarios/fleet.js';
 import { runHistory } from './scenarios/history.js';
 import { runLatency } from './scenarios/latency.js';
 import { runSeed } from './scenarios/seed.js';
+import { runShipped } from './scenarios/shipped.js';
 
 const HERE = dirname(fileURLToPath(import.meta.url));
-const SCENARIOS = ['seed', 'scale', 'idle', 'latency', 'history', 'crash'] as const;
+const SCENARIOS = ['seed', 'scale', 'idle', 'latency', 'history', 'crash', 'shipped'] as const;
 type Scenario = (typeof SCENARIOS)[number];
-/** What a run without --only does (the crash test is asked for by name). */
+/** What a run without --only does (the crash test and the shipped operator are asked for by name). */
 const DEFAULT_SCENARIOS: readonly Scenario[] = ['seed', 'scale', 'idle', 'latency', 'history'];
 
 function log(msg: string): void {
@@ -64,6 +82,9 @@ async function main(): Promise<void> {
       seed: { type: 'string' },
       'budget-s': { type: 'string' },
       'crash-scenarios': { type: 'string' },
+      'shipped-n': { type: 'string' },
+      'shipped-c': { type: 'string' },
+      'shipped-cache': { type: 'string' },
       out: { type: 'string' },
     },
   });
@@ -98,6 +119,9 @@ async function main(): Promise<void> {
     seed: int(values.seed, 'seed', 0) ?? Math.floor(Math.random() * 2 ** 31),
     budgetS: int(values['budget-s'], 'budget-s'),
     crashScenarios,
+    shippedN: int(values['shipped-n'], 'shipped-n') ?? (quick ? 200 : 1000),
+    shippedC: int(values['shipped-c'], 'shipped-c') ?? 64,
+    shippedCache: (values['shipped-cache'] ?? 'default').split(',').map((s) => s.trim()),
   };
   const started = new Date();
   const result: Record<string, unknown> = {
@@ -176,6 +200,17 @@ async function main(): Promise<void> {
       });
       save();
     }
+    if (want('shipped')) {
+      result.shipped = await runShipped(env, {
+        n: sizes.shippedN,
+        latencyMs: 50,
+        concurrency: sizes.shippedC,
+        cacheSizes: sizes.shippedCache.map((s) => (s === 'default' ? undefined : s)),
+        logPrefix: out.replace(/\.json$/, '-shipped'),
+        progress: log,
+      });
+      save();
+    }
   } finally {
     await env.close();
     (result.machine as Record<string, unknown>).loadavgAtEnd = loadavg();
@@ -189,6 +224,7 @@ async function main(): Promise<void> {
   if (result.latency) printLatency(result.latency as Parameters<typeof printLatency>[0]);
   if (result.history) printHistory(result.history as Parameters<typeof printHistory>[0]);
   if (result.crash) printCrash(result.crash as Parameters<typeof printCrash>[0]);
+  if (result.shipped) printShipped(result.shipped as Parameters<typeof printShipped>[0]);
   // The registry worker is activity-only; the SDK says so once per worker (expected, JSON only).
   const notable = [...env.sdkWarnings].filter(([msg]) => !msg.includes('No workflows registered'));
   if (notable.length) {

@@ -1,6 +1,7 @@
 /**
  * Process resource figures for the benchmarks: CPU seconds of the local stack's server processes (read
- * from /proc, Linux only) and the peak resident set size of this process (the in-process workers).
+ * from /proc, Linux only), the peak resident set size of this process (the in-process workers), and CPU
+ * and resident memory of another process by pid (the shipped operator run as a child).
  */
 import { readdirSync, readFileSync } from 'node:fs';
 import { componentByName } from '../../scripts/stack/components.js';
@@ -15,7 +16,7 @@ export const STACK_COMPONENTS = ['temporal', 'kube-apiserver', 'etcd', 'registry
 export type StackComponent = (typeof STACK_COMPONENTS)[number];
 
 /** User + system CPU seconds of one pid (its exited, waited-for children included), or NaN. */
-function pidCpuSeconds(pid: number): number {
+export function pidCpuSeconds(pid: number): number {
   try {
     const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
     // Fields after the parenthesised command name; utime, stime, cutime, cstime are fields 14–17.
@@ -107,6 +108,67 @@ export function sampleRss(intervalMs = 200): { stop(): number } {
   };
 }
 
+/** Resident memory of one process from /proc/<pid>/status, in bytes (NaN when it cannot be read). */
+export interface PidMemory {
+  /** VmRSS: resident now. */
+  rss: number;
+  /** VmHWM: the peak resident size over the process's life. */
+  hwm: number;
+}
+
+/** See {@link PidMemory}. */
+export function pidMemory(pid: number): PidMemory {
+  let status = '';
+  try {
+    status = readFileSync(`/proc/${pid}/status`, 'utf8');
+  } catch {
+    // exited
+  }
+  const kib = (key: string) => {
+    const m = new RegExp(`^${key}:\\s+(\\d+) kB`, 'm').exec(status);
+    return m ? Number(m[1]) * 1024 : Number.NaN;
+  };
+  return { rss: kib('VmRSS'), hwm: kib('VmHWM') };
+}
+
+/**
+ * Samples another process's VmRSS every `intervalMs` until stopped. `peak()` is the highest sample since
+ * the last `resetPeak()` (or the start), `last()` the latest reading.
+ */
+export function samplePidRss(
+  pid: number,
+  intervalMs = 200,
+): { peak(): number; last(): number; resetPeak(): void; stop(): void } {
+  let last = pidMemory(pid).rss;
+  let peak = last;
+  const read = () => {
+    const r = pidMemory(pid).rss;
+    if (!Number.isNaN(r)) {
+      last = r;
+      peak = Number.isNaN(peak) ? r : Math.max(peak, r);
+    }
+  };
+  const t = setInterval(read, intervalMs);
+  t.unref();
+  return {
+    peak() {
+      read();
+      return peak;
+    },
+    last() {
+      read();
+      return last;
+    },
+    resetPeak() {
+      read();
+      peak = last;
+    },
+    stop() {
+      clearInterval(t);
+    },
+  };
+}
+
 /** Busy and total CPU seconds of the whole machine so far (all cores, from /proc/stat). */
 export function machineCpuSeconds(): { busy: number; total: number } {
   const line = readFileSync('/proc/stat', 'utf8').split('\n')[0] ?? '';
@@ -122,15 +184,22 @@ export interface CpuWindow {
   seconds: number;
   self: number;
   stack: Record<StackComponent, number>;
+  /** CPU seconds of the extra processes the window was started with (`pids`), summed; 0 without any. */
+  pids: number;
   machineBusy: number;
   machineTotal: number;
   /** Share of the machine's busy CPU used by none of the above (other load on the machine). */
   otherShare: number;
 }
 
-/** Starts a CPU accounting window; `stop()` returns what was used since. */
-export function startCpuWindow(): { stop(): CpuWindow } {
+/**
+ * Starts a CPU accounting window; `stop()` returns what was used since. `pids` are further processes of
+ * the benchmark (e.g. the operator as a child process), counted in `pids` and not as other load.
+ */
+export function startCpuWindow(opts: { pids?: readonly number[] } = {}): { stop(): CpuWindow } {
+  const pidsCpu = () => (opts.pids ?? []).reduce((a, p) => a + pidCpuSeconds(p), 0);
   const t0 = Date.now();
+  const pids0 = pidsCpu();
   const self0 = selfCpuSeconds();
   const stack0 = stackCpuSeconds();
   const m0 = machineCpuSeconds();
@@ -139,12 +208,17 @@ export function startCpuWindow(): { stop(): CpuWindow } {
       const stack = cpuDelta(stackCpuSeconds(), stack0);
       const m1 = machineCpuSeconds();
       const self = selfCpuSeconds() - self0;
+      const pids = pidsCpu() - pids0;
       const machineBusy = m1.busy - m0.busy;
-      const ours = self + Object.values(stack).reduce((a, b) => a + (Number.isNaN(b) ? 0 : b), 0);
+      const ours =
+        self +
+        (Number.isNaN(pids) ? 0 : pids) +
+        Object.values(stack).reduce((a, b) => a + (Number.isNaN(b) ? 0 : b), 0);
       return {
         seconds: (Date.now() - t0) / 1000,
         self,
         stack,
+        pids,
         machineBusy,
         machineTotal: m1.total - m0.total,
         otherShare: machineBusy > 0 ? Math.max(0, machineBusy - ours) / machineBusy : Number.NaN,

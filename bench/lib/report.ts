@@ -6,6 +6,7 @@ import type { FleetResult } from '../scenarios/fleet.js';
 import type { HistoryResult } from '../scenarios/history.js';
 import type { LatencyResult } from '../scenarios/latency.js';
 import type { SeedResult } from '../scenarios/seed.js';
+import type { MemoryPoint, ShippedResult } from '../scenarios/shipped.js';
 import type { TemporalCounts } from './history.js';
 
 /** Formats a number with `digits` decimals; NaN/undefined → `n/a`. */
@@ -269,6 +270,69 @@ export function printFleet(f: FleetResult): void {
       write(
         `\nCocoonSet workflow per set, from creation to steady (its whole history when the idle window opened; median over ${i.sets} sets): ${count(t.workflowTasks)} workflow tasks, ${count(t.activityTasks)} activity tasks, ${count(t.localActivities)} local activities, ${count(t.events)} history events, ${count(t.signals)} signals, ${count(t.actions)} actions (${count(t.heartbeatsEst)} heartbeats est.); ${temporalDetail(t)}.`,
       );
+    }
+  }
+}
+
+/** Prints the shipped-operator tables: one row per run and phase, then the memory points of each run. */
+export function printShipped(r: ShippedResult): void {
+  const perT = (s: number) => fmt((s * 1000) / r.n, 1);
+  const la = (xs: number[]) => xs.map((x) => x.toFixed(2)).join(' ');
+  write(
+    `\n### Operator as shipped (\`node dist/worker.js\`, a child process): N=${r.n} VMs hibernate then wake, L=${r.latencyMs} ms, C=${r.concurrency}; build ${r.build}\n`,
+  );
+  write(
+    table(
+      [
+        'WORKFLOW_CACHE_SIZE (effective)',
+        'phase',
+        'wall s',
+        'transitions/s',
+        'registry calls/transition',
+        'CPU ms/transition: operator',
+        'Temporal',
+        'apiserver',
+        'etcd',
+        'operator peak RSS MiB',
+        'RSS at end MiB',
+        'VmHWM MiB',
+        'loadavg start → end',
+        'other load share',
+      ],
+      r.runs.flatMap((run) =>
+        run.phases.map((p) => [
+          `${run.cacheSetting} (${run.effectiveCacheSize ?? '?'})`,
+          p.phase,
+          fmt(p.wallMs / 1000, 1),
+          fmt(p.transitionsPerSecond, 1),
+          fmt(p.registryCallsPerTransition, 2),
+          fmt(p.operatorCpuMsPerTransition, 1),
+          perT(p.cpuSeconds.stack.temporal),
+          perT(p.cpuSeconds.stack['kube-apiserver']),
+          perT(p.cpuSeconds.stack.etcd),
+          fmt(p.peakRssMiB),
+          fmt(p.end.rssMiB),
+          fmt(p.end.hwmMiB),
+          `${la(p.loadavgStart)} → ${la(p.loadavgEnd)}`,
+          `${fmt(100 * p.cpuSeconds.otherShare)} %`,
+        ]),
+      ),
+    ),
+  );
+  const mem = (m: MemoryPoint) =>
+    `RSS ${fmt(m.rssMiB)} MiB (heap used ${fmt(m.heapUsedMiB)} of ${fmt(m.heapTotalMiB)}, external ${fmt(m.externalMiB)})`;
+  write(
+    '\nCPU of the operator = the child process alone (user + system, all its threads); Temporal, apiserver and etcd as in the other scenarios (whatever else used the stack is in them). Peak RSS = the highest 200 ms sample in the phase; VmHWM = the peak over the process life.',
+  );
+  for (const run of r.runs) {
+    write(
+      `\n- ${run.cacheSetting}: Node ${run.node}; ready in ${fmt(run.readyMs / 1000, 1)} s with ${mem(run.ready)}; after the wake and ${fmt(run.settleMs / 1000)} s, ${r.n} VMs known: ${mem(run.settled)}, VmHWM ${fmt(run.settled.hwmMiB)} MiB; operator CPU over its life ${fmt(run.operatorCpuTotalS, 1)} s; log ${run.log}.`,
+    );
+    for (const p of run.phases) {
+      if (p.nudged.length)
+        write(
+          `  ${p.phase}: ${p.nudged.length} VMs stopped progressing and were nudged with a resync signal.`,
+        );
     }
   }
 }

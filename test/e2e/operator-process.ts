@@ -1,5 +1,6 @@
 /**
- * Test helper: runs the real operator process (`tsx src/worker.ts`) as a child, collects its JSON log
+ * Test helper: runs the real operator process (`tsx src/worker.ts`, or the build's `node dist/worker.js`)
+ * as a child, collects its JSON log
  * lines and stderr, and reads the local stack's environment (`npm run -s stack -- env --json`).
  * Used by test/e2e/process.test.ts, leader.test.ts, hibernation.test.ts and cocoonset.test.ts.
  */
@@ -67,18 +68,27 @@ export interface OperatorProcess {
 /** The preload `npm start` and the image load (src/workflow-thread-preload.cjs). */
 const PRELOAD = './src/workflow-thread-preload.cjs';
 
-/** Starts `tsx src/worker.ts <args>` as `npm start` does (with the preload) with exactly `env` (see cleanEnv). */
+/** How the operator is started (see startOperator). */
+export type Launcher = 'tsx' | 'node' | 'dist';
+
+/**
+ * Starts `tsx src/worker.ts <args>` as `npm start` does (or `node dist/worker.js` as the image does, see
+ * Launcher), with the workflow-thread preload, with exactly `env` (see cleanEnv).
+ */
 export function startOperator(
   env: NodeJS.ProcessEnv,
   args: string[] = [],
-  opts: { probePort?: number; metricsPort?: number; launcher?: 'tsx' | 'node' } = {},
+  opts: { probePort?: number; metricsPort?: number; launcher?: Launcher } = {},
 ): OperatorProcess {
   // 'tsx' is what `npm start` runs (the tsx CLI, which runs node as its child and relays signals);
-  // 'node' loads tsx as a hook in one process, so the pid is the operator itself (for kill -9).
+  // 'node' loads tsx as a hook in one process, so the pid is the operator itself (for kill -9);
+  // 'dist' is what the image runs, `node dist/worker.js` (needs `npm run build` first), one process too.
   const [cmd, argv] =
     opts.launcher === 'tsx'
       ? [TSX, ['--require', PRELOAD, 'src/worker.ts', ...args]]
-      : [process.execPath, ['--require', PRELOAD, '--import', 'tsx', 'src/worker.ts', ...args]];
+      : opts.launcher === 'dist'
+        ? [process.execPath, ['--require', './dist/workflow-thread-preload.cjs', 'dist/worker.js', ...args]]
+        : [process.execPath, ['--require', PRELOAD, '--import', 'tsx', 'src/worker.ts', ...args]];
   const child = spawn(cmd, argv, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   let err = '';
@@ -207,7 +217,7 @@ export async function scrapeMetrics(url: string): Promise<string> {
  */
 export async function startReadyOperator(
   env: NodeJS.ProcessEnv,
-  opts: { probePort: number; metricsPort: number; launcher?: 'tsx' | 'node' },
+  opts: { probePort: number; metricsPort: number; launcher?: Launcher },
   timeoutMs = 120_000,
 ): Promise<OperatorProcess> {
   const p = startOperator(env, [], opts);

@@ -1,0 +1,299 @@
+/**
+ * The operator as shipped: `node dist/worker.js` (what the image runs: compiled JavaScript and the prebuilt
+ * workflow bundle, no TypeScript loader) as a child process, so its memory and CPU are the operator's
+ * alone, without the benchmark harness and its own client that the in-process scenarios include.
+ *
+ * One run per workflow cache size asked for (`WORKFLOW_CACHE_SIZE` of the child; unset = the shipped
+ * default): a fresh namespace with the scale scenario's N pre-played VMs and their `:hibernate` tags
+ * (lib/scale.ts), a registry proxy at latency L in this process, the child configured by environment
+ * variables (the stack's kubeconfig and Temporal, the proxy as its registry, a fresh task queue, the
+ * watcher scoped to the namespace, no leader election, HIBERNATION_CONCURRENCY = C, NODE_ENV=production,
+ * every other setting at its default, logs at info as shipped). Then all N hibernate, and all N wake.
+ *
+ * Measured: the child's VmRSS sampled every 200 ms (peak per phase), its VmHWM (peak over its life), its
+ * RSS after ready (no VM yet) and after the wake plus a settle time (N VMs known, all Active), its heap as
+ * its own /metrics reports it, its user+system CPU per phase from /proc/<pid>/stat (threads included:
+ * the Temporal core and the workflow thread run inside it), and the stack's CPU per phase like the other
+ * scenarios, with /proc/loadavg at each phase's start and end (the machine is shared).
+ *
+ * Needs `npm run build` output newer than src/ (built here when it is missing or older, and said so). The
+ * child's log goes to `<results>-shipped-<i>.log` next to the results file.
+ */
+import { execFileSync } from 'node:child_process';
+import { randomUUID } from 'node:crypto';
+import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { vmWorkflowId } from '../../src/api/ids.js';
+import {
+  cleanEnv,
+  freePort,
+  metricSum,
+  type OperatorProcess,
+  stackEnv as operatorStackEnv,
+  ROOT,
+  scrapeMetrics,
+  startReadyOperator,
+  stopOperator,
+} from '../../test/e2e/operator-process.js';
+import { RegistryProxy } from '../../test/support/registry-proxy.js';
+import type { BenchEnv } from '../lib/env.js';
+import { terminateAll } from '../lib/history.js';
+import { type CpuWindow, pidCpuSeconds, pidMemory, samplePidRss, startCpuWindow } from '../lib/procstat.js';
+import { driveScalePhase, type ScalePhaseName, seedScaleFleet } from '../lib/scale.js';
+import { BenchWorld } from '../lib/world.js';
+
+/** Size and knobs of the shipped-operator runs. */
+export interface ShippedOptions {
+  n: number;
+  latencyMs: number;
+  concurrency: number;
+  /** One run per entry: the child's WORKFLOW_CACHE_SIZE; `undefined` = unset (the shipped default). */
+  cacheSizes: (string | undefined)[];
+  /** Wait after the wake before the final RSS reading, ms. */
+  settleMs?: number;
+  /** CR creates / desire edits in flight at once. */
+  parallel?: number;
+  /** Where the child's log goes: `<logPrefix>-<i>.log`. */
+  logPrefix: string;
+  progress?: (msg: string) => void;
+}
+
+/** /proc/loadavg's three averages. */
+type LoadAvg = [number, number, number];
+
+/** The child's memory at one moment, MiB (heap figures from its own /metrics; NaN when unreadable). */
+export interface MemoryPoint {
+  rssMiB: number;
+  hwmMiB: number;
+  heapUsedMiB: number;
+  heapTotalMiB: number;
+  externalMiB: number;
+}
+
+/** One phase of a shipped run. */
+export interface ShippedPhase {
+  phase: ScalePhaseName;
+  wallMs: number;
+  issueMs: number;
+  transitionsPerSecond: number;
+  registry: Record<string, number>;
+  registryCallsPerTransition: number;
+  /** The child's user + system CPU seconds in the phase. */
+  operatorCpuS: number;
+  operatorCpuMsPerTransition: number;
+  /** Highest VmRSS sample of the child in the phase. */
+  peakRssMiB: number;
+  /** Memory at the phase's end. */
+  end: MemoryPoint;
+  cpuSeconds: CpuWindow;
+  loadavgStart: LoadAvg;
+  loadavgEnd: LoadAvg;
+  nudged: string[];
+}
+
+/** One shipped run (one cache size). */
+export interface ShippedRun {
+  /** The child's WORKFLOW_CACHE_SIZE, or `default` when unset. */
+  cacheSetting: string;
+  /** maxCachedWorkflows as the worker resolved it (from its 'Temporal workers running' log line). */
+  effectiveCacheSize?: number;
+  node: string;
+  setupMs: number;
+  /** Process start → /readyz 200, ms. */
+  readyMs: number;
+  /** After ready, before any CR. */
+  ready: MemoryPoint;
+  phases: ShippedPhase[];
+  /** After the wake and the settle time: N VMs known, all Active. */
+  settled: MemoryPoint;
+  settleMs: number;
+  /** The child's CPU seconds over its life (start-up included). */
+  operatorCpuTotalS: number;
+  log: string;
+}
+
+/** Everything the shipped scenario measured. */
+export interface ShippedResult {
+  n: number;
+  latencyMs: number;
+  concurrency: number;
+  /** `built` when this run ran `npm run build`, `up to date` when dist/ was newer than src/. */
+  build: 'built' | 'up to date';
+  runs: ShippedRun[];
+}
+
+const MiB = 2 ** 20;
+const READY_TIMEOUT_MS = 120_000;
+/** SIGTERM, then SIGKILL after this long (the shipped grace period is 30 s; nothing is in flight here). */
+const STOP_TIMEOUT_MS = 45_000;
+
+function loadavgNow(): LoadAvg {
+  const f = readFileSync('/proc/loadavg', 'utf8').split(' ').map(Number);
+  return [f[0] ?? Number.NaN, f[1] ?? Number.NaN, f[2] ?? Number.NaN];
+}
+
+function newestMtime(dir: string): number {
+  let t = 0;
+  for (const e of readdirSync(dir, { withFileTypes: true })) {
+    const p = join(dir, e.name);
+    if (e.isDirectory()) t = Math.max(t, newestMtime(p));
+    else if (e.name.endsWith('.ts')) t = Math.max(t, statSync(p).mtimeMs);
+  }
+  return t;
+}
+
+/**
+ * Makes sure dist/worker.js and dist/workflow-bundle.js exist and are newer than every src/**.ts file;
+ * runs `npm run build` otherwise (its output on stderr).
+ */
+export function ensureShippedBuild(say: (msg: string) => void): 'built' | 'up to date' {
+  const outputs = ['worker.js', 'workflow-bundle.js'].map((f) => join(ROOT, 'dist', f));
+  const src = newestMtime(join(ROOT, 'src'));
+  if (outputs.every((f) => existsSync(f) && statSync(f).mtimeMs >= src)) return 'up to date';
+  say('dist/ is missing or older than src/: running `npm run build`');
+  execFileSync('npm', ['run', 'build'], { cwd: ROOT, stdio: ['ignore', process.stderr, process.stderr] });
+  return 'built';
+}
+
+async function memoryPoint(op: OperatorProcess): Promise<MemoryPoint> {
+  const mem = pidMemory(op.pid);
+  let text = '';
+  try {
+    text = await scrapeMetrics(op.metricsUrl);
+  } catch {
+    // NaN heap figures below
+  }
+  const m = (name: string) => (text ? metricSum(text, name) / MiB : Number.NaN);
+  return {
+    rssMiB: mem.rss / MiB,
+    hwmMiB: mem.hwm / MiB,
+    heapUsedMiB: m('nodejs_heap_size_used_bytes'),
+    heapTotalMiB: m('nodejs_heap_size_total_bytes'),
+    externalMiB: m('nodejs_external_memory_bytes'),
+  };
+}
+
+async function runOnce(
+  env: BenchEnv,
+  opts: ShippedOptions,
+  cacheSize: string | undefined,
+  index: number,
+): Promise<ShippedRun> {
+  const say = opts.progress ?? (() => undefined);
+  const label = cacheSize ?? 'default';
+  const t0 = Date.now();
+  const world = await BenchWorld.create(env.admin, env.stack.ociRegistry, 'bench-shipped', env.log);
+  const proxy = new RegistryProxy({ upstream: env.stack.ociRegistry, latencyMs: opts.latencyMs });
+  const ids: string[] = [];
+  let op: OperatorProcess | undefined;
+  const logFile = `${opts.logPrefix}-${index}.log`;
+  try {
+    const pods = await seedScaleFleet(world, opts.n);
+    ids.push(...pods.map((p) => vmWorkflowId(world.namespace, p)));
+    const registryAddr = await proxy.start();
+    const [probePort, metricsPort] = [await freePort(), await freePort()];
+    const childEnv = cleanEnv({
+      ...operatorStackEnv(),
+      NODE_ENV: 'production',
+      OCI_REGISTRY: registryAddr,
+      TEMPORAL_TASK_QUEUE: `bench-shipped-${randomUUID()}`,
+      WATCH_NAMESPACE: world.namespace,
+      LEADER_ELECT: 'false',
+      PROBE_ADDR: `127.0.0.1:${probePort}`,
+      METRICS_ADDR: `127.0.0.1:${metricsPort}`,
+      HIBERNATION_CONCURRENCY: String(opts.concurrency),
+      WORKFLOW_CACHE_SIZE: cacheSize,
+    });
+    const started = Date.now();
+    op = await startReadyOperator(childEnv, { probePort, metricsPort, launcher: 'dist' }, READY_TIMEOUT_MS);
+    const readyMs = Date.now() - started;
+    const setupMs = Date.now() - t0;
+    const workersLine = op.logs.find((l) => l.msg === 'Temporal workers running');
+    const effective = workersLine?.workflowCacheSize;
+    const ready = await memoryPoint(op);
+    say(
+      `shipped operator (WORKFLOW_CACHE_SIZE ${label}, effective ${String(effective)}) ready in ${readyMs} ms, RSS ${ready.rssMiB.toFixed(0)} MiB; fleet of ${opts.n} VMs set up in ${setupMs} ms`,
+    );
+    const rss = samplePidRss(op.pid);
+    const phases: ShippedPhase[] = [];
+    try {
+      for (const phase of ['hibernate', 'wake'] as const) {
+        const reg0 = Object.fromEntries(proxy.counts);
+        const loadavgStart = loadavgNow();
+        rss.resetPeak();
+        const op0 = pidCpuSeconds(op.pid);
+        const cpu = startCpuWindow({ pids: [op.pid] });
+        const d = await driveScalePhase(env, world, phase, opts.parallel ?? 32);
+        const cpuSeconds = cpu.stop();
+        const operatorCpuS = pidCpuSeconds(op.pid) - op0;
+        const peakRssMiB = rss.peak() / MiB;
+        const loadavgEnd = loadavgNow();
+        const end = await memoryPoint(op);
+        const registry: Record<string, number> = {};
+        for (const [k, v] of proxy.counts) {
+          const delta = v - (reg0[k] ?? 0);
+          if (delta) registry[k] = delta;
+        }
+        const calls = (phase === 'hibernate' ? registry.HEAD : registry.DELETE) ?? 0;
+        const p: ShippedPhase = {
+          phase,
+          wallMs: d.wallMs,
+          issueMs: d.issueMs,
+          transitionsPerSecond: (opts.n * 1000) / d.wallMs,
+          registry,
+          registryCallsPerTransition: calls / opts.n,
+          operatorCpuS,
+          operatorCpuMsPerTransition: (operatorCpuS * 1000) / opts.n,
+          peakRssMiB,
+          end,
+          cpuSeconds,
+          loadavgStart,
+          loadavgEnd,
+          nudged: d.nudged,
+        };
+        phases.push(p);
+        say(
+          `shipped ${label} ${phase}: wall ${d.wallMs} ms, operator ${p.operatorCpuMsPerTransition.toFixed(1)} CPU ms/transition, peak RSS ${peakRssMiB.toFixed(0)} MiB, load ${loadavgEnd.join(' ')}`,
+        );
+      }
+      const settleMs = opts.settleMs ?? 10_000;
+      await new Promise((r) => setTimeout(r, settleMs));
+      const settled = await memoryPoint(op);
+      return {
+        cacheSetting: label,
+        effectiveCacheSize: typeof effective === 'number' ? effective : undefined,
+        node: process.version,
+        setupMs,
+        readyMs,
+        ready,
+        phases,
+        settled,
+        settleMs,
+        operatorCpuTotalS: pidCpuSeconds(op.pid),
+        log: logFile,
+      };
+    } finally {
+      rss.stop();
+    }
+  } finally {
+    if (op) {
+      const stopping = stopOperator(op, 'SIGTERM');
+      const timer = setTimeout(() => op?.child.kill('SIGKILL'), STOP_TIMEOUT_MS);
+      await stopping;
+      clearTimeout(timer);
+      writeFileSync(logFile, `${op.stdout()}\n--- stderr ---\n${op.stderr()}`);
+    }
+    await terminateAll(env.client, ids);
+    await world.cleanup();
+    await proxy.stop();
+  }
+}
+
+/** Builds if needed, then one run per cache size, back to back (each with a fresh namespace and child). */
+export async function runShipped(env: BenchEnv, opts: ShippedOptions): Promise<ShippedResult> {
+  const say = opts.progress ?? (() => undefined);
+  const build = ensureShippedBuild(say);
+  const runs: ShippedRun[] = [];
+  for (const [i, size] of opts.cacheSizes.entries()) runs.push(await runOnce(env, opts, size, i));
+  return { n: opts.n, latencyMs: opts.latencyMs, concurrency: opts.concurrency, build, runs };
+}
