@@ -2,7 +2,7 @@
  * `npm run bench [-- --quick] [--only seed,scale,idle,latency,history,crash,shipped] [--reps N] [--scale-n N]
  *  [--scale-c C] [--idle-s S] [--idle-sets N] [--sub-agents N] [--edits N] [--cycles N] [--trials N]
  *  [--seed N] [--budget-s S] [--crash-scenarios hibernate,wake,delete,delete-held] [--shipped-n N]
- *  [--shipped-c C] [--shipped-cache SIZE,...] [--out FILE]`
+ *  [--shipped-c C] [--shipped-cache SIZE,...] [--shipped-env KEY=VALUE]... [--out FILE]`
  *
  * Benchmarks of the operator against the real local stack (`npm run stack -- up`): Temporal dev server,
  * kube-apiserver + etcd, the OCI registry behind a latency-injecting proxy (test/support/registry-proxy.ts).
@@ -24,7 +24,8 @@
  * wake at L = 50 ms and HIBERNATION_CONCURRENCY `--shipped-c` (default 64). Reports the child's own CPU
  * per transition and its resident memory (peak, and at the end with N VMs known). `--shipped-cache`
  * runs it once per listed WORKFLOW_CACHE_SIZE of the child, back to back (`default` = unset: the shipped
- * default; e.g. `auto,1000,250`).
+ * default; e.g. `auto,1000,250`); `--shipped-env` adds an environment variable to the child (repeatable; to
+ * try e.g. a NODE_OPTIONS before shipping it — the child already gets the Dockerfile's runtime ENV).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
@@ -85,6 +86,7 @@ async function main(): Promise<void> {
       'shipped-n': { type: 'string' },
       'shipped-c': { type: 'string' },
       'shipped-cache': { type: 'string' },
+      'shipped-env': { type: 'string', multiple: true },
       out: { type: 'string' },
     },
   });
@@ -122,6 +124,13 @@ async function main(): Promise<void> {
     shippedN: int(values['shipped-n'], 'shipped-n') ?? (quick ? 200 : 1000),
     shippedC: int(values['shipped-c'], 'shipped-c') ?? 64,
     shippedCache: (values['shipped-cache'] ?? 'default').split(',').map((s) => s.trim()),
+    shippedEnv: Object.fromEntries(
+      (values['shipped-env'] ?? []).map((kv) => {
+        const i = kv.indexOf('=');
+        if (i < 1) throw new Error(`--shipped-env must be KEY=VALUE, got ${kv}`);
+        return [kv.slice(0, i), kv.slice(i + 1)];
+      }),
+    ),
   };
   const started = new Date();
   const result: Record<string, unknown> = {
@@ -206,6 +215,7 @@ async function main(): Promise<void> {
         latencyMs: 50,
         concurrency: sizes.shippedC,
         cacheSizes: sizes.shippedCache.map((s) => (s === 'default' ? undefined : s)),
+        extraEnv: sizes.shippedEnv,
         logPrefix: out.replace(/\.json$/, '-shipped'),
         progress: log,
       });

@@ -326,7 +326,7 @@ export function printShipped(r: ShippedResult): void {
   );
   for (const run of r.runs) {
     write(
-      `\n- ${run.cacheSetting}: Node ${run.node}; ready in ${fmt(run.readyMs / 1000, 1)} s with ${mem(run.ready)}; after the wake and ${fmt(run.settleMs / 1000)} s, ${r.n} VMs known: ${mem(run.settled)}, VmHWM ${fmt(run.settled.hwmMiB)} MiB; operator CPU over its life ${fmt(run.operatorCpuTotalS, 1)} s; log ${run.log}.`,
+      `\n- ${run.cacheSetting}: Node ${run.node}; image env ${JSON.stringify(run.shippedEnv)}${Object.keys(run.extraEnv ?? {}).length ? `, extra env ${JSON.stringify(run.extraEnv)}` : ''}; ready in ${fmt(run.readyMs / 1000, 1)} s with ${mem(run.ready)}; after the wake and ${fmt(run.settleMs / 1000)} s, ${r.n} VMs known: ${mem(run.settled)}, VmHWM ${fmt(run.settled.hwmMiB)} MiB; operator CPU over its life ${fmt(run.operatorCpuTotalS, 1)} s; log ${run.log}.`,
     );
     for (const p of run.phases) {
       if (p.nudged.length)

@@ -6,9 +6,11 @@
  * One run per workflow cache size asked for (`WORKFLOW_CACHE_SIZE` of the child; unset = the shipped
  * default): a fresh namespace with the scale scenario's N pre-played VMs and their `:hibernate` tags
  * (lib/scale.ts), a registry proxy at latency L in this process, the child configured by environment
- * variables (the stack's kubeconfig and Temporal, the proxy as its registry, a fresh task queue, the
- * watcher scoped to the namespace, no leader election, HIBERNATION_CONCURRENCY = C, NODE_ENV=production,
- * every other setting at its default, logs at info as shipped). Then all N hibernate, and all N wake.
+ * variables: the `ENV` lines of the Dockerfile's runtime stage (NODE_ENV=production, …), then the stack's
+ * kubeconfig and Temporal, the proxy as its registry, a fresh task queue, the watcher scoped to the
+ * namespace, no leader election, HIBERNATION_CONCURRENCY = C, every other setting at its default (logs at
+ * info as shipped), then `extraEnv` (for trying a change before shipping it). Then all N hibernate, and
+ * all N wake.
  *
  * Measured: the child's VmRSS sampled every 200 ms (peak per phase), its VmHWM (peak over its life), its
  * RSS after ready (no VM yet) and after the wake plus a settle time (N VMs known, all Active), its heap as
@@ -53,6 +55,8 @@ export interface ShippedOptions {
   settleMs?: number;
   /** CR creates / desire edits in flight at once. */
   parallel?: number;
+  /** Further environment of the child, over everything else (e.g. NODE_OPTIONS to try a V8 flag). */
+  extraEnv?: Record<string, string>;
   /** Where the child's log goes: `<logPrefix>-<i>.log`. */
   logPrefix: string;
   progress?: (msg: string) => void;
@@ -95,6 +99,9 @@ export interface ShippedPhase {
 export interface ShippedRun {
   /** The child's WORKFLOW_CACHE_SIZE, or `default` when unset. */
   cacheSetting: string;
+  /** The image's environment (Dockerfile runtime stage) and `extraEnv`, as given to the child. */
+  shippedEnv: Record<string, string>;
+  extraEnv: Record<string, string>;
   /** maxCachedWorkflows as the worker resolved it (from its 'Temporal workers running' log line). */
   effectiveCacheSize?: number;
   node: string;
@@ -126,6 +133,25 @@ const MiB = 2 ** 20;
 const READY_TIMEOUT_MS = 120_000;
 /** SIGTERM, then SIGKILL after this long (the shipped grace period is 30 s; nothing is in flight here). */
 const STOP_TIMEOUT_MS = 45_000;
+
+/**
+ * The `ENV KEY=value` lines of the Dockerfile's runtime stage (after its last `FROM`): what the image sets
+ * for the process besides the deployment's settings.
+ */
+export function imageEnv(dockerfile = join(ROOT, 'Dockerfile')): Record<string, string> {
+  const lines = readFileSync(dockerfile, 'utf8').split('\n');
+  const from = lines.findLastIndex((l) => /^FROM\s/i.test(l));
+  const env: Record<string, string> = {};
+  for (const line of lines.slice(from + 1)) {
+    const m = /^ENV\s+(.*)$/i.exec(line.trim());
+    if (!m) continue;
+    for (const kv of m[1]!.matchAll(/([A-Za-z_][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|\S*)/g)) {
+      const v = kv[2]!;
+      env[kv[1]!] = v.startsWith('"') ? v.slice(1, -1).replace(/\\(.)/g, '$1') : v;
+    }
+  }
+  return env;
+}
 
 function loadavgNow(): LoadAvg {
   const f = readFileSync('/proc/loadavg', 'utf8').split(' ').map(Number);
@@ -192,9 +218,11 @@ async function runOnce(
     ids.push(...pods.map((p) => vmWorkflowId(world.namespace, p)));
     const registryAddr = await proxy.start();
     const [probePort, metricsPort] = [await freePort(), await freePort()];
+    const shippedEnv = imageEnv();
+    const extraEnv = opts.extraEnv ?? {};
     const childEnv = cleanEnv({
+      ...shippedEnv,
       ...operatorStackEnv(),
-      NODE_ENV: 'production',
       OCI_REGISTRY: registryAddr,
       TEMPORAL_TASK_QUEUE: `bench-shipped-${randomUUID()}`,
       WATCH_NAMESPACE: world.namespace,
@@ -203,6 +231,7 @@ async function runOnce(
       METRICS_ADDR: `127.0.0.1:${metricsPort}`,
       HIBERNATION_CONCURRENCY: String(opts.concurrency),
       WORKFLOW_CACHE_SIZE: cacheSize,
+      ...extraEnv,
     });
     const started = Date.now();
     op = await startReadyOperator(childEnv, { probePort, metricsPort, launcher: 'dist' }, READY_TIMEOUT_MS);
@@ -261,6 +290,8 @@ async function runOnce(
       const settled = await memoryPoint(op);
       return {
         cacheSetting: label,
+        shippedEnv,
+        extraEnv,
         effectiveCacheSize: typeof effective === 'number' ? effective : undefined,
         node: process.version,
         setupMs,
