@@ -228,7 +228,7 @@ export const ENV_SETTINGS: SettingSpec[] = [
   {
     env: 'WORKFLOW_CACHE_SIZE',
     flag: '--workflow-cache-size',
-    default: 'auto',
+    default: '250',
     required: false,
     description:
       "workflows kept in the worker's memory between tasks (integer ≥ 2, or 0 = no cache); auto = the Temporal SDK's default, from the V8 heap limit",

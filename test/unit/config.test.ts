@@ -204,8 +204,8 @@ describe('loadConfig from env and flags', () => {
     expect(() => load([], { LOG_FORMAT: 'text' })).toThrow('LOG_FORMAT: must be json or pretty, got "text"');
   });
 
-  it('takes WORKFLOW_CACHE_SIZE as auto, 0 or an integer ≥ 2, and rejects anything else with one line', () => {
-    expect(load().workflowCacheSize).toBe('auto');
+  it('takes WORKFLOW_CACHE_SIZE as auto, 0 or an integer ≥ 2 (250 by default), and rejects anything else with one line', () => {
+    expect(load().workflowCacheSize).toBe(250);
     expect(load([], { WORKFLOW_CACHE_SIZE: 'auto' }).workflowCacheSize).toBe('auto');
     expect(load([], { WORKFLOW_CACHE_SIZE: '0' }).workflowCacheSize).toBe(0);
     expect(load([], { WORKFLOW_CACHE_SIZE: '2' }).workflowCacheSize).toBe(2);
