@@ -1,5 +1,5 @@
 /**
- * The operator as shipped: `node dist/worker.js` (what the image runs: compiled JavaScript and the prebuilt
+ * The operator as shipped: `node --require ./dist/workflow-thread-preload.cjs dist/worker.js` (what the image runs: compiled JavaScript and the prebuilt
  * workflow bundle, no TypeScript loader) as a child process, so its memory and CPU are the operator's
  * alone, without the benchmark harness and its own client that the in-process scenarios include.
  *
@@ -169,11 +169,14 @@ function newestMtime(dir: string): number {
 }
 
 /**
- * Makes sure dist/worker.js and dist/workflow-bundle.js exist and are newer than every src/**.ts file;
+ * Makes sure dist/worker.js, dist/workflow-bundle.js and dist/workflow-thread-preload.cjs (what the image's
+ * CMD loads) exist and are newer than every src/**.ts file;
  * runs `npm run build` otherwise (its output on stderr).
  */
 export function ensureShippedBuild(say: (msg: string) => void): 'built' | 'up to date' {
-  const outputs = ['worker.js', 'workflow-bundle.js'].map((f) => join(ROOT, 'dist', f));
+  const outputs = ['worker.js', 'workflow-bundle.js', 'workflow-thread-preload.cjs'].map((f) =>
+    join(ROOT, 'dist', f),
+  );
   const src = newestMtime(join(ROOT, 'src'));
   if (outputs.every((f) => existsSync(f) && statSync(f).mtimeMs >= src)) return 'up to date';
   say('dist/ is missing or older than src/: running `npm run build`');
