@@ -73,7 +73,7 @@ export interface Config {
   /** Activity slots of the hibernation registry task queue (≥ 1). */
   hibernationConcurrency: number;
   /**
-   * Workflows the workflow worker keeps in memory (the SDK's `maxCachedWorkflows`); 0 = no cache, 'auto' =
+   * Workflows the workflow worker keeps in memory (the SDK's `maxCachedWorkflows`); ≥ 2, 'auto' =
    * the SDK's default, sized from the V8 heap limit.
    */
   workflowCacheSize: number | 'auto';
@@ -231,7 +231,7 @@ export const ENV_SETTINGS: SettingSpec[] = [
     default: '250',
     required: false,
     description:
-      "workflows kept in the worker's memory between tasks (integer ≥ 2, or 0 = no cache); auto = the Temporal SDK's default, from the V8 heap limit",
+      "workflows kept in the worker's memory between tasks (integer ≥ 2); auto = the Temporal SDK's default, from the V8 heap limit",
   },
   {
     env: 'METRICS_ADDR',
@@ -405,12 +405,12 @@ function parseCacheSize(raw: Raw): number | 'auto' {
   const v = (raw.value ?? '').trim();
   if (v === 'auto') return 'auto';
   const n = /^\d+$/.test(v) ? Number(v) : Number.NaN;
-  // The SDK turns 1 into 2 with a warning; say so at start instead.
-  if (!Number.isSafeInteger(n) || n === 1) {
-    throw new ConfigError(
-      raw.source,
-      `must be auto, 0 (no cache) or an integer ≥ 2, got "${raw.value ?? ''}"`,
-    );
+  // The SDK turns 1 into 2 with a warning; say so at start instead. 0 (no cache) is refused too: the SDK
+  // evicts a run while its local activities (all of this operator's Kubernetes I/O) are in flight, drops
+  // or retries them, and logs "This is an SDK bug"; each such task then times out (10 s) before it is
+  // retried.
+  if (!Number.isSafeInteger(n) || n < 2) {
+    throw new ConfigError(raw.source, `must be auto or an integer ≥ 2, got "${raw.value ?? ''}"`);
   }
   return n;
 }

@@ -204,19 +204,18 @@ describe('loadConfig from env and flags', () => {
     expect(() => load([], { LOG_FORMAT: 'text' })).toThrow('LOG_FORMAT: must be json or pretty, got "text"');
   });
 
-  it('takes WORKFLOW_CACHE_SIZE as auto, 0 or an integer ≥ 2 (250 by default), and rejects anything else with one line', () => {
+  it('takes WORKFLOW_CACHE_SIZE as auto or an integer ≥ 2 (250 by default), and rejects anything else, 0 included, with one line', () => {
     expect(load().workflowCacheSize).toBe(250);
     expect(load([], { WORKFLOW_CACHE_SIZE: 'auto' }).workflowCacheSize).toBe('auto');
-    expect(load([], { WORKFLOW_CACHE_SIZE: '0' }).workflowCacheSize).toBe(0);
     expect(load([], { WORKFLOW_CACHE_SIZE: '2' }).workflowCacheSize).toBe(2);
     expect(load(['--workflow-cache-size=500'], { WORKFLOW_CACHE_SIZE: '250' }).workflowCacheSize).toBe(500);
-    for (const v of ['1', '-5', '2.5', 'lots', '1e3']) {
+    for (const v of ['0', '1', '-5', '2.5', 'lots', '1e3']) {
       expect(errorOf([], { WORKFLOW_CACHE_SIZE: v })).toBe(
-        `WORKFLOW_CACHE_SIZE: must be auto, 0 (no cache) or an integer ≥ 2, got "${v}"`,
+        `WORKFLOW_CACHE_SIZE: must be auto or an integer ≥ 2, got "${v}"`,
       );
     }
     expect(errorOf(['--workflow-cache-size=1'])).toBe(
-      '--workflow-cache-size: must be auto, 0 (no cache) or an integer ≥ 2, got "1"',
+      '--workflow-cache-size: must be auto or an integer ≥ 2, got "1"',
     );
   });
 
