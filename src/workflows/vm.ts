@@ -578,7 +578,21 @@ async function pass(state: VMState, name: string, io: VMIO): Promise<boolean> {
     return false;
   }
   const pod = state.podObs;
-  if (!pod?.exists && deadlineDue(cr, Date.now()) && patched('transition-without-pod-times-out')) {
+  // Deliberate fix: a wake never starts on a pod being deleted; that pod counts as gone. vk-cocoon stops
+  // its VM first (the container terminates), so the wake gate closes: an Active CR went Waking and, once
+  // the pod was gone, Failed at the wake deadline (deleting a CocoonSet whose pods have CRs did that to
+  // every one). Now it goes Pending, as for a missing pod; Hibernated and Waking keep their phase
+  // (markPending never demotes them). A hibernate goes on: the snapshot may still land.
+  const deleting =
+    pod?.deleting === true &&
+    route(cr.desire, cr.status?.phase) === 'wake' &&
+    patched('wake-on-deleting-pod-is-pending');
+  const absent = deleting ? 'is being deleted' : 'is gone';
+  if (
+    (!pod?.exists || deleting) &&
+    deadlineDue(cr, Date.now()) &&
+    patched('transition-without-pod-times-out')
+  ) {
     // Deliberate fix: a transition whose pod went away still ends at its deadline. markPending never
     // demotes Hibernating/Waking, and the paths' own deadline checks need the pod, so the CR said
     // Hibernating or Waking for as long as the pod stayed away (the reference's too).
@@ -587,24 +601,25 @@ async function pass(state: VMState, name: string, io: VMIO): Promise<boolean> {
     if (cr.status?.phase === 'Hibernating') {
       const limit = goDuration(HIBERNATE_TIMEOUT_MS);
       await failAtDeadline(io, state, cr, 'hibernate', EventReasons.hibernateTimedOut, {
-        event: `snapshot ${vmName} not confirmed in the registry within ${limit}; pod ${podName} is gone`,
-        status: `hibernate not confirmed within ${limit}; pod ${podName} is gone`,
+        event: `snapshot ${vmName} not confirmed in the registry within ${limit}; pod ${podName} ${absent}`,
+        status: `hibernate not confirmed within ${limit}; pod ${podName} ${absent}`,
       });
     } else {
       const limit = goDuration(WAKE_TIMEOUT_MS);
       await failAtDeadline(io, state, cr, 'wake', EventReasons.wakeTimedOut, {
-        event: `pod ${podName} is gone; vk-cocoon did not report the container running within ${limit}`,
-        status: `wake timed out after ${limit}; pod ${podName} is gone`,
+        event: `pod ${podName} ${absent}; vk-cocoon did not report the container running within ${limit}`,
+        status: `wake timed out after ${limit}; pod ${podName} ${absent}`,
       });
     }
     return false;
   }
-  if (!pod?.exists) {
+  if (!pod?.exists || deleting) {
+    const why = deleting ? 'is being deleted' : 'not yet present';
     await writeStatus(
       io,
       state,
       cr,
-      markPendingPatch(cr, `pod ${cr.namespace}/${cr.podRef} not yet present`, Date.now()),
+      markPendingPatch(cr, `pod ${cr.namespace}/${cr.podRef} ${why}`, Date.now()),
     );
     return false;
   }

@@ -56,6 +56,7 @@ import {
   NamespaceRecorder,
   occurrences,
   operatorEvents,
+  readyOf,
 } from './hibernation-harness.js';
 import {
   cleanEnv,
@@ -848,6 +849,41 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
       QUICK_MS,
     );
   });
+
+  it('deleting a set whose main and a sub-agent have Wake CocoonHibernations (Active): each CR ends Pending, never Waking or Failed (deliberate fix: the reference goes Waking on the stopping VM, then Failed at 5m0s)', async () => {
+    const name = 'gc-crs';
+    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+    await waitRunning(name);
+    const held = { 'wake-main': `${name}-0`, 'wake-sub': `${name}-1` };
+    for (const [cr, pod] of Object.entries(held)) await crs.create(cr, pod, 'Wake');
+    for (const cr of Object.keys(held)) await crs.waitPhase(cr, 'Active', QUICK_MS);
+
+    await sets.delete(name);
+    await sets.waitUntil(name, 'gone', (x) => x === undefined, QUICK_MS);
+    for (const [cr, pod] of Object.entries(held)) {
+      // The situation the rule is for: the watch showed the pod deleting with its VM stopped.
+      expect(
+        rec.podHistory(pod).some((s) => s.deleting && !s.running),
+        pod,
+      ).toBe(true);
+      await waitFor(
+        `${cr} Pending: pod gone`,
+        async () => {
+          const got = await crs.get(cr);
+          return got?.status?.phase === 'Pending' &&
+            readyOf(got)?.message === `pod ${ns}/${pod} not yet present`
+            ? true
+            : undefined;
+        },
+        QUICK_MS,
+        { describe: () => rec.crHistory(cr).slice(-4) },
+      );
+      const phases = rec.phases(cr);
+      expect(phases.slice(phases.indexOf('Active')), cr).toEqual(['Active', 'Pending']);
+    }
+    for (const cr of Object.keys(held)) await crs.delete(cr);
+    for (const cr of Object.keys(held)) await crs.waitGone(cr, QUICK_MS);
+  }, 180_000);
 
   it('suspend (retain): every managed VM hibernated with its :hibernate tag, phase Suspended with the same pods; un-suspend: each VM woken from its own snapshot, Running again; no tag deleted while suspended, the leftovers dropped once the VMs run', async () => {
     const name = 'suspend';

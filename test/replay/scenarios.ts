@@ -188,6 +188,29 @@ export const scenarios: Scenario[] = [
       }),
   },
   {
+    name: 'vm-wake-on-deleting-pod',
+    covers: 'an Active CR whose pod starts deleting (VM id cleared): Pending, no wake; then the pod is gone',
+    record: (env) =>
+      withWorld(env, async (world) => {
+        await world.putPod(NS, POD, {
+          annotations: podAnnotations({ [Annotations.vmID]: 'vmid-1' }),
+          containerRunning: true,
+        });
+        await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Wake' });
+        await waitFor('Active', () => phase(world) === 'Active');
+        await world.annotatePod(
+          NS,
+          POD,
+          { [Annotations.vmID]: null },
+          { containerRunning: false, deleting: true },
+        );
+        await waitFor('Pending', () => phase(world) === 'Pending');
+        await world.deletePod(NS, POD);
+        await world.settled(env, NS, POD);
+        return { 'vm-wake-on-deleting-pod': await vmHistory(env) };
+      }),
+  },
+  {
     name: 'vm-deletion-during-wake',
     covers: 'a CR deleted while vk wakes its VM: the deletion waits until the VM runs, then drops the tag',
     record: (env) =>

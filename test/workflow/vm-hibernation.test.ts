@@ -327,6 +327,74 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     });
   });
 
+  it('an Active CR whose pod is being deleted says Pending, never Waking (deliberate fix: the reference goes Waking, then Failed at 5m0s)', async () => {
+    await withWorld(env, async (world) => {
+      world.tags.add(`${VM}:hibernate`);
+      await world.putPod(NS, 'demo-0', { annotations: hibernatedPodAnnotations(VM) });
+      await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
+      await waitFor('Waking', () => phase(world) === 'Waking');
+      await world.annotatePod(
+        NS,
+        'demo-0',
+        { [Annotations.vmID]: 'vmid-new', [Annotations.lifecycleState]: 'ready' },
+        { containerRunning: true },
+      );
+      await waitFor('Active', () => phase(world) === 'Active');
+      const writes = world.calls.length;
+      // A CocoonSet deletion (or kubectl delete pod): vk stops the VM before the pod goes.
+      await world.annotatePod(
+        NS,
+        'demo-0',
+        { [Annotations.vmID]: null },
+        { containerRunning: false, deleting: true },
+      );
+      expect((await settled(world)).podExists).toBe(true);
+      expect(phase(world)).toBe('Pending');
+      const message = () => world.cr(NS, 'hib')!.status!.conditions![0]!.message;
+      expect(message()).toBe('pod ns/demo-0 is being deleted');
+      // No wake started: the annotation is left alone and the registry is not called.
+      expect(world.calls.slice(writes).filter((c) => !c.startsWith('status hib'))).toEqual([]);
+      await world.deletePod(NS, 'demo-0');
+      expect((await settled(world)).podExists).toBe(false);
+      expect(message()).toBe('pod ns/demo-0 not yet present');
+      await env.sleep(5 * 60_000 + 2_000);
+      expect((await settled(world)).podExists).toBe(false);
+      expect(phase(world)).toBe('Pending');
+      expect(world.events.map((e) => e.reason)).not.toContain('WakeTimedOut');
+    });
+  });
+
+  it('a Hibernated CR turned to Wake on a pod being deleted stays Hibernated and keeps the tag (deliberate fix)', async () => {
+    await withWorld(env, async (world) => {
+      world.tags.add(`${VM}:hibernate`);
+      await world.putPod(NS, 'demo-0', { annotations: hibernatedPodAnnotations(VM) });
+      await hibernateCR(world);
+      await waitFor('Hibernated', () => phase(world) === 'Hibernated');
+      await world.putPod(NS, 'demo-0', { deleting: true });
+      await hibernateCR(world, { desire: 'Wake' });
+      expect((await settled(world)).hibernations[0]).toMatchObject({ desire: 'Wake' });
+      expect(phase(world)).toBe('Hibernated');
+      expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBe('true');
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+    });
+  });
+
+  it('a hibernate goes on while its pod is being deleted: a snapshot that lands still completes it', async () => {
+    await withWorld(env, async (world) => {
+      await world.putPod(NS, 'demo-0', {
+        annotations: podAnnotations({ [Annotations.vmID]: 'vmid-old' }),
+        containerRunning: true,
+      });
+      await hibernateCR(world);
+      await waitFor('Hibernating', () => phase(world) === 'Hibernating');
+      await world.putPod(NS, 'demo-0', { deleting: true });
+      expect((await settled(world)).podExists).toBe(true);
+      expect(phase(world)).toBe('Hibernating');
+      await world.vkHibernated(NS, 'demo-0', VM);
+      await waitFor('Hibernated', () => phase(world) === 'Hibernated');
+    });
+  });
+
   it('marks an unknown desire Failed with Go quoting', async () => {
     await withWorld(env, async (world) => {
       await world.putPod(NS, 'demo-0', { annotations: podAnnotations() });
