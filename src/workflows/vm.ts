@@ -594,8 +594,9 @@ async function pass(state: VMState, name: string, io: VMIO): Promise<boolean> {
     patched('transition-without-pod-times-out')
   ) {
     // Deliberate fix: a transition whose pod went away still ends at its deadline. markPending never
-    // demotes Hibernating/Waking, and the paths' own deadline checks need the pod, so the CR said
-    // Hibernating or Waking for as long as the pod stayed away (the reference's too).
+    // demotes Waking, and the paths' own deadline checks need the pod, so the CR said Waking for as long
+    // as the pod stayed away (the reference's too). A Hibernating CR reaches this only when its deadline
+    // falls due before the pass that would mark it Pending.
     const vmName = cr.status?.vmName ?? '';
     const podName = `${cr.namespace}/${cr.podRef}`;
     if (cr.status?.phase === 'Hibernating') {
