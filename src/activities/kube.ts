@@ -17,6 +17,7 @@ import {
   GROUP,
   KIND_COCOONHIBERNATION,
   PLURAL_COCOONHIBERNATIONS,
+  PLURAL_COCOONSETS,
   VERSION,
 } from '../api/keys.js';
 import {
@@ -375,6 +376,30 @@ export function createKubeActivities(deps: KubeActivityDeps) {
         pod,
         hibernations: items.filter((cr) => cr.spec?.podRef?.name === input.pod).map(observeHibernation),
       };
+    },
+
+    /**
+     * Whether CocoonSet `<namespace>/<name>` exists: `live`, `deleting` (deletionTimestamp set) or `gone`
+     * (404). The deletion flow asks before it keeps a tag for a set that would restore a VM from it
+     * (docs/hibernation.md#deletion-and-tag-gc). Other errors are thrown (retryable unless a 4xx).
+     */
+    async cocoonSetLiveness(input: {
+      namespace: string;
+      name: string;
+    }): Promise<'live' | 'deleting' | 'gone'> {
+      try {
+        const cs = (await custom.getNamespacedCustomObject({
+          group: GROUP,
+          version: VERSION,
+          namespace: input.namespace,
+          plural: PLURAL_COCOONSETS,
+          name: input.name,
+        })) as { metadata?: { deletionTimestamp?: string } };
+        return cs.metadata?.deletionTimestamp ? 'deleting' : 'live';
+      } catch (err) {
+        if (statusCodeOf(err) === 404) return 'gone';
+        throw err;
+      }
     },
 
     /**

@@ -28,7 +28,7 @@ import {
 import type { EventInput, KubeActivities } from '../activities/kube.js';
 import type { RegistryActivities } from '../activities/registry.js';
 import { cocoonSetWorkflowId, taskQueues } from '../api/ids.js';
-import { Annotations, EventReasons, Finalizers, LifecycleStates, Tags } from '../api/keys.js';
+import { Annotations, EventReasons, Finalizers, Labels, LifecycleStates, Tags } from '../api/keys.js';
 import type { HibernationObservation, PodObservation } from '../api/observe.js';
 import { podNameProblem } from '../api/pod.js';
 import type { HibernationPhase } from '../api/types.js';
@@ -141,6 +141,11 @@ export interface VMState {
    * CocoonHibernation holds the VM the other way).
    */
   setDesire?: SetDesire & { since: number; conflict?: string };
+  /**
+   * The CocoonSet that owned the pod when this workflow last saw it exist (its controller owner reference
+   * and `cocoonset.cocoonstack.io/name` label): the deletion flow still knows it once the pod is gone.
+   */
+  podSet?: string;
 }
 
 /**
@@ -402,6 +407,9 @@ async function reconcileAll(state: VMState, io: VMIO): Promise<void> {
       return;
     }
   }
+  const pod = state.podObs;
+  if (pod?.exists)
+    state.podSet = pod.ownerKind === 'CocoonSet' ? pod.labels?.[Labels.cocoonSet] || undefined : undefined;
   const now = Date.now();
   for (const cr of ordered(state)) {
     if (!state.crs[cr.name]) continue; // removed by an earlier pass this round
@@ -582,11 +590,11 @@ async function pass(state: VMState, name: string, io: VMIO): Promise<boolean> {
   // its VM first (the container terminates), so the wake gate closes: an Active CR went Waking and, once
   // the pod was gone, Failed at the wake deadline (deleting a CocoonSet whose pods have CRs did that to
   // every one). Now it goes Pending, as for a missing pod; Hibernated and Waking keep their phase
-  // (markPending never demotes them). A hibernate goes on: the snapshot may still land.
-  const deleting =
-    pod?.deleting === true &&
-    route(cr.desire, cr.status?.phase) === 'wake' &&
-    patched('wake-on-deleting-pod-is-pending');
+  // (markPending never demotes them). Nor does a new hibernate attempt start on such a pod: vk has
+  // stopped the VM, so no snapshot can come, and a pod held Terminating (a finalizer) made the CR time
+  // out and retry every 3.5 min. A hibernate already in flight (Hibernating) goes on: its snapshot may
+  // still land; a Hibernated CR keeps its phase.
+  const deleting = pod?.deleting === true && startsNoTransition(cr);
   const absent = deleting ? 'is being deleted' : 'is gone';
   if (
     (!pod?.exists || deleting) &&
@@ -660,6 +668,19 @@ async function pass(state: VMState, name: string, io: VMIO): Promise<boolean> {
   // as the reference's status patch re-triggers its reconcile.
   const after = state.crs[name]?.status?.phase;
   return after !== before && route(cr.desire, after) !== path;
+}
+
+/**
+ * True when a CR's next step on a pod being deleted would start (or go on waiting for) a transition that
+ * cannot finish there (see `pass`): every wake, and a hibernate not yet Hibernating or Hibernated. Each
+ * rule sits behind the patch that introduced it.
+ */
+function startsNoTransition(cr: TrackedCR): boolean {
+  const path = route(cr.desire, cr.status?.phase);
+  if (path === 'wake') return patched('wake-on-deleting-pod-is-pending');
+  if (path !== 'hibernate' || cr.status?.phase === 'Hibernating' || cr.status?.phase === 'Hibernated')
+    return false;
+  return patched('hibernate-on-deleting-pod-is-pending');
 }
 
 /**
@@ -1008,6 +1029,12 @@ function wakeInFlight(pod: PodObservation, vmName: string): boolean {
  *   the VM runs (then the tag is spent and goes), until DELETE_WAKE_WAIT_MS after the deletion started; past
  *   that, keep the tag: a wake vk still retries must find it. The reference deletes at once and loses the VM;
  * - while the pod's CocoonSet is suspended (its `Hibernate` desire), neither wake the VM nor drop the tag;
+ * - a CocoonSet's pod gone or going while its VM lives in the tag (the CR says Hibernated or Waking): the
+ *   set recreates the pod restoring from that tag (its restore intent reads this CR's phase, and the CR
+ *   stays until its finalizer goes), so the tag waits for that pod's VM to run, as for a wake in flight;
+ *   while no pod is back, until DELETE_WAKE_WAIT_MS after the deletion started, then it is kept. A set
+ *   itself deleting or gone discards its VMs' state (docs/cocoonset.md#deletion-and-registry-gc): the tag
+ *   goes. The reference drops it at once, and the recreated pod boots fresh;
  * - a recorded VM that is not this pod's (neither the VM this workflow acted on nor the pod's annotation: a
  *   status edited by hand) keeps its tag.
  */
@@ -1047,6 +1074,28 @@ async function deletionFlow(state: VMState, cr: TrackedCR, io: VMIO): Promise<vo
     // The pod's CocoonSet is suspended (its Hibernate desire): the VM stays hibernated and its tag is kept,
     // whatever the CocoonHibernations say (docs/cocoonset.md#suspend).
     const setSuspends = state.setDesire?.desire === 'Hibernate';
+    let kept = `vk-cocoon has not finished waking it within ${goDuration(DELETE_WAKE_WAIT_MS)}`;
+    const phase = cr.status?.phase;
+    if (
+      (!pod?.exists || pod.deleting === true) &&
+      (phase === 'Hibernated' || phase === 'Waking') &&
+      state.podSet !== undefined &&
+      !setSuspends &&
+      patched('deletion-waits-for-set-restore')
+    ) {
+      const set = await io.kube.cocoonSetLiveness({ namespace: cr.namespace, name: state.podSet });
+      if (set === 'live') {
+        if (Date.now() - since < DELETE_WAKE_WAIT_MS) {
+          log.info(
+            `keeping ${vmName}:hibernate while cocoonset ${state.podSet} recreates pod ${cr.namespace}/${cr.podRef} from it`,
+          );
+          waitForWake();
+          return;
+        }
+        keepTag = true;
+        kept = `cocoonset ${state.podSet} has not brought pod ${cr.namespace}/${cr.podRef} back within ${goDuration(DELETE_WAKE_WAIT_MS)}`;
+      }
+    }
     let others: HibernationObservation[] | undefined;
     if (pod && !setSuspends && setVMHibernated(pod, vmName) && patched('deletion-wakes-set-vm')) {
       others = await io.kube.listHibernations({ namespace: cr.namespace });
@@ -1070,9 +1119,7 @@ async function deletionFlow(state: VMState, cr: TrackedCR, io: VMIO): Promise<vo
         `not deleting ${vmName}:hibernate: cocoonset ${state.setDesire?.set} is suspended and needs it`,
       );
     } else if (keepTag) {
-      log.warn(
-        `keeping hibernate snapshot ${vmName}: vk-cocoon has not finished waking it within ${goDuration(DELETE_WAKE_WAIT_MS)}`,
-      );
+      log.warn(`keeping hibernate snapshot ${vmName}: ${kept}`);
     } else if (heldByAnother({ uid: cr.uid, podRef: cr.podRef, vmName }, others)) {
       log.info(
         `not deleting ${vmName}:hibernate (if any): another live CocoonHibernation still tracks the VM`,

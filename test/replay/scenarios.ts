@@ -8,7 +8,7 @@
 import type { History } from '@temporalio/common/lib/proto-utils.js';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { vmWorkflowId } from '../../src/api/ids.js';
-import { Annotations, EventReasons } from '../../src/api/keys.js';
+import { Annotations, EventReasons, Labels } from '../../src/api/keys.js';
 import {
   hibernatedPodAnnotations,
   liveOn,
@@ -208,6 +208,53 @@ export const scenarios: Scenario[] = [
         await world.deletePod(NS, POD);
         await world.settled(env, NS, POD);
         return { 'vm-wake-on-deleting-pod': await vmHistory(env) };
+      }),
+  },
+  {
+    name: 'vm-hibernate-on-deleting-pod',
+    covers: 'a Hibernate CR on a pod held Terminating: Pending, no hibernate; the recreated pod hibernates',
+    record: (env) =>
+      withWorld(env, async (world) => {
+        await world.putPod(NS, POD, { annotations: podAnnotations(), deleting: true });
+        await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
+        await waitFor('Pending', () => phase(world) === 'Pending');
+        await world.deletePod(NS, POD);
+        await world.putPod(NS, POD, {
+          uid: 'pod-uid-2',
+          annotations: podAnnotations({ [Annotations.vmID]: 'vmid-2' }),
+          containerRunning: true,
+          deleting: false,
+        });
+        await waitFor('Hibernating', () => phase(world) === 'Hibernating');
+        await world.settled(env, NS, POD);
+        return { 'vm-hibernate-on-deleting-pod': await vmHistory(env) };
+      }),
+  },
+  {
+    name: 'vm-deletion-waits-for-set-restore',
+    covers:
+      "a CocoonSet's Hibernated pod and its CR deleted together: the tag waits until the set's new pod runs, then goes",
+    record: (env) =>
+      withWorld(env, async (world) => {
+        world.sets.set(`${NS}/demo`, 'live');
+        world.tags.add(`${VM}:hibernate`);
+        const owned = { labels: { [Labels.cocoonSet]: 'demo' }, ownerKind: 'CocoonSet', ownerUID: 'set-uid' };
+        await world.putPod(NS, POD, { annotations: hibernatedPodAnnotations(VM), ...owned });
+        await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
+        await waitFor('Hibernated', () => phase(world) === 'Hibernated');
+        await world.deletePod(NS, POD);
+        await world.deleteCR(NS, 'hib');
+        await world.settled(env, NS, POD);
+        await world.putPod(NS, POD, {
+          uid: 'pod-uid-2',
+          annotations: podAnnotations({ [Annotations.restoreFromHibernate]: 'true' }),
+          ...owned,
+        });
+        await world.settled(env, NS, POD);
+        await vkRunning(world, 'vmid-2');
+        await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
+        await env.client.workflow.getHandle(VM_ID).result();
+        return { 'vm-deletion-waits-for-set-restore': await vmHistory(env) };
       }),
   },
   {

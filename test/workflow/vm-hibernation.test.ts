@@ -5,7 +5,7 @@
  */
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Annotations, Finalizers } from '../../src/api/keys.js';
+import { Annotations, Finalizers, Labels } from '../../src/api/keys.js';
 import { hibernatedPodAnnotations, vmPodAnnotations } from '../support/builders.js';
 import { waitFor } from '../support/wait.js';
 import { createEnv, skipUntil, timerDurations, withWorld } from './harness.js';
@@ -395,6 +395,33 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     });
   });
 
+  it('a Hibernate CR on a pod held Terminating says Pending and starts no hibernate, not even after 3m30s (deliberate fix: it timed out and retried every 3m30s)', async () => {
+    await withWorld(env, async (world) => {
+      // vk stopped the VM when the deletion began; a finalizer holds the pod.
+      await world.putPod(NS, 'demo-0', { annotations: podAnnotations(), deleting: true });
+      await hibernateCR(world);
+      expect((await settled(world)).podExists).toBe(true);
+      expect(phase(world)).toBe('Pending');
+      const message = () => world.cr(NS, 'hib')!.status!.conditions![0]!.message;
+      expect(message()).toBe('pod ns/demo-0 is being deleted');
+      await env.sleep(4 * 60_000);
+      expect((await settled(world)).podExists).toBe(true);
+      expect(phase(world)).toBe('Pending');
+      expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBeUndefined();
+      expect(world.calls.filter((c) => c.startsWith('patchPod') || c.startsWith('HEAD'))).toEqual([]);
+      expect(world.events.map((e) => e.reason)).toEqual([]);
+      // The set recreates the pod: the hibernate starts on the new one.
+      await world.deletePod(NS, 'demo-0');
+      await world.putPod(NS, 'demo-0', {
+        uid: 'pod-uid-2',
+        annotations: podAnnotations({ [Annotations.vmID]: 'vmid-2' }),
+        containerRunning: true,
+        deleting: false,
+      });
+      await waitFor('Hibernating', () => phase(world) === 'Hibernating');
+    });
+  });
+
   it('marks an unknown desire Failed with Go quoting', async () => {
     await withWorld(env, async (world) => {
       await world.putPod(NS, 'demo-0', { annotations: podAnnotations() });
@@ -531,6 +558,85 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       expect(world.calls.some((c) => c.startsWith('DELETE'))).toBe(false);
       expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
     });
+  });
+
+  describe("a CocoonSet's Hibernated pod deleted together with its CR (deliberate fix: the reference drops the tag at once and the set's recreate boots fresh)", () => {
+    /**
+     * A set's pod whose VM vk hibernated under CR `hib`; then the pod and the CR are deleted at once (the
+     * pod's deletion seen first: the CR's first deletion pass finds no pod).
+     */
+    async function deleteBoth(world: VMWorld, set: 'live' | 'deleting' | 'gone') {
+      if (set !== 'gone') world.sets.set(`${NS}/demo`, set);
+      world.tags.add(`${VM}:hibernate`);
+      await world.putPod(NS, 'demo-0', {
+        annotations: hibernatedPodAnnotations(VM),
+        labels: { [Labels.cocoonSet]: 'demo' },
+        ownerKind: 'CocoonSet',
+        ownerUID: 'set-uid',
+      });
+      await hibernateCR(world);
+      await waitFor('Hibernated', () => phase(world) === 'Hibernated');
+      await world.deletePod(NS, 'demo-0');
+      await world.deleteCR(NS, 'hib');
+    }
+
+    it('keeps the tag while the set recreates the pod and restores the VM from it, then drops it', async () => {
+      await withWorld(env, async (world) => {
+        await deleteBoth(world, 'live');
+        expect((await settled(world)).hibernations[0]).toMatchObject({ deleting: true });
+        expect(world.calls).toContain('cocoonSetLiveness demo');
+        expect(world.calls.some((c) => c.startsWith('DELETE'))).toBe(false);
+        expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+        // The set's new pod restores from the tag (its restore intent reads the deleting CR's phase).
+        await world.putPod(NS, 'demo-0', {
+          uid: 'pod-uid-2',
+          annotations: podAnnotations({
+            [Annotations.restoreFromHibernate]: 'true',
+            [Annotations.lifecycleState]: 'creating',
+          }),
+          labels: { [Labels.cocoonSet]: 'demo' },
+          ownerKind: 'CocoonSet',
+          ownerUID: 'set-uid',
+        });
+        expect((await settled(world)).podExists).toBe(true);
+        expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+        await world.annotatePod(
+          NS,
+          'demo-0',
+          { [Annotations.lifecycleState]: 'ready', [Annotations.vmID]: 'vmid-2' },
+          { containerRunning: true },
+        );
+        await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
+        expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
+      });
+    });
+
+    it('keeps the tag for good when the set has not brought the pod back within 8m0s', async () => {
+      await withWorld(env, async (world) => {
+        await deleteBoth(world, 'live');
+        const skipped = await skipUntil(
+          env,
+          'CR gone',
+          () => world.cr(NS, 'hib') === undefined,
+          600_000,
+          10_000,
+        );
+        expect(skipped).toBeGreaterThanOrEqual(470_000);
+        expect(world.calls.some((c) => c.startsWith('DELETE'))).toBe(false);
+        expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+      });
+    });
+
+    for (const set of ['deleting', 'gone'] as const) {
+      it(`drops the tag at once when the set is ${set} (a deleted set discards its VMs' state)`, async () => {
+        await withWorld(env, async (world) => {
+          await deleteBoth(world, set);
+          await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
+          expect(world.calls).toContain('cocoonSetLiveness demo');
+          expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
+        });
+      });
+    }
   });
 
   it('a desire edit that overtakes the response of its own status patch is not lost (benchmark finding)', async () => {

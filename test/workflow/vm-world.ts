@@ -45,6 +45,8 @@ function gate(): Gate {
 export class VMWorld {
   pods = new Map<string, PodObservation>();
   crs = new Map<string, HibernationObservation>();
+  /** CocoonSets by `<namespace>/<name>` (absent: gone), as `cocoonSetLiveness` answers. */
+  sets = new Map<string, 'live' | 'deleting'>();
   tags = new Set<string>();
   events: VMWorldEvent[] = [];
   calls: string[] = [];
@@ -355,6 +357,10 @@ export class VMWorld {
         this.duringRead = undefined;
         if (hook) await hook();
         return answer;
+      },
+      cocoonSetLiveness: async ({ namespace, name }) => {
+        this.calls.push(`cocoonSetLiveness ${name}`);
+        return this.sets.get(`${namespace}/${name}`) ?? 'gone';
       },
       listHibernations: async ({ namespace }) => {
         this.calls.push('listHibernations');
