@@ -1224,4 +1224,54 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     );
     expect(incarnation.every((s) => s.restore)).toBe(true);
   });
+
+  it('a main hibernated by a CocoonHibernation, deleted together with that CR, still comes back from its snapshot; the tag goes once it runs (deliberate fix: the reference drops the tag at once and the recreated main boots fresh)', async () => {
+    const name = 'restore-both';
+    const mainPod = `${name}-0`;
+    const vm = vmOf(name, 0);
+    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+    const { pods } = await waitRunning(name);
+    const original = pods.get(mainPod)!;
+    await crs.create('hib-both', mainPod, 'Hibernate');
+    await crs.waitPhase('hib-both', 'Hibernated', QUICK_MS);
+    expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
+
+    const startedBefore = sim.state().started.length;
+    const startedSince = () =>
+      sim
+        .state()
+        .started.slice(startedBefore)
+        .filter((v) => v.name === vm);
+    await Promise.all([
+      kube.core.deleteNamespacedPod({ name: mainPod, namespace: ns }),
+      crs.delete('hib-both'),
+    ]);
+    const recreated = await waitFor(
+      'main recreated',
+      async () => {
+        const p = (await podsOf(name)).get(mainPod);
+        return p && p.metadata?.uid !== original.metadata?.uid ? p : undefined;
+      },
+      QUICK_MS,
+    );
+    // The deleting CR's phase is the set's restore intent, and the tag was still there for its probe.
+    expect(recreated.metadata?.annotations?.[Annotations.restoreFromHibernate]).toBe('true');
+    await waitFor('the VM brought up again in the simulator', () => startedSince().length > 0, QUICK_MS);
+    const restored = startedSince();
+    expect(restored).toHaveLength(1);
+    expect(restored[0]!.source).toMatch(new RegExp(`^restore .*${vm}(:hibernate)?$`));
+    // The CR's deletion ends once the restored VM runs, and only then drops the spent tag.
+    await crs.waitGone('hib-both', QUICK_MS);
+    expect(await headTag(registry, vm, Tags.hibernate)).toBe(404);
+    await waitFor(
+      'the recreated main running the restored VM',
+      () =>
+        rec
+          .podHistory(mainPod)
+          .some((s) => s.uid !== original.metadata?.uid && s.vmID === restored[0]!.id && s.running) ||
+        undefined,
+      QUICK_MS,
+    );
+    await waitRunning(name);
+  }, 120_000);
 });
