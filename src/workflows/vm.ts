@@ -539,11 +539,31 @@ async function reportConflict(state: VMState, message: string | undefined): Prom
   }
 }
 
-/** Runs passes for one CR until one ends without asking to go again (the finalizer add asks). */
+/**
+ * Runs passes for one CR until one ends without asking to go again (the finalizer add asks), or without
+ * news: the answer of one of the pass's own writes may be the first this workflow hears of a deletion or a
+ * spec edit (the user's change landed just before the write; its watch event then carries an older
+ * resourceVersion than the answer, so the signal changes nothing and sets no `dirty`). Before the patch
+ * `act-on-news-in-answers`, such a deletion waited for the 60 s fallback re-read and such an edit for the
+ * CR's next event.
+ */
 async function passUntilSettled(state: VMState, name: string, io: VMIO): Promise<void> {
   for (let i = 0; i < 5; i++) {
+    const before = state.crs[name];
     const again = await pass(state, name, io);
-    if (!again) return;
+    const now = state.crs[name];
+    const news =
+      before !== undefined &&
+      now !== undefined &&
+      now.uid === before.uid &&
+      ((now.deleting === true && before.deleting !== true) || now.generation !== before.generation);
+    if (!news || !patched('act-on-news-in-answers')) {
+      if (!again) return;
+      continue;
+    }
+    // As for the signal (observeHibernationSignal): the user's own action does not wait out a retry time.
+    now.retryAt = undefined;
+    now.backoffUntil = undefined;
   }
 }
 
@@ -1029,9 +1049,11 @@ function wakeInFlight(pod: PodObservation, vmName: string): boolean {
  *   the VM runs (then the tag is spent and goes), until DELETE_WAKE_WAIT_MS after the deletion started; past
  *   that, keep the tag: a wake vk still retries must find it. The reference deletes at once and loses the VM;
  * - while the pod's CocoonSet is suspended (its `Hibernate` desire), neither wake the VM nor drop the tag;
- * - a CocoonSet's pod gone or going while its VM lives in the tag (the CR says Hibernated or Waking): the
- *   set recreates the pod restoring from that tag (its restore intent reads this CR's phase, and the CR
- *   stays until its finalizer goes), so the tag waits for that pod's VM to run, as for a wake in flight;
+ * - a CocoonSet's pod gone or going while its VM lives in the tag (the CR says Hibernated or Waking, or a
+ *   HEAD finds the tag: a round that ended while the pod and the CR went): the set recreates the pod
+ *   restoring from that tag (its restore intent reads this CR's phase, and the CR stays until its
+ *   finalizer goes; otherwise vk-cocoon's own tag check at create restores it), so the tag waits for that
+ *   pod's VM to run, as for a wake in flight;
  *   while no pod is back, until DELETE_WAKE_WAIT_MS after the deletion started, then it is kept. A set
  *   itself deleting or gone discards its VMs' state (docs/cocoonset.md#deletion-and-registry-gc): the tag
  *   goes. The reference drops it at once, and the recreated pod boots fresh;
@@ -1078,10 +1100,15 @@ async function deletionFlow(state: VMState, cr: TrackedCR, io: VMIO): Promise<vo
     const phase = cr.status?.phase;
     if (
       (!pod?.exists || pod.deleting === true) &&
-      (phase === 'Hibernated' || phase === 'Waking') &&
       state.podSet !== undefined &&
       !setSuspends &&
-      patched('deletion-waits-for-set-restore')
+      patched('deletion-waits-for-set-restore') &&
+      // Hibernated or Waking: the VM lives in the tag. Otherwise a HEAD says: a hibernate round that ended
+      // while the pod and the CR went (the CR then says Hibernating, or Pending once it saw the pod gone)
+      // left its snapshot as the VM's only copy; the round wait above let vk finish pushing it.
+      (phase === 'Hibernated' ||
+        phase === 'Waking' ||
+        (await io.registry.hasManifest({ vmName, tag: Tags.hibernate })))
     ) {
       const set = await io.kube.cocoonSetLiveness({ namespace: cr.namespace, name: state.podSet });
       if (set === 'live') {

@@ -258,6 +258,55 @@ export const scenarios: Scenario[] = [
       }),
   },
   {
+    name: 'vm-deletion-after-round-waits-for-set-restore',
+    covers:
+      "a CocoonSet's pod and its Hibernating CR deleted: the round's pushed tag waits until the set's new pod runs",
+    record: (env) =>
+      withWorld(env, async (world) => {
+        world.sets.set(`${NS}/demo`, 'live');
+        const owned = { labels: { [Labels.cocoonSet]: 'demo' }, ownerKind: 'CocoonSet', ownerUID: 'set-uid' };
+        await world.putPod(NS, POD, {
+          annotations: podAnnotations({ [Annotations.vmID]: 'vmid-1' }),
+          containerRunning: true,
+          ...owned,
+        });
+        await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
+        await waitFor('Hibernating', () => phase(world) === 'Hibernating');
+        await world.annotatePod(NS, POD, { [Annotations.lifecycleState]: 'hibernating' }, { deleting: true });
+        await world.deleteCR(NS, 'hib');
+        await world.settled(env, NS, POD);
+        await vkHibernated(world);
+        await world.deletePod(NS, POD);
+        await world.settled(env, NS, POD);
+        await world.putPod(NS, POD, {
+          uid: 'pod-uid-2',
+          annotations: podAnnotations({ [Annotations.lifecycleState]: 'creating' }),
+          containerRunning: false,
+          deleting: false,
+          ...owned,
+        });
+        await world.settled(env, NS, POD);
+        await vkRunning(world, 'vmid-2');
+        await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
+        await env.client.workflow.getHandle(VM_ID).result();
+        return { 'vm-deletion-after-round-waits-for-set-restore': await vmHistory(env) };
+      }),
+  },
+  {
+    name: 'vm-deletion-news-in-answer',
+    covers:
+      "a CR deleted just before the workflow's status write: the write's answer says so, the deletion runs",
+    record: (env) =>
+      withWorld(env, async (world) => {
+        await world.putPod(NS, POD, { annotations: {} });
+        world.beforeStatusPatch = () => world.deleteCR(NS, 'hib', { watched: false });
+        await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
+        await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
+        await env.client.workflow.getHandle(VM_ID).result();
+        return { 'vm-deletion-news-in-answer': await vmHistory(env) };
+      }),
+  },
+  {
     name: 'vm-deletion-during-wake',
     covers: 'a CR deleted while vk wakes its VM: the deletion waits until the VM runs, then drops the tag',
     record: (env) =>

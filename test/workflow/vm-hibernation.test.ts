@@ -627,6 +627,73 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       });
     });
 
+    it('a hibernate round that ends while its pod and CR are deleted: the pushed tag waits for the recreated pod to run (found by a new-user run: it was dropped 0.3 s after the push)', async () => {
+      await withWorld(env, async (world) => {
+        world.sets.set(`${NS}/demo`, 'live');
+        const owned = { labels: { [Labels.cocoonSet]: 'demo' }, ownerKind: 'CocoonSet', ownerUID: 'set-uid' };
+        await world.putPod(NS, 'demo-0', {
+          annotations: podAnnotations({ [Annotations.vmID]: 'vmid-1' }),
+          containerRunning: true,
+          ...owned,
+        });
+        await hibernateCR(world);
+        await waitFor('Hibernating', () => phase(world) === 'Hibernating');
+        await world.annotatePod(
+          NS,
+          'demo-0',
+          { [Annotations.lifecycleState]: 'hibernating' },
+          { deleting: true },
+        );
+        await world.deleteCR(NS, 'hib');
+        expect((await settled(world)).hibernations[0]).toMatchObject({ deleting: true });
+        // vk finishes the round (the tag is pushed), then the pod goes.
+        await world.vkHibernated(NS, 'demo-0', VM);
+        await world.deletePod(NS, 'demo-0');
+        expect((await settled(world)).podExists).toBe(false);
+        expect(world.calls.some((c) => c.startsWith('DELETE'))).toBe(false);
+        expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+        // The set recreates the pod; vk restores it from the tag (its own check at create) and runs it.
+        await world.putPod(NS, 'demo-0', {
+          uid: 'pod-uid-2',
+          annotations: podAnnotations({ [Annotations.lifecycleState]: 'creating' }),
+          containerRunning: false,
+          deleting: false,
+          ...owned,
+        });
+        expect((await settled(world)).podExists).toBe(true);
+        expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+        await world.annotatePod(
+          NS,
+          'demo-0',
+          { [Annotations.lifecycleState]: 'ready', [Annotations.vmID]: 'vmid-2' },
+          { containerRunning: true },
+        );
+        await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
+        expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
+      });
+    });
+
+    it('a hibernate round whose pod and CR are deleted before any tag is pushed: nothing to keep, the deletion ends', async () => {
+      await withWorld(env, async (world) => {
+        world.sets.set(`${NS}/demo`, 'live');
+        await world.putPod(NS, 'demo-0', {
+          annotations: podAnnotations({ [Annotations.vmID]: 'vmid-1' }),
+          containerRunning: true,
+          labels: { [Labels.cocoonSet]: 'demo' },
+          ownerKind: 'CocoonSet',
+          ownerUID: 'set-uid',
+        });
+        await hibernateCR(world);
+        await waitFor('Hibernating', () => phase(world) === 'Hibernating');
+        await world.deletePod(NS, 'demo-0');
+        await world.deleteCR(NS, 'hib');
+        await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
+        // Whichever deletion the workflow sees first (the CR then says Hibernating or Pending), it looks.
+        expect(world.calls).toContain(`HEAD ${VM}:hibernate`);
+        expect(world.calls).not.toContain('cocoonSetLiveness demo');
+      });
+    });
+
     for (const set of ['deleting', 'gone'] as const) {
       it(`drops the tag at once when the set is ${set} (a deleted set discards its VMs' state)`, async () => {
         await withWorld(env, async (world) => {
@@ -637,6 +704,38 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
         });
       });
     }
+  });
+
+  it("a deletion that lands just before a status write is acted on at once, not at the 60 s fallback re-read (its event is older than the write's answer; found by a flaky test)", async () => {
+    await withWorld(env, async (world) => {
+      await world.putPod(NS, 'demo-0', { annotations: {} });
+      // The watch event comes later (or, older than the write's answer, changes nothing): the answer is news.
+      world.beforeStatusPatch = () => world.deleteCR(NS, 'hib', { watched: false });
+      await hibernateCR(world);
+      await waitFor(
+        'the deletion landed',
+        () => world.cr(NS, 'hib')?.deleting === true || !world.cr(NS, 'hib'),
+      );
+      await settled(world);
+      expect(world.cr(NS, 'hib')).toBeUndefined();
+    });
+  });
+
+  it("a desire edit that lands just before a status write is acted on at once (its event is older than the write's answer)", async () => {
+    await withWorld(env, async (world) => {
+      await world.putPod(NS, 'demo-0', { annotations: {} });
+      world.beforeStatusPatch = async () => {
+        await world.putCR(
+          { namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' },
+          { watched: false },
+        );
+      };
+      await hibernateCR(world);
+      await waitFor('the edit landed', () => world.cr(NS, 'hib')?.generation === 2);
+      await settled(world);
+      expect(world.cr(NS, 'hib')?.status?.observedGeneration).toBe(2);
+      expect(phase(world)).toBe('Pending');
+    });
   });
 
   it('a desire edit that overtakes the response of its own status patch is not lost (benchmark finding)', async () => {

@@ -70,6 +70,11 @@ export class VMWorld {
   /** Runs once inside the next CR status patch, before its (then older) response is returned. */
   duringStatusPatch?: (patched: HibernationObservation) => Promise<void>;
   /**
+   * Runs once at the start of the next CR status patch, before the write: a change that lands just
+   * before it (its watch event, if any, carries an older resourceVersion than the write's answer).
+   */
+  beforeStatusPatch?: () => Promise<void>;
+  /**
    * Runs inside the pod annotation patch, after the write, before the response (vk acting meanwhile); the
    * response is the pod as the hook left it.
    */
@@ -151,9 +156,13 @@ export class VMWorld {
     });
   }
 
-  /** Adds or replaces a CR (generation bumps when spec changes). */
+  /**
+   * Adds or replaces a CR (generation bumps when spec changes). `watched: false` leaves the workflow
+   * unsignalled: a change whose watch event has not reached it (it can learn it only from an answer).
+   */
   async putCR(
     cr: Partial<HibernationObservation> & { namespace: string; name: string },
+    { watched = true }: { watched?: boolean } = {},
   ): Promise<HibernationObservation> {
     const cur = this.crs.get(`${cr.namespace}/${cr.name}`);
     const specChanged = !cur || cur.desire !== cr.desire || cur.podRef !== cr.podRef;
@@ -173,12 +182,12 @@ export class VMWorld {
       next.generation = (cur.generation ?? 1) + 1;
     }
     this.crs.set(`${cr.namespace}/${cr.name}`, next);
-    await this.signalCR(next);
+    if (watched) await this.signalCR(next);
     return next;
   }
 
   /** Marks a CR deleting (as the apiserver does for an object with finalizers) or removes it. */
-  async deleteCR(namespace: string, name: string): Promise<void> {
+  async deleteCR(namespace: string, name: string, opts: { watched?: boolean } = {}): Promise<void> {
     const cr = this.crs.get(`${namespace}/${name}`);
     if (!cr) return;
     if ((cr.finalizers ?? []).length === 0) {
@@ -193,7 +202,7 @@ export class VMWorld {
       });
       return;
     }
-    await this.putCR({ ...cr, deleting: true, deletionTimestamp: new Date().toISOString() });
+    await this.putCR({ ...cr, deleting: true, deletionTimestamp: new Date().toISOString() }, opts);
   }
 
   /**
@@ -399,6 +408,9 @@ export class VMWorld {
         return next;
       },
       patchHibernationStatus: async ({ namespace, name, patch, event }) => {
+        const before = this.beforeStatusPatch;
+        this.beforeStatusPatch = undefined;
+        if (before) await before();
         if (event) this.recordEvent(event);
         const cur = this.crs.get(`${namespace}/${name}`);
         if (!cur)
