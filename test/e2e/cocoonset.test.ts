@@ -1274,4 +1274,51 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     );
     await waitRunning(name);
   }, 120_000);
+
+  it('a main whose pod and CocoonHibernation are deleted while vk pushes its snapshot comes back from that snapshot once the push lands; the tag goes once it runs (found by a new-user run: the tag was dropped 0.3 s after the push)', async () => {
+    const name = 'restore-mid';
+    const mainPod = `${name}-0`;
+    const vm = vmOf(name, 0);
+    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+    const { pods } = await waitRunning(name);
+    const original = pods.get(mainPod)!;
+    await sim.addFault({ vm: `^${vm}$`, op: 'hibernate.push.delay', delayMs: 4_000, count: 1 });
+    await crs.create('hib-mid', mainPod, 'Hibernate');
+    await crs.waitPhase('hib-mid', 'Hibernating', QUICK_MS);
+    await waitFor(
+      'the simulator pushing',
+      async () =>
+        lifecycleOf((await podsOf(name)).get(mainPod)!).state === LifecycleStates.hibernating || undefined,
+      QUICK_MS,
+    );
+    // End to end only: without the rule this fails when the deletion's DELETE beats the recreated pod's
+    // create (1 of 2 runs here; otherwise the simulator's tag check at create wins the race). The rule's
+    // deterministic proof is vm-hibernation.test.ts, "a hibernate round that ends while its pod and CR…".
+    const startedBefore = sim.state().started.length;
+    const startedSince = () =>
+      sim
+        .state()
+        .started.slice(startedBefore)
+        .filter((v) => v.name === vm);
+    await Promise.all([
+      kube.core.deleteNamespacedPod({ name: mainPod, namespace: ns }),
+      crs.delete('hib-mid'),
+    ]);
+    await waitFor('the VM brought up again in the simulator', () => startedSince().length > 0, QUICK_MS);
+    const restored = startedSince();
+    expect(restored).toHaveLength(1);
+    expect(restored[0]!.source).toMatch(new RegExp(`^restore .*${vm}(:hibernate)?$`));
+    await crs.waitGone('hib-mid', QUICK_MS);
+    expect(await headTag(registry, vm, Tags.hibernate)).toBe(404);
+    await waitFor(
+      'the recreated main running the restored VM',
+      () =>
+        rec
+          .podHistory(mainPod)
+          .some((s) => s.uid !== original.metadata?.uid && s.vmID === restored[0]!.id && s.running) ||
+        undefined,
+      QUICK_MS,
+    );
+    await waitRunning(name);
+  }, 120_000);
 });
