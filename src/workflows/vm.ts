@@ -1106,9 +1106,7 @@ async function deletionFlow(state: VMState, cr: TrackedCR, io: VMIO): Promise<vo
       // Hibernated or Waking: the VM lives in the tag. Otherwise a HEAD says: a hibernate round that ended
       // while the pod and the CR went (the CR then says Hibernating, or Pending once it saw the pod gone)
       // left its snapshot as the VM's only copy; the round wait above let vk finish pushing it.
-      (phase === 'Hibernated' ||
-        phase === 'Waking' ||
-        (await io.registry.hasManifest({ vmName, tag: Tags.hibernate })))
+      (phase === 'Hibernated' || phase === 'Waking' || (await tagMayExist(io, vmName)))
     ) {
       const set = await io.kube.cocoonSetLiveness({ namespace: cr.namespace, name: state.podSet });
       if (set === 'live') {
@@ -1174,6 +1172,20 @@ async function deletionFlow(state: VMState, cr: TrackedCR, io: VMIO): Promise<vo
     }
   }
   delete state.crs[cr.name];
+}
+
+/**
+ * HEAD of `<vmName>:hibernate` for the deletion flow: true when the tag exists, and when the registry does
+ * not answer (the tag is then kept as if it existed: a registry outage must neither wedge a deletion nor
+ * decide that a snapshot is absent).
+ */
+async function tagMayExist(io: VMIO, vmName: string): Promise<boolean> {
+  try {
+    return await io.registry.hasManifest({ vmName, tag: Tags.hibernate });
+  } catch (err) {
+    log.warn(`probe hibernate snapshot ${vmName}: ${errorMessage(err)}; treated as present`);
+    return true;
+  }
 }
 
 function publish(state: VMState): void {

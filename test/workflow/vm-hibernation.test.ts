@@ -694,6 +694,26 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       });
     });
 
+    it('a registry that cannot answer the HEAD does not wedge the deletion: the tag counts as present', async () => {
+      await withWorld(env, async (world) => {
+        await world.putPod(NS, 'demo-0', {
+          annotations: podAnnotations({ [Annotations.vmID]: 'vmid-1' }),
+          containerRunning: true,
+          labels: { [Labels.cocoonSet]: 'demo' },
+          ownerKind: 'CocoonSet',
+          ownerUID: 'set-uid',
+        });
+        await hibernateCR(world);
+        await waitFor('Hibernating', () => phase(world) === 'Hibernating');
+        world.probeError = new Error('registry down');
+        await world.deletePod(NS, 'demo-0');
+        await world.deleteCR(NS, 'hib');
+        // The set is gone: the tag goes (best effort), and the finalizer with it.
+        await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
+        expect(world.calls).toContain('cocoonSetLiveness demo');
+      });
+    });
+
     for (const set of ['deleting', 'gone'] as const) {
       it(`drops the tag at once when the set is ${set} (a deleted set discards its VMs' state)`, async () => {
         await withWorld(env, async (world) => {
