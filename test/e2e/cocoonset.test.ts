@@ -1225,27 +1225,22 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     expect(incarnation.every((s) => s.restore)).toBe(true);
   });
 
-  it('a main hibernated by a CocoonHibernation, deleted together with that CR, still comes back from its snapshot; the tag goes once it runs (deliberate fix: the reference drops the tag at once and the recreated main boots fresh)', async () => {
-    const name = 'restore-both';
+  /**
+   * Deletes the main pod of set `name` and CocoonHibernation `cr` at once, then expects the set's
+   * recreated main to come back from the main's `:hibernate` snapshot (one VM brought up, restored), the
+   * CR's deletion to end once that VM runs, the spent tag to be gone, and the set Running. Returns the
+   * recreated main as first seen.
+   */
+  async function deleteMainWithCR(name: string, cr: string, original: V1Pod): Promise<V1Pod> {
     const mainPod = `${name}-0`;
     const vm = vmOf(name, 0);
-    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
-    const { pods } = await waitRunning(name);
-    const original = pods.get(mainPod)!;
-    await crs.create('hib-both', mainPod, 'Hibernate');
-    await crs.waitPhase('hib-both', 'Hibernated', QUICK_MS);
-    expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
-
     const startedBefore = sim.state().started.length;
     const startedSince = () =>
       sim
         .state()
         .started.slice(startedBefore)
         .filter((v) => v.name === vm);
-    await Promise.all([
-      kube.core.deleteNamespacedPod({ name: mainPod, namespace: ns }),
-      crs.delete('hib-both'),
-    ]);
+    await Promise.all([kube.core.deleteNamespacedPod({ name: mainPod, namespace: ns }), crs.delete(cr)]);
     const recreated = await waitFor(
       'main recreated',
       async () => {
@@ -1254,14 +1249,12 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
       },
       QUICK_MS,
     );
-    // The deleting CR's phase is the set's restore intent, and the tag was still there for its probe.
-    expect(recreated.metadata?.annotations?.[Annotations.restoreFromHibernate]).toBe('true');
     await waitFor('the VM brought up again in the simulator', () => startedSince().length > 0, QUICK_MS);
     const restored = startedSince();
     expect(restored).toHaveLength(1);
     expect(restored[0]!.source).toMatch(new RegExp(`^restore .*${vm}(:hibernate)?$`));
     // The CR's deletion ends once the restored VM runs, and only then drops the spent tag.
-    await crs.waitGone('hib-both', QUICK_MS);
+    await crs.waitGone(cr, QUICK_MS);
     expect(await headTag(registry, vm, Tags.hibernate)).toBe(404);
     await waitFor(
       'the recreated main running the restored VM',
@@ -1273,6 +1266,20 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
       QUICK_MS,
     );
     await waitRunning(name);
+    return recreated;
+  }
+
+  it('a main hibernated by a CocoonHibernation, deleted together with that CR, still comes back from its snapshot; the tag goes once it runs (deliberate fix: the reference drops the tag at once and the recreated main boots fresh)', async () => {
+    const name = 'restore-both';
+    const mainPod = `${name}-0`;
+    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+    const { pods } = await waitRunning(name);
+    await crs.create('hib-both', mainPod, 'Hibernate');
+    await crs.waitPhase('hib-both', 'Hibernated', QUICK_MS);
+    expect(await headTag(registry, vmOf(name, 0), Tags.hibernate)).toBe(200);
+    const recreated = await deleteMainWithCR(name, 'hib-both', pods.get(mainPod)!);
+    // The deleting CR's phase is the set's restore intent, and the tag was still there for its probe.
+    expect(recreated.metadata?.annotations?.[Annotations.restoreFromHibernate]).toBe('true');
   }, 120_000);
 
   it('a main whose pod and CocoonHibernation are deleted while vk pushes its snapshot comes back from that snapshot once the push lands; the tag goes once it runs (found by a new-user run: the tag was dropped 0.3 s after the push)', async () => {
@@ -1281,7 +1288,6 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     const vm = vmOf(name, 0);
     await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
     const { pods } = await waitRunning(name);
-    const original = pods.get(mainPod)!;
     await sim.addFault({ vm: `^${vm}$`, op: 'hibernate.push.delay', delayMs: 4_000, count: 1 });
     await crs.create('hib-mid', mainPod, 'Hibernate');
     await crs.waitPhase('hib-mid', 'Hibernating', QUICK_MS);
@@ -1294,31 +1300,6 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     // End to end only: without the rule this fails when the deletion's DELETE beats the recreated pod's
     // create (1 of 2 runs here; otherwise the simulator's tag check at create wins the race). The rule's
     // deterministic proof is vm-hibernation.test.ts, "a hibernate round that ends while its pod and CR…".
-    const startedBefore = sim.state().started.length;
-    const startedSince = () =>
-      sim
-        .state()
-        .started.slice(startedBefore)
-        .filter((v) => v.name === vm);
-    await Promise.all([
-      kube.core.deleteNamespacedPod({ name: mainPod, namespace: ns }),
-      crs.delete('hib-mid'),
-    ]);
-    await waitFor('the VM brought up again in the simulator', () => startedSince().length > 0, QUICK_MS);
-    const restored = startedSince();
-    expect(restored).toHaveLength(1);
-    expect(restored[0]!.source).toMatch(new RegExp(`^restore .*${vm}(:hibernate)?$`));
-    await crs.waitGone('hib-mid', QUICK_MS);
-    expect(await headTag(registry, vm, Tags.hibernate)).toBe(404);
-    await waitFor(
-      'the recreated main running the restored VM',
-      () =>
-        rec
-          .podHistory(mainPod)
-          .some((s) => s.uid !== original.metadata?.uid && s.vmID === restored[0]!.id && s.running) ||
-        undefined,
-      QUICK_MS,
-    );
-    await waitRunning(name);
+    await deleteMainWithCR(name, 'hib-mid', pods.get(mainPod)!);
   }, 120_000);
 });

@@ -24,6 +24,8 @@ afterEach(async () => {
 });
 
 const podAnnotations = (extra: Record<string, string> = {}) => vmPodAnnotations(VM, extra);
+/** A pod of CocoonSet `demo`, as the set creates it (owner reference and name label). */
+const SET_OWNED = { labels: { [Labels.cocoonSet]: 'demo' }, ownerKind: 'CocoonSet', ownerUID: 'set-uid' };
 
 function phase(world: VMWorld, name = 'hib'): string | undefined {
   return world.cr(NS, name)?.status?.phase;
@@ -570,14 +572,36 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       world.tags.add(`${VM}:hibernate`);
       await world.putPod(NS, 'demo-0', {
         annotations: hibernatedPodAnnotations(VM),
-        labels: { [Labels.cocoonSet]: 'demo' },
-        ownerKind: 'CocoonSet',
-        ownerUID: 'set-uid',
+        ...SET_OWNED,
       });
       await hibernateCR(world);
       await waitFor('Hibernated', () => phase(world) === 'Hibernated');
       await world.deletePod(NS, 'demo-0');
       await world.deleteCR(NS, 'hib');
+    }
+
+    /**
+     * The set recreates the pod (`annotations`) and vk runs its VM restored from the tag: the tag is kept
+     * until then, and the deletion ends with it dropped.
+     */
+    async function setRecreatesAndRuns(world: VMWorld, annotations: Record<string, string>) {
+      await world.putPod(NS, 'demo-0', {
+        uid: 'pod-uid-2',
+        annotations: podAnnotations(annotations),
+        containerRunning: false,
+        deleting: false,
+        ...SET_OWNED,
+      });
+      expect((await settled(world)).podExists).toBe(true);
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+      await world.annotatePod(
+        NS,
+        'demo-0',
+        { [Annotations.lifecycleState]: 'ready', [Annotations.vmID]: 'vmid-2' },
+        { containerRunning: true },
+      );
+      await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
     }
 
     it('keeps the tag while the set recreates the pod and restores the VM from it, then drops it', async () => {
@@ -588,26 +612,10 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
         expect(world.calls.some((c) => c.startsWith('DELETE'))).toBe(false);
         expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
         // The set's new pod restores from the tag (its restore intent reads the deleting CR's phase).
-        await world.putPod(NS, 'demo-0', {
-          uid: 'pod-uid-2',
-          annotations: podAnnotations({
-            [Annotations.restoreFromHibernate]: 'true',
-            [Annotations.lifecycleState]: 'creating',
-          }),
-          labels: { [Labels.cocoonSet]: 'demo' },
-          ownerKind: 'CocoonSet',
-          ownerUID: 'set-uid',
+        await setRecreatesAndRuns(world, {
+          [Annotations.restoreFromHibernate]: 'true',
+          [Annotations.lifecycleState]: 'creating',
         });
-        expect((await settled(world)).podExists).toBe(true);
-        expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
-        await world.annotatePod(
-          NS,
-          'demo-0',
-          { [Annotations.lifecycleState]: 'ready', [Annotations.vmID]: 'vmid-2' },
-          { containerRunning: true },
-        );
-        await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
-        expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
       });
     });
 
@@ -630,11 +638,10 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     it('a hibernate round that ends while its pod and CR are deleted: the pushed tag waits for the recreated pod to run (found by a new-user run: it was dropped 0.3 s after the push)', async () => {
       await withWorld(env, async (world) => {
         world.sets.set(`${NS}/demo`, 'live');
-        const owned = { labels: { [Labels.cocoonSet]: 'demo' }, ownerKind: 'CocoonSet', ownerUID: 'set-uid' };
         await world.putPod(NS, 'demo-0', {
           annotations: podAnnotations({ [Annotations.vmID]: 'vmid-1' }),
           containerRunning: true,
-          ...owned,
+          ...SET_OWNED,
         });
         await hibernateCR(world);
         await waitFor('Hibernating', () => phase(world) === 'Hibernating');
@@ -653,23 +660,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
         expect(world.calls.some((c) => c.startsWith('DELETE'))).toBe(false);
         expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
         // The set recreates the pod; vk restores it from the tag (its own check at create) and runs it.
-        await world.putPod(NS, 'demo-0', {
-          uid: 'pod-uid-2',
-          annotations: podAnnotations({ [Annotations.lifecycleState]: 'creating' }),
-          containerRunning: false,
-          deleting: false,
-          ...owned,
-        });
-        expect((await settled(world)).podExists).toBe(true);
-        expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
-        await world.annotatePod(
-          NS,
-          'demo-0',
-          { [Annotations.lifecycleState]: 'ready', [Annotations.vmID]: 'vmid-2' },
-          { containerRunning: true },
-        );
-        await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
-        expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
+        await setRecreatesAndRuns(world, { [Annotations.lifecycleState]: 'creating' });
       });
     });
 
@@ -679,9 +670,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
         await world.putPod(NS, 'demo-0', {
           annotations: podAnnotations({ [Annotations.vmID]: 'vmid-1' }),
           containerRunning: true,
-          labels: { [Labels.cocoonSet]: 'demo' },
-          ownerKind: 'CocoonSet',
-          ownerUID: 'set-uid',
+          ...SET_OWNED,
         });
         await hibernateCR(world);
         await waitFor('Hibernating', () => phase(world) === 'Hibernating');
@@ -699,9 +688,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
         await world.putPod(NS, 'demo-0', {
           annotations: podAnnotations({ [Annotations.vmID]: 'vmid-1' }),
           containerRunning: true,
-          labels: { [Labels.cocoonSet]: 'demo' },
-          ownerKind: 'CocoonSet',
-          ownerUID: 'set-uid',
+          ...SET_OWNED,
         });
         await hibernateCR(world);
         await waitFor('Hibernating', () => phase(world) === 'Hibernating');
