@@ -13,6 +13,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
+import { temporalSqlitePragmas } from '../../scripts/stack/components.js';
 import { SearchAttributes } from '../../src/api/keys.js';
 import { ENV_SETTINGS } from '../../src/config.js';
 
@@ -89,6 +90,11 @@ describe('docker-compose.yml', () => {
         [8233, 8233],
       ]),
     );
+  });
+
+  it("keeps its SQLite file in the local stack's mode: a write-ahead log synced at checkpoints", () => {
+    const pragmas = flagValues(compose.services.temporal.command, '--sqlite-pragma');
+    expect([...pragmas].sort()).toEqual([...temporalSqlitePragmas].sort());
   });
 
   it('pins the Temporal image to the CLI version the local stack and the tests run (scripts/tools.sh)', () => {
