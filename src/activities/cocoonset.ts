@@ -31,6 +31,7 @@ import { type KubeClients, mergePatch, statusCodeOf } from '../kube/client.js';
 import { kubeFailure } from '../kube/errors.js';
 import type { OperatorMetrics } from '../metrics.js';
 import { type SetDesire, setDesireSignal, VM_WORKFLOW_TYPE, vmWorkflowInput } from '../workflows/messages.js';
+import { identityAttributes } from '../workflows/search-attributes.js';
 import { EventCache, recordEvent } from './kube.js';
 
 /** Dependencies of the CocoonSet activities. `metrics` absent = counters are not incremented. */
@@ -348,6 +349,7 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
         workflowId: vmWorkflowId(input.namespace, input.pod),
         taskQueue: ctx.info.taskQueue,
         args: [vmWorkflowInput(input.namespace, input.pod)],
+        typedSearchAttributes: identityAttributes({ namespace: input.namespace, vmName: '', kind: 'VM' }),
         signal: setDesireSignal,
         signalArgs: [input.desire],
       });

@@ -40,12 +40,14 @@ export interface OwnedPodObservation {
 
 /**
  * Start argument of the CocoonSet workflow as the watcher starts it (a subset of CocoonSetWorkflowInput in
- * src/workflows/cocoonset.ts). `kubeIO: 'local'`: the run's Kubernetes I/O runs as local activities.
+ * src/workflows/cocoonset.ts). `kubeIO: 'local'`: the run's Kubernetes I/O runs as local activities;
+ * `searchAttributes: 'identity'`: the start sets the identity search attributes.
  */
 export interface CocoonSetWorkflowStart {
   namespace: string;
   name: string;
   kubeIO: 'local';
+  searchAttributes: 'identity';
 }
 
 /** The CocoonSet's generation changed, it started deleting, or it is gone (`exists: false`). */

@@ -22,7 +22,7 @@ export interface Signaller {
   ): Promise<void>;
 }
 
-/** The production Signaller: `client.workflow.signalWithStart` on `taskQueue`, no search attributes. */
+/** The production Signaller: `client.workflow.signalWithStart` on `taskQueue`, with the start's search attributes. */
 export function temporalSignaller(client: Client, taskQueue: string): Signaller {
   return {
     async signalWithStart(workflowId, signalName, payload, start) {
@@ -30,6 +30,7 @@ export function temporalSignaller(client: Client, taskQueue: string): Signaller 
         workflowId,
         taskQueue,
         args: start.args,
+        typedSearchAttributes: start.searchAttributes,
         signal: signalName,
         signalArgs: [payload],
       });

@@ -11,8 +11,9 @@
  * restart everything is sent once, which is the resync a fresh workflow needs.
  */
 import type { KubernetesObject, V1Pod } from '@kubernetes/client-node';
+import type { SearchAttributePair } from '@temporalio/common';
 import { cocoonSetWorkflowId, vmWorkflowId } from '../api/ids.js';
-import { API_VERSION, GROUP, KIND_COCOONSET } from '../api/keys.js';
+import { Annotations, API_VERSION, GROUP, KIND_COCOONSET } from '../api/keys.js';
 import { observeHibernation, observePod } from '../api/observe.js';
 import type { CocoonHibernation, CocoonSet } from '../api/types.js';
 import type { OwnWrites } from '../kube/own-writes.js';
@@ -24,6 +25,7 @@ import {
   type VMWorldObservation,
   vmWorkflowInput,
 } from '../workflows/messages.js';
+import { identityAttributes } from '../workflows/search-attributes.js';
 import {
   type CocoonSetWorkflowStart,
   cocoonSetObservedSignal,
@@ -49,6 +51,8 @@ export interface ObjectEvent {
 export interface WorkflowStart {
   workflowType: string;
   args: unknown[];
+  /** The run's identity search attributes, set by the start (src/workflows/search-attributes.ts). */
+  searchAttributes: SearchAttributePair[];
 }
 
 /** A signal a route wants to send, before the relevance filter. */
@@ -248,7 +252,15 @@ function nsName(obj: KubernetesObject): { namespace: string; name: string } {
  * world a fresh run starts from when the caller has it.
  */
 export function vmStart(namespace: string, pod: string, world?: VMWorldObservation): WorkflowStart {
-  return { workflowType: VM_WORKFLOW_TYPE, args: [vmWorkflowInput(namespace, pod, world)] };
+  return {
+    workflowType: VM_WORKFLOW_TYPE,
+    args: [vmWorkflowInput(namespace, pod, world)],
+    searchAttributes: identityAttributes({
+      namespace,
+      vmName: world?.pod.annotations?.[Annotations.vmName] ?? '',
+      kind: 'VM',
+    }),
+  };
 }
 
 /**
@@ -256,8 +268,12 @@ export function vmStart(namespace: string, pod: string, world?: VMWorldObservati
  * runs its Kubernetes I/O as local activities.
  */
 export function cocoonSetStart(namespace: string, name: string): WorkflowStart {
-  const input: CocoonSetWorkflowStart = { namespace, name, kubeIO: 'local' };
-  return { workflowType: COCOONSET_WORKFLOW_TYPE, args: [input] };
+  const input: CocoonSetWorkflowStart = { namespace, name, kubeIO: 'local', searchAttributes: 'identity' };
+  return {
+    workflowType: COCOONSET_WORKFLOW_TYPE,
+    args: [input],
+    searchAttributes: identityAttributes({ namespace, vmName: '', kind: 'CocoonSet' }),
+  };
 }
 
 /**

@@ -58,7 +58,7 @@ import {
   registryActivityOptions,
 } from './entity.js';
 import { vmDesireConflictSignal } from './messages.js';
-import { publishSearchAttributes } from './search-attributes.js';
+import { publishSearchAttributes, type SearchAttributeMode } from './search-attributes.js';
 
 /** Start argument. `carried` is the state handed over by continue-as-new. */
 export interface CocoonSetWorkflowInput {
@@ -79,6 +79,12 @@ export interface CocoonSetWorkflowInput {
    * continues as new. See KubeIO in entity.ts.
    */
   kubeIO?: 'local';
+  /**
+   * `identity`: the start set the identity search attributes and the run publishes no phase (see
+   * src/workflows/search-attributes.ts). Every run this version starts says so; absent in a run an older
+   * version started, which upserts all four, CocoonPhase at every change, until it continues as new.
+   */
+  searchAttributes?: 'identity';
 }
 
 /** Current state of a CocoonSet workflow, for `temporal workflow query --type state`. */
@@ -266,7 +272,7 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
       const gone = await runPass(state, input, io).finally(() => {
         passing = false;
       });
-      publish(state);
+      publish(state, input.searchAttributes);
       if (gone) {
         await condition(allHandlersFinished);
         if (!dirty) return; // the CocoonSet is gone
@@ -283,11 +289,17 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
       // waiting for a quiet moment starved it while a large pass's own writes kept echoing back, and the
       // history grew past 20,000 events (a 1000-pod scale-down), too long to replay under load.
       if (!dirty)
-        await continueAsNew<typeof cocoonSetWorkflow>({ ...input, kubeIO: 'local', carried: state });
+        await continueAsNew<typeof cocoonSetWorkflow>({
+          ...input,
+          kubeIO: 'local',
+          searchAttributes: 'identity',
+          carried: state,
+        });
       else if (patched('continue-as-new-while-dirty'))
         await continueAsNew<typeof cocoonSetWorkflow>({
           ...input,
           kubeIO: 'local',
+          searchAttributes: 'identity',
           carried: { ...state, pendingPass: true },
         });
     }
@@ -728,13 +740,13 @@ function rollUp(
   if (main && vmNameOf(main) !== '') state.mainVM = vmNameOf(main);
 }
 
-function publish(state: CocoonSetState): void {
-  publishSearchAttributes(state, {
-    namespace: state.namespace,
-    vmName: state.mainVM ?? '',
-    phase: state.phase || 'Pending',
-    kind: 'CocoonSet',
-  });
+function publish(state: CocoonSetState, mode: SearchAttributeMode): void {
+  publishSearchAttributes(
+    mode,
+    state,
+    { namespace: state.namespace, vmName: state.mainVM ?? '', kind: 'CocoonSet' },
+    state.phase || 'Pending',
+  );
 }
 
 /**

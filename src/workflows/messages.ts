@@ -24,6 +24,14 @@ export interface VMWorkflowInput {
    */
   kubeIO?: 'local';
   /**
+   * `identity`: the start set the identity search attributes (CocoonNamespace, CocoonKind, CocoonVMName
+   * when known) and the run upserts one only when it changes, with no CocoonPhase (see
+   * src/workflows/search-attributes.ts). Every run this version starts says so, continue-as-new too; a run
+   * an older version started (the field absent) upserts all four, CocoonPhase at every change, until it
+   * continues as new.
+   */
+  searchAttributes?: 'identity';
+  /**
    * The VM's world as the watcher's caches hold it when it starts the workflow: the pod and every
    * CocoonHibernation targeting it. With it the first round acts without a re-read; without it (a start by
    * the CocoonSet workflow, the watcher's caches not listed yet, continue-as-new) it re-reads.
@@ -39,7 +47,8 @@ export interface VMWorldObservation {
 
 /** The start argument of a VM workflow this version starts for pod `<namespace>/<pod>`. */
 export function vmWorkflowInput(namespace: string, pod: string, world?: VMWorldObservation): VMWorkflowInput {
-  return world ? { namespace, pod, kubeIO: 'local', world } : { namespace, pod, kubeIO: 'local' };
+  const input: VMWorkflowInput = { namespace, pod, kubeIO: 'local', searchAttributes: 'identity' };
+  return world ? { ...input, world } : input;
 }
 
 /** The watcher saw the VM's pod change in a field a gate reads, or disappear (`exists: false`). */

@@ -76,7 +76,7 @@ import {
   vmDesireConflictSignal,
   vmStateQuery,
 } from './messages.js';
-import { publishSearchAttributes } from './search-attributes.js';
+import { publishSearchAttributes, type SearchAttributeMode } from './search-attributes.js';
 import {
   backoff,
   backoffResync,
@@ -235,7 +235,7 @@ export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
         passing = false;
       });
     }
-    publish(state);
+    publish(state, input.searchAttributes);
     if (Object.keys(state.crs).length === 0 && !state.needResync && !state.setDesire) {
       await condition(allHandlersFinished);
       if (!dirty) return; // no CocoonHibernation targets this pod any more
@@ -253,6 +253,7 @@ export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
           ...input,
           world: undefined,
           kubeIO: 'local',
+          searchAttributes: 'identity',
           carried: { ...state, needResync: true },
         });
     }
@@ -1188,16 +1189,19 @@ async function tagMayExist(io: VMIO, vmName: string): Promise<boolean> {
   }
 }
 
-function publish(state: VMState): void {
+function publish(state: VMState, mode: SearchAttributeMode): void {
   const holder = holderOf(state);
-  publishSearchAttributes(state, {
-    namespace: state.namespace,
-    vmName: state.vmName ?? state.podObs?.annotations?.[Annotations.vmName] ?? '',
-    phase:
-      (holder?.kind === 'cr' ? holder.cr.status?.phase : undefined) ||
+  publishSearchAttributes(
+    mode,
+    state,
+    {
+      namespace: state.namespace,
+      vmName: state.vmName ?? state.podObs?.annotations?.[Annotations.vmName] ?? '',
+      kind: 'VM',
+    },
+    (holder?.kind === 'cr' ? holder.cr.status?.phase : undefined) ||
       (Object.keys(state.crs).length ? 'Pending' : state.setDesire ? 'SetSuspend' : 'Idle'),
-    kind: 'VM',
-  });
+  );
 }
 
 /**

@@ -161,9 +161,9 @@ describe('operator process against faults of its surroundings', () => {
       70_000,
       { intervalMs: 1000 },
     );
-    // A CocoonHibernation for a pod that does not exist: its VM workflow reports Pending on the CR and
-    // upserts its search attributes, so a visibility query by them finds it (an upsert of attributes the
-    // namespace lacks fails the workflow task instead, over and over).
+    // A CocoonHibernation for a pod that does not exist: its VM workflow reports Pending on the CR, and the
+    // watcher's start set its search attributes, so a visibility query by them finds it (a start with
+    // attributes the namespace lacks is refused instead, over and over).
     const crs = new Hibernations(kube, ns);
     await crs.create('fresh-ns', 'no-such-pod', 'Hibernate');
     const cr = await crs.waitPhase('fresh-ns', 'Pending', QUICK_MS);

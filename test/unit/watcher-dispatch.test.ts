@@ -9,7 +9,7 @@ const sig = (workflowId: string, object: string, n: number): RoutedSignal => ({
   workflowId,
   signalName: 'podObserved',
   payload: { n },
-  start: { workflowType: 'vmWorkflow', args: [{ namespace: 'ns', pod: 'p' }] },
+  start: { workflowType: 'vmWorkflow', args: [{ namespace: 'ns', pod: 'p' }], searchAttributes: [] },
   key: `${workflowId}|${object}`,
 });
 

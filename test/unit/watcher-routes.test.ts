@@ -10,10 +10,16 @@ import {
   type RoutedSignal,
   Router,
   relevanceFingerprint,
+  type WorkflowStart,
 } from '../../src/watcher/routes.js';
 
 let rv = 100;
 const nextRV = () => String(++rv);
+
+/** A start's search attributes as name → value. */
+function startAttributes(start: WorkflowStart | undefined): Record<string, unknown> {
+  return Object.fromEntries((start?.searchAttributes ?? []).map((p) => [p.key.name, p.value]));
+}
 
 function pod(
   name: string,
@@ -132,10 +138,12 @@ describe('HibernationRoute', () => {
     expect(rest).toEqual([]);
     expect(sig?.workflowId).toBe('vm/ns1/p1');
     expect(sig?.signalName).toBe('hibernationObserved');
-    expect(sig?.start).toEqual({
-      workflowType: 'vmWorkflow',
-      args: [{ namespace: 'ns1', pod: 'p1', kubeIO: 'local' }],
-    });
+    expect(sig?.start.workflowType).toBe('vmWorkflow');
+    expect(sig?.start.args).toEqual([
+      { namespace: 'ns1', pod: 'p1', kubeIO: 'local', searchAttributes: 'identity' },
+    ]);
+    // No pod known yet: the VM name is left for the workflow to set when it learns it.
+    expect(startAttributes(sig?.start)).toEqual({ CocoonNamespace: 'ns1', CocoonKind: 'VM' });
     expect(sig?.payload).toMatchObject({
       exists: true,
       namespace: 'ns1',
@@ -167,7 +175,9 @@ describe('HibernationRoute', () => {
     const unlisted = setup({ listed: false });
     unlisted.podEvent('add', pod('p1'));
     const [before] = unlisted.crEvent('add', cr('h1', 'p1'));
-    expect(before?.start.args).toEqual([{ namespace: 'ns1', pod: 'p1', kubeIO: 'local' }]);
+    expect(before?.start.args).toEqual([
+      { namespace: 'ns1', pod: 'p1', kubeIO: 'local', searchAttributes: 'identity' },
+    ]);
 
     const { podEvent, crEvent } = setup({ listed: true });
     podEvent('add', pod('p1'));
@@ -179,6 +189,12 @@ describe('HibernationRoute', () => {
     }>;
     expect(input?.world.pod).toMatchObject({ exists: true, name: 'p1' });
     expect(input?.world.hibernations.map((h) => h.name).sort()).toEqual(['h1', 'h2']);
+    // The start sets the identity search attributes, the VM name from the cached pod's annotation.
+    expect(startAttributes(sig?.start)).toEqual({
+      CocoonNamespace: 'ns1',
+      CocoonKind: 'VM',
+      CocoonVMName: 'vk-ns1-p1',
+    });
     // A pod not in the cache is known absent.
     const [noPod] = crEvent('add', cr('h3', 'p3'));
     expect((noPod?.start.args[0] as { world: unknown } | undefined)?.world).toEqual({
@@ -380,10 +396,11 @@ describe('CocoonSetRoute', () => {
     const [first] = ev('add', cs('s1', 1));
     expect(first?.workflowId).toBe('cocoonset/ns1/s1');
     expect(first?.signalName).toBe('cocoonSetObserved');
-    expect(first?.start).toEqual({
-      workflowType: 'cocoonSetWorkflow',
-      args: [{ namespace: 'ns1', name: 's1', kubeIO: 'local' }],
-    });
+    expect(first?.start.workflowType).toBe('cocoonSetWorkflow');
+    expect(first?.start.args).toEqual([
+      { namespace: 'ns1', name: 's1', kubeIO: 'local', searchAttributes: 'identity' },
+    ]);
+    expect(startAttributes(first?.start)).toEqual({ CocoonNamespace: 'ns1', CocoonKind: 'CocoonSet' });
     expect(ev('update', cs('s1', 1, 'Running'))).toEqual([]);
     expect(ev('update', cs('s1', 2, 'Running'))).toHaveLength(1);
     const [gone] = ev('delete', cs('s1', 2));

@@ -169,11 +169,15 @@ export class CocoonSetWorld {
    */
   async start(extra: Record<string, unknown> = {}): Promise<void> {
     const cs = this.cs!;
-    const { workflowType, args } = cocoonSetStart(cs.metadata.namespace ?? '', cs.metadata.name ?? '');
+    const { workflowType, args, searchAttributes } = cocoonSetStart(
+      cs.metadata.namespace ?? '',
+      cs.metadata.name ?? '',
+    );
     await this.client!.signalWithStart(workflowType, {
       workflowId: this.workflowId,
       taskQueue: this.taskQueue,
       args: [{ ...(args[0] as object), ...extra }],
+      typedSearchAttributes: searchAttributes,
       signal: cocoonSetObservedSignal,
       signalArgs: [observeCocoonSet(cs)],
     });

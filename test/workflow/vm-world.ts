@@ -13,6 +13,7 @@ import { vmWorkflowId } from '../../src/api/ids.js';
 import { Annotations, Finalizers } from '../../src/api/keys.js';
 import type { HibernationObservation, PodObservation } from '../../src/api/observe.js';
 import type { CocoonHibernation } from '../../src/api/types.js';
+import { vmStart } from '../../src/watcher/routes.js';
 import {
   hibernationObservedSignal,
   podObservedSignal,
@@ -20,7 +21,6 @@ import {
   type SetDesire,
   setDesireSignal,
   type VMWorldObservation,
-  vmWorkflowInput,
 } from '../../src/workflows/messages.js';
 import type { VMStateView } from '../../src/workflows/vm.js';
 import { noteSent, type Sent, settled } from './harness.js';
@@ -282,12 +282,13 @@ export class VMWorld {
     // continue-as-new it can answer "Completed workflow"; the real server starts or signals the new run.
     for (let attempt = 0; ; attempt++) {
       try {
-        await this.client.signalWithStart('vmWorkflow', {
+        // The watcher's start (src/watcher/routes.ts vmStart), with its search attributes.
+        const start = vmStart(namespace!, pod!, this.worldOf(namespace!, pod!));
+        await this.client.signalWithStart(start.workflowType, {
           workflowId,
           taskQueue: this.taskQueue,
-          args: [
-            { ...vmWorkflowInput(namespace!, pod!, this.worldOf(namespace!, pod!)), ...this.startExtra },
-          ],
+          args: [{ ...(start.args[0] as object), ...this.startExtra }],
+          typedSearchAttributes: start.searchAttributes,
           signal,
           signalArgs: [payload],
         });
