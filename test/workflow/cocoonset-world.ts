@@ -202,16 +202,23 @@ export class CocoonSetWorld {
     payload: T,
   ): Promise<void> {
     const handle = this.client!.getHandle(this.workflowId);
-    try {
-      await handle.signal(signal as never, payload as never);
-    } catch (err) {
-      // Only a workflow that completed because its set is gone may miss a signal.
-      if (!(err instanceof WorkflowNotFoundError)) throw err;
-      const status = (await handle.describe()).status.name;
-      if (status === 'COMPLETED' && this.cs === null) return;
-      throw new Error(
-        `signal ${signal.name} not delivered: workflow ${status}, set ${this.cs ? 'present' : 'gone'}`,
-      );
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await handle.signal(signal as never, payload as never);
+        break;
+      } catch (err) {
+        // Only a workflow that completed because its set is gone may miss a signal.
+        if (!(err instanceof WorkflowNotFoundError)) throw err;
+        const status = (await handle.describe()).status.name;
+        if (status === 'COMPLETED' && this.cs === null) return;
+        // The Java time-skipping server answers "not found" to a signal that lands while the run continues
+        // as new (its continue-as-new is not atomic, sdk-java#1538; the real server signals the new run).
+        // The workflow is running again by now: the same signal goes to the new run, at most twice more.
+        if (status === 'RUNNING' && attempt < 3) continue;
+        throw new Error(
+          `signal ${signal.name} not delivered: workflow ${status}, set ${this.cs ? 'present' : 'gone'}`,
+        );
+      }
     }
     this.sent.signals++;
   }
