@@ -75,15 +75,20 @@ async function upserts(runId?: string): Promise<Array<Record<string, unknown>>> 
   });
 }
 
+/** A running VM's pod, then a Wake CR on it, until the CR says Active. */
+async function runningVMWithWakeCR(world: VMWorld): Promise<void> {
+  await world.putPod(NS, 'demo-0', {
+    annotations: { [Annotations.vmName]: VM, [Annotations.vmID]: 'vm-first' },
+    containerRunning: true,
+  });
+  await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
+  await waitFor('Active', () => world.cr(NS, 'hib')?.status?.phase === 'Active');
+}
+
 describe('VM workflow search attributes', () => {
   it("takes its identity attributes from the watcher's start and upserts none across transitions (no CocoonPhase)", async () => {
     await withWorld(env, async (world) => {
-      await world.putPod(NS, 'demo-0', {
-        annotations: { [Annotations.vmName]: VM, [Annotations.vmID]: 'vm-first' },
-        containerRunning: true,
-      });
-      await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
-      await waitFor('Active', () => world.cr(NS, 'hib')?.status?.phase === 'Active');
+      await runningVMWithWakeCR(world);
       await cycle(world);
       await cycle(world);
       expect(await upserts()).toEqual([]);
@@ -110,12 +115,7 @@ describe('VM workflow search attributes', () => {
     await withWorld(env, async (world) => {
       // An older version's start argument: no `searchAttributes` field.
       world.startExtra = { searchAttributes: undefined, historyLimit: 60 };
-      await world.putPod(NS, 'demo-0', {
-        annotations: { [Annotations.vmName]: VM, [Annotations.vmID]: 'vm-first' },
-        containerRunning: true,
-      });
-      await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
-      await waitFor('Active', () => world.cr(NS, 'hib')?.status?.phase === 'Active');
+      await runningVMWithWakeCR(world);
       const handle = env.client.workflow.getHandle('vm/ns/demo-0');
       const firstRun = (await handle.describe()).runId;
       await cycle(world);
@@ -133,12 +133,7 @@ describe('VM workflow history', () => {
   it('continues as new past its history limit, carrying its state, and keeps serving', async () => {
     await withWorld(env, async (world) => {
       world.startExtra = { historyLimit: 120 };
-      await world.putPod(NS, 'demo-0', {
-        annotations: { [Annotations.vmName]: VM, [Annotations.vmID]: 'vm-first' },
-        containerRunning: true,
-      });
-      await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
-      await waitFor('Active', () => world.cr(NS, 'hib')?.status?.phase === 'Active');
+      await runningVMWithWakeCR(world);
       const handle = env.client.workflow.getHandle('vm/ns/demo-0');
       const firstRun = (await handle.describe()).runId;
       for (let i = 0; i < 6; i++) await cycle(world);
