@@ -137,7 +137,11 @@ export const EventReasons = {
  */
 export const LEADER_ELECTION_ID = 'cocoon-operator.cocoonset.cocoonstack.io';
 
-/** Temporal custom search attributes the workflows upsert (registered by the stack and compose). */
+/**
+ * Temporal custom search attributes of the entity workflows (registered by the stack, compose and at start).
+ * A run this version starts sets the identity ones at its start and never publishes `phase`; runs an older
+ * version started upsert all four (src/workflows/search-attributes.ts).
+ */
 export const SearchAttributes = {
   namespace: 'CocoonNamespace',
   vmName: 'CocoonVMName',

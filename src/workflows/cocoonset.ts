@@ -140,9 +140,10 @@ export interface CocoonSetState {
   nextPassAt?: number;
   /** How the last finished pass ended; `pass` is its number (a query during a pass sees `passes` ahead). */
   lastResult?: PassResult & { delegated?: DelegatedFlow; pass?: number };
-  /** Roll-up shown in the query and search attributes. */
+  /** Roll-up shown in the query (and, in a run an older version started, the CocoonPhase attribute). */
   phase?: string;
   mainVM?: string;
+  /** See VMState.published in vm.ts: set only by a run an older version started. */
   published?: string;
   /** A signal not yet acted on when the run continued as new: the next run passes at once. */
   pendingPass?: boolean;

@@ -121,7 +121,10 @@ export interface VMState {
   lastResyncAt?: number;
   /** Epoch ms when the last reconcile round started (wake-up times up to it are spent). */
   lastPassAt?: number;
-  /** Search attributes last upserted, to upsert only on change. */
+  /**
+   * Search attributes last upserted by a run an older version started (all four, to upsert only on change);
+   * carried into an `identity` run, it tells that run to remove their CocoonPhase (search-attributes.ts).
+   */
   published?: string;
   /** Consecutive failed re-reads, and when to try the next one. */
   resyncFailures?: number;
