@@ -174,8 +174,17 @@ Hibernate the main agent, watch it happen, wake it again:
 `);
   }
 
-  const code = await new Promise<number>((resolve) => operator.on('exit', (c) => resolve(c ?? 0)));
-  process.exit(stopping ? 0 : code);
+  const [code, signal] = await new Promise<[number | null, NodeJS.Signals | null]>((resolve) => {
+    if (operator.exitCode !== null || operator.signalCode !== null)
+      resolve([operator.exitCode, operator.signalCode]);
+    else operator.on('exit', (c, s) => resolve([c, s]));
+  });
+  if (stopping) process.exit(0);
+  // Killed or crashed: say so (the stack keeps running), rather than end without a word.
+  console.error(
+    `\n==> the operator exited (${signal ? `signal ${signal}` : `exit code ${code}`}); the stack keeps running: npm run dev starts the operator again`,
+  );
+  process.exit(code || 1);
 }
 
 if (process.argv[1] && fileURLToPath(import.meta.url) === resolve(process.argv[1])) {
