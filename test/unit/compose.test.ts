@@ -92,7 +92,7 @@ describe('docker-compose.yml', () => {
     );
   });
 
-  it("keeps its SQLite file in the local stack's mode: a write-ahead log synced at checkpoints", () => {
+  it("keeps its SQLite file in the local stack's mode (the same --sqlite-pragma settings)", () => {
     const pragmas = flagValues(compose.services.temporal.command, '--sqlite-pragma');
     expect([...pragmas].sort()).toEqual([...temporalSqlitePragmas].sort());
   });
