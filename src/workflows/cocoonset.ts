@@ -203,6 +203,28 @@ function cocoonSetIO(input: CocoonSetWorkflowInput): CocoonSetIO {
   };
 }
 
+/**
+ * A set that knows more than this many pods runs every Kubernetes call of a pass as a regular activity.
+ * Its pods' signals (vk-cocoon's status updates, the echoes of the pass's own writes) can pour in faster
+ * than a workflow task of local activities ends: past 100 buffered events the server fails that task
+ * (`WORKFLOW_TASK_FAILED_CAUSE_FORCE_CLOSE_COMMAND`), and the SDK's retry then resolves the local
+ * activities it already ran after the new signals, where a replay of the history delivers those signals
+ * first. The history it records then does not replay ("Nondeterminism error: Missing associated machine
+ * for LocalActivity", e2e cocoonset-faults (b): a 60-pod set on a fast Temporal server). A task of regular
+ * activities ends once they are scheduled, so nothing buffers for long. Deterministic: the count is
+ * `state.pods`, which only the recorded signals change.
+ */
+export const LOCAL_SET_MAX_PODS = 8;
+
+/**
+ * The activities of one pass: `io` itself, or for a set past LOCAL_SET_MAX_PODS known pods (behind the
+ * `large-set-regular-io` patch) regular activities in place of the local ones.
+ */
+function ioForPass(state: CocoonSetState, io: CocoonSetIO): CocoonSetIO {
+  const large = Object.keys(state.pods).length > LOCAL_SET_MAX_PODS && patched('large-set-regular-io');
+  return large ? { ...io, kube: io.bulk } : io;
+}
+
 /** The Kubernetes activities for a round of `calls` calls: local up to LOCAL_ROUND_MAX, else regular. */
 function kubeForRound(io: CocoonSetIO, calls: number): CocoonSetActivities {
   return calls > LOCAL_ROUND_MAX ? io.bulk : io.kube;
@@ -320,9 +342,10 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
 async function runPass(
   state: CocoonSetState,
   input: CocoonSetWorkflowInput,
-  io: CocoonSetIO,
+  allIO: CocoonSetIO,
 ): Promise<boolean> {
   state.passes++;
+  const io = ioForPass(state, allIO);
   let result: PassResult & { delegated?: DelegatedFlow };
   let cs: CocoonSet | undefined;
   try {

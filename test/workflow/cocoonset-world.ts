@@ -106,6 +106,11 @@ export class CocoonSetWorld {
   probeError?: string;
   /** When set, the CocoonHibernation List throws it. */
   listHibernationsError?: Error;
+  /**
+   * When set, the pass's first read awaits it before answering (the read runs as a local activity: what the
+   * test does meanwhile lands while the workflow task is open).
+   */
+  beforeRead?: () => Promise<void>;
   /** VM names whose probe blocks until released (see `blockProbe`). */
   private readonly blocked = new Map<string, { enter: () => void; released: Promise<void> }>();
   client?: WorkflowClient;
@@ -324,6 +329,7 @@ export class CocoonSetWorld {
     return {
       cocoonSetReadWorld: async () => {
         this.calls.push('read');
+        await this.beforeRead?.();
         if (!this.cs) return { cs: null, pods: [] };
         const name = this.cs.metadata.name;
         const pods = [...this.pods.values()].filter(

@@ -1,10 +1,11 @@
+import proto from '@temporalio/proto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Annotations, EventReasons } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { toolboxVMName } from '../../src/cocoonset/pods.js';
 import { lastDeletedMs, readRebuildHistory } from '../../src/cocoonset/rebuild.js';
-import { RECONCILE_FAILED } from '../../src/workflows/cocoonset.js';
+import { LOCAL_SET_MAX_PODS, RECONCILE_FAILED } from '../../src/workflows/cocoonset.js';
 import { vmDesireConflictSignal } from '../../src/workflows/messages.js';
 import { hibernation, IMAGE, liveOn, newCocoonSet, withFinalizer } from '../support/builders.js';
 import { waitFor } from '../support/wait.js';
@@ -390,6 +391,84 @@ describe('CocoonSet workflow', () => {
       });
       await waitFor('toolbox recreated', () => w.pods.has('demo-tb'));
       expect(w.creates).toEqual(['demo-tb']);
+    });
+  });
+
+  it('continues as new when a signal lands during the local activities of its last pass', async () => {
+    // The server refuses to close a run while a signal waits (UNHANDLED_COMMAND); the SDK retries the task
+    // with the signal, and the run that continues as new carries it.
+    const cs = demoSet(withFinalizer);
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    let signalDuringRead = true;
+    world.beforeRead = async () => {
+      if (!signalDuringRead) return;
+      signalDuringRead = false;
+      await world.updatePod('demo-1', (p) => {
+        p.metadata!.labels = { ...p.metadata!.labels, tick: 'during-read' };
+      });
+    };
+    await withCocoonSetWorld(env, world, async (w) => {
+      const handle = env.client.workflow.getHandle(w.workflowId);
+      await w.start({ historyLimit: 1 });
+      await waitFor('the signal sent during the read', () => !signalDuringRead);
+      const firstRun = (await handle.describe()).runId;
+      await waitFor('a new run', async () => (await handle.describe()).runId !== firstRun);
+      const first = await env.client.workflow.getHandle(w.workflowId, firstRun).fetchHistory();
+      const failed = (first.events ?? [])
+        .map((e) => e.workflowTaskFailedEventAttributes?.cause)
+        .filter(Boolean);
+      expect(failed).toEqual([
+        proto.temporal.api.enums.v1.WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND,
+      ]);
+      // The new run still reconciles: a deleted toolbox pod comes back.
+      w.pods.delete('demo-tb');
+      await w.updatePod('demo-1', (p) => {
+        p.metadata!.labels = { ...p.metadata!.labels, tick: 'last' };
+      });
+      await waitFor('toolbox recreated', () => w.pods.has('demo-tb'));
+      expect(w.creates).toEqual(['demo-tb']);
+    });
+  });
+
+  it(`runs a pass as regular activities once it knows more than ${LOCAL_SET_MAX_PODS} pods (local activities below)`, async () => {
+    // A workflow task of local activities stays open while they run; a large set's pod signals buffered
+    // past 100 meanwhile made the server fail it, and the SDK's retry recorded a history that no longer
+    // replayed (see LOCAL_SET_MAX_PODS). Regular activities end the task once scheduled.
+    const cs = demoSet(withFinalizer, (c) => (c.spec.agent.replicas = LOCAL_SET_MAX_PODS));
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      const handle = env.client.workflow.getHandle(w.workflowId);
+      const readsAsActivities = async () =>
+        ((await handle.fetchHistory()).events ?? []).filter(
+          (e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'cocoonSetReadWorld',
+        ).length;
+      const markers = async () =>
+        ((await handle.fetchHistory()).events ?? []).filter(
+          (e) => e.markerRecordedEventAttributes?.markerName === 'core_local_activity',
+        ).length;
+      await w.settled(env);
+      // The watcher's informer lists every pod at its start: the workflow learns them one signal each.
+      const names = [...w.pods.keys()];
+      expect(names.length).toBe(LOCAL_SET_MAX_PODS + 2);
+      for (const name of names.slice(0, LOCAL_SET_MAX_PODS)) {
+        await w.updatePod(name, (p) => {
+          p.metadata!.labels = { ...p.metadata!.labels, seen: 'yes' };
+        });
+      }
+      await w.settled(env);
+      expect(await readsAsActivities()).toBe(0);
+      const localBefore = await markers();
+      expect(localBefore).toBeGreaterThan(0);
+      for (const name of names.slice(LOCAL_SET_MAX_PODS)) {
+        await w.updatePod(name, (p) => {
+          p.metadata!.labels = { ...p.metadata!.labels, seen: 'yes' };
+        });
+      }
+      await w.settled(env);
+      expect(await readsAsActivities()).toBeGreaterThan(0);
+      expect(await markers()).toBe(localBefore);
     });
   });
 
