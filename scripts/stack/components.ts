@@ -195,14 +195,14 @@ async function listSearchAttributes(): Promise<Map<string, string>> {
 }
 
 /**
- * SQLite pragmas of the dev server's file (`--sqlite-pragma`; docker-compose.yml sets the same). None: SQLite's
- * defaults. A write-ahead log synced at checkpoints (`journal_mode=wal`, `synchronous=normal`) halved the
- * server's CPU per transition here, but the faster server made a 60-pod CocoonSet's workflow fail its
- * workflow task with "Nondeterminism error: Missing associated machine for LocalActivity" in 2 of 6 runs of
- * e2e cocoonset-faults (b) (0 of 6 without): docs/performance.md#the-temporal-servers-sqlite-file. Turn it
- * on once that is fixed.
+ * SQLite settings of the dev server's file: a write-ahead log, synced at checkpoints rather than at every
+ * commit. With SQLite's defaults (a rollback journal, a sync per commit) each of a transition's few history
+ * writes waited on the disk and the server spent about 20 ms more CPU per transition (1000 VMs hibernated
+ * in twice the wall time; docs/performance.md#the-temporal-servers-sqlite-file). A killed server process
+ * loses nothing committed; a machine that loses power may lose the last commits, which is the dev server's
+ * trade (it is not a production store). docker-compose.yml sets the same two.
  */
-export const temporalSqlitePragmas: readonly string[] = [];
+export const temporalSqlitePragmas: readonly string[] = ['journal_mode=wal', 'synchronous=normal'];
 
 const temporal: Component = {
   name: 'temporal',
