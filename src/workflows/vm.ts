@@ -441,8 +441,12 @@ async function reconcileAll(state: VMState, io: VMIO): Promise<void> {
     await setDesirePass(state, io);
   } catch (err) {
     // The set repeats its desire on its next pass (every 5 s while it waits on its VMs), so no backoff here.
-    log.warn('set desire pass failed', { error: errorMessage(err) });
-    if (isNotFound(err)) state.needResync = true;
+    // A pod deleted under the pass (a set being deleted) is no failure: the re-read sees it gone and the
+    // desire is spent.
+    if (isNotFound(err)) {
+      log.info('pod gone during the set desire pass; re-reading', { error: errorMessage(err) });
+      state.needResync = true;
+    } else log.warn('set desire pass failed', { error: errorMessage(err) });
   }
 }
 

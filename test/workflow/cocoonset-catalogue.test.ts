@@ -187,6 +187,22 @@ const lifecycleFailed = (message: string) => (p: V1Pod) => {
 const eventsOf = (w: CocoonSetWorld, reason: string) => w.events.filter((e) => e.reason === reason);
 const registryDeletes = (w: CocoonSetWorld) =>
   w.calls.filter((c) => c.startsWith('registry-delete ')).map((c) => c.slice('registry-delete '.length));
+/**
+ * The tag deletes as the workflow scheduled them (`vm:tag`, history order). The deletion schedules them in
+ * the reference's order but runs them together, so the calls themselves may land in any order.
+ */
+async function scheduledDeletes(w: CocoonSetWorld): Promise<string[]> {
+  const history = await env.client.workflow.getHandle(w.workflowId).fetchHistory();
+  return (history.events ?? []).flatMap((e) => {
+    const a = e.activityTaskScheduledEventAttributes;
+    if (a?.activityType?.name !== 'deleteManifest') return [];
+    const arg = JSON.parse(Buffer.from(a.input!.payloads![0]!.data!).toString('utf8')) as {
+      vmName: string;
+      tag: string;
+    };
+    return [`${arg.vmName}:${arg.tag}`];
+  });
+}
 
 describe("the reference operator's reconciler_test.go cases at workflow level", () => {
   it('a toolbox named like an agent slot ("0", "1") or a repeated name fails every pass before any toolbox write, retries with backoff, and the fixed spec creates it', async () => {
@@ -486,7 +502,7 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
     ],
     ['empty (the code-side default, always)', '', agents(0), [], ['vk-ns-demo-0:hibernate']],
   ])(
-    'deletion GC, policy %s: deletes exactly these tags in this order, then the finalizer',
+    'deletion GC, policy %s: deletes exactly these tags, scheduled in this order (they run together: deliberate, the reference deletes one after the other), then the finalizer',
     async (_n, policy, a, t, want) => {
       const cs = catalogueSet(deleting, (c) => {
         c.spec.snapshotPolicy = policy as CocoonSet['spec']['snapshotPolicy'];
@@ -503,7 +519,8 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
       await withCocoonSetWorld(env, world, async (w) => {
         await w.start();
         await waitFor('finalizer removed', () => w.cs === null);
-        expect(registryDeletes(w)).toEqual(want);
+        expect(await scheduledDeletes(w)).toEqual(want);
+        expect([...registryDeletes(w)].sort()).toEqual([...want].sort());
       });
     },
   );
@@ -523,7 +540,7 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
     });
   });
 
-  it('deletion takes the GC names from status when no pod is left: every :hibernate tag, sorted', async () => {
+  it('deletion takes the GC names from status when no pod is left: every :hibernate tag, scheduled sorted', async () => {
     const cs = catalogueSet(deleting, replicas(1), toolboxes('tb'), (c) => {
       c.status = {
         readyAgents: 0,
@@ -539,11 +556,9 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
       await waitFor('finalizer removed', () => w.cs === null);
-      expect(registryDeletes(w)).toEqual([
-        'vk-ns-demo-0:hibernate',
-        'vk-ns-demo-1:hibernate',
-        'vk-ns-demo-tb:hibernate',
-      ]);
+      const want = ['vk-ns-demo-0:hibernate', 'vk-ns-demo-1:hibernate', 'vk-ns-demo-tb:hibernate'];
+      expect(await scheduledDeletes(w)).toEqual(want);
+      expect([...registryDeletes(w)].sort()).toEqual(want);
       expect(w.tags.size).toBe(0);
     });
   });

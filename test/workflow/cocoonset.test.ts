@@ -5,7 +5,11 @@ import { Annotations, EventReasons } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { toolboxVMName } from '../../src/cocoonset/pods.js';
 import { lastDeletedMs, readRebuildHistory } from '../../src/cocoonset/rebuild.js';
-import { LOCAL_SET_MAX_PODS, RECONCILE_FAILED } from '../../src/workflows/cocoonset.js';
+import {
+  LOCAL_PASS_MAX_SIGNALS,
+  LOCAL_SET_MAX_PODS,
+  RECONCILE_FAILED,
+} from '../../src/workflows/cocoonset.js';
 import { vmDesireConflictSignal } from '../../src/workflows/messages.js';
 import { hibernation, IMAGE, liveOn, newCocoonSet, withFinalizer } from '../support/builders.js';
 import { waitFor } from '../support/wait.js';
@@ -472,6 +476,47 @@ describe('CocoonSet workflow', () => {
     });
   });
 
+  it(`runs a pass as regular activities after more than ${LOCAL_PASS_MAX_SIGNALS} signals since the previous pass began`, async () => {
+    const cs = demoSet(withFinalizer);
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      await w.settled(env);
+      const handle = env.client.workflow.getHandle(w.workflowId);
+      const readsAsActivities = async () =>
+        ((await handle.fetchHistory()).events ?? []).filter(
+          (e) => e.activityTaskScheduledEventAttributes?.activityType?.name === 'cocoonSetReadWorld',
+        ).length;
+      const tick = (name: string, value: string) =>
+        w.updatePod(name, (p) => {
+          p.metadata!.labels = { ...p.metadata!.labels, tick: value };
+        });
+      // One signal a pass: every read stays local.
+      for (let i = 0; i < 3; i++) {
+        await tick('demo-1', `quiet-${i}`);
+        await w.settled(env);
+      }
+      expect(await readsAsActivities()).toBe(0);
+      // A burst: the pass's read waits until the burst is sent, so it all lands during that pass.
+      let burst = true;
+      w.beforeRead = async () => {
+        if (!burst) return;
+        burst = false;
+        for (let i = 0; i <= LOCAL_PASS_MAX_SIGNALS; i++) await tick('demo-2', `burst-${i}`);
+      };
+      await tick('demo-1', 'start-burst');
+      await w.settled(env);
+      expect(await readsAsActivities()).toBe(1);
+      // Quiet again: the next pass after one more signal is local.
+      await tick('demo-1', 'quiet-again');
+      await w.settled(env);
+      await tick('demo-1', 'quiet-again-2');
+      await w.settled(env);
+      expect(await readsAsActivities()).toBe(1);
+    });
+  });
+
   it('deletion waits (5 s requeue) while owned pods are still terminating, then collects', async () => {
     const cs = demoSet(withFinalizer);
     const world = new CocoonSetWorld(cs, convergedPods(cs));
@@ -498,7 +543,7 @@ describe('CocoonSet workflow', () => {
     });
   });
 
-  it('deletes the pods, drops the registry tags per snapshot policy and removes the finalizer; then completes', async () => {
+  it('deletes the pods, drops the registry tags per snapshot policy (scheduled together, not one after the other) and removes the finalizer; then completes', async () => {
     const cs = demoSet(withFinalizer, (c) => {
       c.spec.snapshotPolicy = 'main-only';
     });
@@ -517,6 +562,15 @@ describe('CocoonSet workflow', () => {
       expect([...w.tags].sort()).toEqual([`${MAIN_VM}:latest`]);
       const handle = env.client.workflow.getHandle(w.workflowId);
       await handle.result();
+      // The 7 tag deletes go out in one workflow task (DELETION_GC_LANES); the reference sends one at a time.
+      let run = 0;
+      let longest = 0;
+      for (const e of (await handle.fetchHistory()).events ?? []) {
+        const scheduled = e.activityTaskScheduledEventAttributes?.activityType?.name;
+        if (scheduled === 'deleteManifest') longest = Math.max(longest, ++run);
+        else if (e.workflowTaskCompletedEventAttributes) run = 0;
+      }
+      expect(longest).toBe(7);
     });
   });
 
