@@ -229,8 +229,9 @@ const DELETION_GC_LANES = 16;
 
 /**
  * The activities of one pass: `io`, except that each Kubernetes call of `io.kube` picks, when it is made,
- * the regular activity in place of the local one if the set is large or busy (LOCAL_SET_MAX_PODS; behind
- * the `large-set-regular-io` patch).
+ * the regular activity in place of the local one if the set is large (more than LOCAL_SET_MAX_PODS known
+ * pods) or busy (more than LOCAL_PASS_MAX_SIGNALS signals since the previous pass began), behind the
+ * `large-set-regular-io` patch. Records this pass's start in `state.signalsAtLastPass`.
  */
 function ioForPass(state: CocoonSetState, io: CocoonSetIO): CocoonSetIO {
   const since = state.signalsAtLastPass ?? 0;
