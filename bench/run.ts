@@ -2,7 +2,7 @@
  * `npm run bench [-- --quick] [--only seed,scale,idle,latency,history,crash,shipped] [--reps N] [--scale-n N]
  *  [--scale-c C] [--idle-s S] [--idle-sets N] [--sub-agents N] [--edits N] [--cycles N] [--trials N]
  *  [--seed N] [--budget-s S] [--crash-scenarios hibernate,wake,delete,delete-held] [--shipped-n N]
- *  [--shipped-c C] [--shipped-cache SIZE,...] [--shipped-env KEY=VALUE]... [--out FILE]`
+ *  [--shipped-c C] [--shipped-cache SIZE,...] [--shipped-env KEY=VALUE]... [--shipped-memory-limit L] [--out FILE]`
  *
  * Benchmarks of the operator against the real local stack (`npm run stack -- up`): Temporal dev server,
  * kube-apiserver + etcd, the OCI registry behind a latency-injecting proxy (test/support/registry-proxy.ts).
@@ -26,6 +26,8 @@
  * runs it once per listed WORKFLOW_CACHE_SIZE of the child, back to back (`default` = unset: the shipped
  * default; e.g. `auto,1000,250`); `--shipped-env` adds an environment variable to the child (repeatable; to
  * try e.g. a NODE_OPTIONS before shipping it — the child already gets the Dockerfile's runtime ENV).
+ * `--shipped-memory-limit`: `deployment` (default: the limit config/manager/deployment.yaml gives the
+ * container, applied as a memory cgroup when run as root, else said so), `none`, or a quantity (`768Mi`).
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { cpus, loadavg, totalmem } from 'node:os';
@@ -87,6 +89,7 @@ async function main(): Promise<void> {
       'shipped-c': { type: 'string' },
       'shipped-cache': { type: 'string' },
       'shipped-env': { type: 'string', multiple: true },
+      'shipped-memory-limit': { type: 'string' },
       out: { type: 'string' },
     },
   });
@@ -131,6 +134,7 @@ async function main(): Promise<void> {
         return [kv.slice(0, i), kv.slice(i + 1)];
       }),
     ),
+    shippedMemoryLimit: values['shipped-memory-limit'] ?? 'deployment',
   };
   const started = new Date();
   const result: Record<string, unknown> = {
@@ -216,6 +220,7 @@ async function main(): Promise<void> {
         concurrency: sizes.shippedC,
         cacheSizes: sizes.shippedCache.map((s) => (s === 'default' ? undefined : s)),
         extraEnv: sizes.shippedEnv,
+        memoryLimit: sizes.shippedMemoryLimit,
         logPrefix: out.replace(/\.json$/, '-shipped'),
         progress: log,
       });

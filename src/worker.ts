@@ -8,8 +8,10 @@
  * no stack); 1 for any other startup or runtime failure (a fatal JSON log line).
  */
 import { createServer } from 'node:net';
+import { totalmem } from 'node:os';
 import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { getHeapStatistics } from 'node:v8';
 import type { NativeConnection, Worker } from '@temporalio/worker';
 import {
   type Config,
@@ -115,6 +117,15 @@ const TEMPORAL_CONNECT_RETRY_MS = 2_000;
 type Watcher = Awaited<ReturnType<typeof startWatcher>>;
 
 /** A free TCP port on 127.0.0.1 (for the SDK's Prometheus exporter when none is configured). */
+/**
+ * The process's memory limit in MiB (its cgroup's, e.g. a container's `resources.limits.memory`), or
+ * `undefined` when it has none below the machine's memory (Node's `process.constrainedMemory()`).
+ */
+function memoryLimitMiB(): number | undefined {
+  const limit = process.constrainedMemory();
+  return limit > 0 && limit < totalmem() ? Math.round(limit / 2 ** 20) : undefined;
+}
+
 function freeLoopbackPort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const s = createServer();
@@ -428,6 +439,10 @@ export async function run(config: Config, log: Logger): Promise<number> {
             cocoonsetConcurrency: config.cocoonSetConcurrency,
             hibernationConcurrency: config.hibernationConcurrency,
             workflowCacheSize: running.workers[0]?.options.maxCachedWorkflows,
+            // Node sizes each V8 heap (this thread's, the workflow thread's) from the container's memory
+            // limit when it has one, else from the machine's memory (docs/performance.md#operator-memory-as-shipped).
+            heapLimitMiB: Math.round(getHeapStatistics().heap_size_limit / 2 ** 20),
+            memoryLimitMiB: memoryLimitMiB(),
           },
           'Temporal workers running',
         );

@@ -6,7 +6,7 @@ import type { FleetResult } from '../scenarios/fleet.js';
 import type { HistoryResult } from '../scenarios/history.js';
 import type { LatencyResult } from '../scenarios/latency.js';
 import type { SeedResult } from '../scenarios/seed.js';
-import type { MemoryPoint, ShippedResult } from '../scenarios/shipped.js';
+import type { MemoryPoint, ShippedResult, ShippedRun } from '../scenarios/shipped.js';
 import type { TemporalCounts } from './history.js';
 
 /** Formats a number with `digits` decimals; NaN/undefined → `n/a`. */
@@ -274,6 +274,12 @@ export function printFleet(f: FleetResult): void {
   }
 }
 
+/** `512Mi`, `512Mi (not applied)` or `none` for the report. */
+function limitLabel(l: ShippedRun['memoryLimit'] | undefined): string {
+  if (!l?.quantity) return 'none';
+  return l.applied ? l.quantity : `${l.quantity} (not applied)`;
+}
+
 /** Prints the shipped-operator tables: one row per run and phase, then the memory points of each run. */
 export function printShipped(r: ShippedResult): void {
   const perT = (s: number) => fmt((s * 1000) / r.n, 1);
@@ -285,6 +291,7 @@ export function printShipped(r: ShippedResult): void {
     table(
       [
         'WORKFLOW_CACHE_SIZE (effective)',
+        'memory limit (V8 heap limit)',
         'phase',
         'wall s',
         'transitions/s',
@@ -302,6 +309,7 @@ export function printShipped(r: ShippedResult): void {
       r.runs.flatMap((run) =>
         run.phases.map((p) => [
           `${run.cacheSetting} (${run.effectiveCacheSize ?? '?'})`,
+          `${limitLabel(run.memoryLimit)} (${run.heapLimitMiB ?? '?'} MiB)`,
           p.phase,
           fmt(p.wallMs / 1000, 1),
           fmt(p.transitionsPerSecond, 1),
@@ -322,12 +330,18 @@ export function printShipped(r: ShippedResult): void {
   const mem = (m: MemoryPoint) =>
     `RSS ${fmt(m.rssMiB)} MiB (heap used ${fmt(m.heapUsedMiB)} of ${fmt(m.heapTotalMiB)}, external ${fmt(m.externalMiB)})`;
   write(
-    '\nCPU of the operator = the child process alone (user + system, all its threads); Temporal, apiserver and etcd as in the other scenarios (whatever else used the stack is in them). Peak RSS = the highest 200 ms sample in the phase; VmHWM = the peak over the process life.',
+    "\nCPU of the operator = the child process alone (user + system, all its threads); Temporal, apiserver and etcd as in the other scenarios (whatever else used the stack is in them). Peak RSS = the highest 200 ms sample in the phase; VmHWM = the peak over the process life. Memory limit = the memory cgroup the child ran in (the Deployment's container limit unless asked otherwise; Node sizes each V8 heap from it).",
   );
   for (const run of r.runs) {
     write(
       `\n- ${run.cacheSetting}: Node ${run.node}; image env ${JSON.stringify(run.shippedEnv)}${Object.keys(run.extraEnv ?? {}).length ? `, extra env ${JSON.stringify(run.extraEnv)}` : ''}; ready in ${fmt(run.readyMs / 1000, 1)} s with ${mem(run.ready)}; after the wake and ${fmt(run.settleMs / 1000)} s, ${r.n} VMs known: ${mem(run.settled)}, VmHWM ${fmt(run.settled.hwmMiB)} MiB; operator CPU over its life ${fmt(run.operatorCpuTotalS, 1)} s; log ${run.log}.`,
     );
+    const lim = run.memoryLimit;
+    if (lim?.usage)
+      write(
+        `  memory cgroup (${lim.quantity}): peak charge ${fmt(lim.usage.peakBytes / 2 ** 20)} MiB, at the limit ${fmt(lim.usage.limitHits)} times, OOM kills ${fmt(lim.usage.oomKills)}.`,
+      );
+    else if (lim?.unavailable) write(`  memory limit ${lim.quantity} NOT applied: ${lim.unavailable}.`);
     for (const p of run.phases) {
       if (p.nudged.length)
         write(

@@ -9,8 +9,9 @@
  * variables: the `ENV` lines of the Dockerfile's runtime stage (NODE_ENV=production, …), then the stack's
  * kubeconfig and Temporal, the proxy as its registry, a fresh task queue, the watcher scoped to the
  * namespace, no leader election, HIBERNATION_CONCURRENCY = C, every other setting at its default (logs at
- * info as shipped), then `extraEnv` (for trying a change before shipping it). Then all N hibernate, and
- * all N wake.
+ * info as shipped), then `extraEnv` (for trying a change before shipping it). The child runs under the
+ * memory limit of the operator's Deployment (a cgroup, lib/cgroup.ts; Node sizes its V8 heaps from it) when
+ * the machine allows, else unconstrained, and the results say which. Then all N hibernate, and all N wake.
  *
  * Measured: the child's VmRSS sampled every 200 ms (peak per phase), its VmHWM (peak over its life), its
  * RSS after ready (no VM yet) and after the wake plus a settle time (N VMs known, all Active), its heap as
@@ -26,6 +27,7 @@ import { randomUUID } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { vmWorkflowId } from '../../src/api/ids.js';
+import { parseQuantity } from '../../src/cocoonset/quantity.js';
 import {
   cleanEnv,
   freePort,
@@ -38,6 +40,12 @@ import {
   stopOperator,
 } from '../../test/e2e/operator-process.js';
 import { RegistryProxy } from '../../test/support/registry-proxy.js';
+import {
+  createMemoryCgroup,
+  deploymentMemoryLimit,
+  type MemoryCgroup,
+  type MemoryCgroupUsage,
+} from '../lib/cgroup.js';
 import type { BenchEnv } from '../lib/env.js';
 import { terminateAll } from '../lib/history.js';
 import { type CpuWindow, pidCpuSeconds, pidMemory, samplePidRss, startCpuWindow } from '../lib/procstat.js';
@@ -57,6 +65,12 @@ export interface ShippedOptions {
   parallel?: number;
   /** Further environment of the child, over everything else (e.g. NODE_OPTIONS to try a V8 flag). */
   extraEnv?: Record<string, string>;
+  /**
+   * The child's memory limit (a cgroup, see lib/cgroup.ts): `deployment` (the default) = the operator
+   * container's `resources.limits.memory` in config/manager/deployment.yaml, as a cluster runs it; `none` =
+   * unconstrained; or a quantity (`768Mi`).
+   */
+  memoryLimit?: string;
   /** Where the child's log goes: `<logPrefix>-<i>.log`. */
   logPrefix: string;
   progress?: (msg: string) => void;
@@ -95,6 +109,21 @@ export interface ShippedPhase {
   nudged: string[];
 }
 
+/** The memory limit a shipped run had (or why it had none). */
+export interface ShippedMemoryLimit {
+  /** As asked: `deployment`, `none` or a quantity. */
+  setting: string;
+  /** The limit as written (`512Mi`) and in bytes; absent for `none`. */
+  quantity?: string;
+  bytes?: number;
+  /** True when the child ran in a cgroup with that limit. */
+  applied: boolean;
+  /** Why it was not applied (not root, no memory controller). */
+  unavailable?: string;
+  /** The cgroup's counters at the run's end (peak charge, times at the limit, OOM kills). */
+  usage?: MemoryCgroupUsage;
+}
+
 /** One shipped run (one cache size). */
 export interface ShippedRun {
   /** The child's WORKFLOW_CACHE_SIZE, or `default` when unset. */
@@ -104,6 +133,9 @@ export interface ShippedRun {
   extraEnv: Record<string, string>;
   /** maxCachedWorkflows as the worker resolved it (from its 'Temporal workers running' log line). */
   effectiveCacheSize?: number;
+  memoryLimit: ShippedMemoryLimit;
+  /** The V8 heap limit of the child's main thread as it logged it (Node derives it from the memory limit). */
+  heapLimitMiB?: number;
   node: string;
   setupMs: number;
   /** Process start → /readyz 200, ms. */
@@ -216,6 +248,19 @@ async function runOnce(
   const ids: string[] = [];
   let op: OperatorProcess | undefined;
   const logFile = `${opts.logPrefix}-${index}.log`;
+  const memoryLimit = resolveMemoryLimit(opts.memoryLimit ?? 'deployment');
+  let cgroup: MemoryCgroup | undefined;
+  let stopping = false;
+  if (memoryLimit.bytes !== undefined) {
+    const made = createMemoryCgroup(`cocoon-bench-shipped-${process.pid}-${index}`, memoryLimit.bytes);
+    if ('reason' in made) memoryLimit.unavailable = made.reason;
+    else [cgroup, memoryLimit.applied] = [made, true];
+    say(
+      cgroup
+        ? `shipped operator runs in a memory cgroup limited to ${memoryLimit.quantity} (${cgroup.dir})`
+        : `shipped operator runs WITHOUT its memory limit ${memoryLimit.quantity}: ${memoryLimit.unavailable}`,
+    );
+  }
   try {
     const pods = await seedScaleFleet(world, opts.n);
     ids.push(...pods.map((p) => vmWorkflowId(world.namespace, p)));
@@ -237,14 +282,26 @@ async function runOnce(
       ...extraEnv,
     });
     const started = Date.now();
-    op = await startReadyOperator(childEnv, { probePort, metricsPort, launcher: 'dist' }, READY_TIMEOUT_MS);
+    op = await startReadyOperator(
+      childEnv,
+      { probePort, metricsPort, launcher: 'dist', cgroupProcs: cgroup?.procsFile },
+      READY_TIMEOUT_MS,
+    );
     const readyMs = Date.now() - started;
+    const child = op;
+    void child.exited.then((code) => {
+      if (!stopping)
+        say(
+          `shipped operator exited on its own (${code}) mid-run; memory cgroup: ${JSON.stringify(cgroup?.usage() ?? 'none')}`,
+        );
+    });
     const setupMs = Date.now() - t0;
     const workersLine = op.logs.find((l) => l.msg === 'Temporal workers running');
     const effective = workersLine?.workflowCacheSize;
+    const heapLimitMiB = workersLine?.heapLimitMiB;
     const ready = await memoryPoint(op);
     say(
-      `shipped operator (WORKFLOW_CACHE_SIZE ${label}, effective ${String(effective)}) ready in ${readyMs} ms, RSS ${ready.rssMiB.toFixed(0)} MiB; fleet of ${opts.n} VMs set up in ${setupMs} ms`,
+      `shipped operator (WORKFLOW_CACHE_SIZE ${label}, effective ${String(effective)}, V8 heap limit ${String(heapLimitMiB)} MiB) ready in ${readyMs} ms, RSS ${ready.rssMiB.toFixed(0)} MiB; fleet of ${opts.n} VMs set up in ${setupMs} ms`,
     );
     const rss = samplePidRss(op.pid);
     const phases: ShippedPhase[] = [];
@@ -296,6 +353,8 @@ async function runOnce(
         shippedEnv,
         extraEnv,
         effectiveCacheSize: typeof effective === 'number' ? effective : undefined,
+        memoryLimit: { ...memoryLimit, usage: cgroup?.usage() },
+        heapLimitMiB: typeof heapLimitMiB === 'number' ? heapLimitMiB : undefined,
         node: process.version,
         setupMs,
         readyMs,
@@ -311,16 +370,29 @@ async function runOnce(
     }
   } finally {
     if (op) {
-      const stopping = stopOperator(op, 'SIGTERM');
+      stopping = true;
+      const stopped = stopOperator(op, 'SIGTERM');
       const timer = setTimeout(() => op?.child.kill('SIGKILL'), STOP_TIMEOUT_MS);
-      await stopping;
+      await stopped;
       clearTimeout(timer);
       writeFileSync(logFile, `${op.stdout()}\n--- stderr ---\n${op.stderr()}`);
     }
+    cgroup?.remove();
     await terminateAll(env.client, ids);
     await world.cleanup();
     await proxy.stop();
   }
+}
+
+/** `deployment`, `none` or a quantity → the limit to apply (not yet applied). */
+function resolveMemoryLimit(setting: string): ShippedMemoryLimit {
+  if (setting === 'none') return { setting, applied: false };
+  if (setting === 'deployment') {
+    const { bytes, quantity } = deploymentMemoryLimit(join(ROOT, 'config/manager/deployment.yaml'));
+    return { setting, quantity, bytes, applied: false };
+  }
+  const q = parseQuantity(setting);
+  return { setting, quantity: setting, bytes: Number(q.unscaled) * 10 ** q.exp, applied: false };
 }
 
 /** Builds if needed, then one run per cache size, back to back (each with a fresh namespace and child). */

@@ -71,6 +71,18 @@ const PRELOAD = './src/workflow-thread-preload.cjs';
 /** How the operator is started (see startOperator). */
 export type Launcher = 'tsx' | 'node' | 'dist';
 
+/** How startOperator runs the process. */
+export interface StartOptions {
+  probePort?: number;
+  metricsPort?: number;
+  launcher?: Launcher;
+  /**
+   * A cgroup's `cgroup.procs`: the process joins that cgroup before it execs node (a shell writes its own
+   * pid, then execs, so the pid stays the operator's), as a container starts inside its cgroup.
+   */
+  cgroupProcs?: string;
+}
+
 /**
  * Starts `tsx src/worker.ts <args>` as `npm start` does (or `node dist/worker.js` as the image does, see
  * Launcher), with the workflow-thread preload, with exactly `env` (see cleanEnv).
@@ -78,7 +90,7 @@ export type Launcher = 'tsx' | 'node' | 'dist';
 export function startOperator(
   env: NodeJS.ProcessEnv,
   args: string[] = [],
-  opts: { probePort?: number; metricsPort?: number; launcher?: Launcher } = {},
+  opts: StartOptions = {},
 ): OperatorProcess {
   // 'tsx' is what `npm start` runs (the tsx CLI, which runs node as its child and relays signals);
   // 'node' loads tsx as a hook in one process, so the pid is the operator itself (for kill -9);
@@ -89,7 +101,13 @@ export function startOperator(
       : opts.launcher === 'dist'
         ? [process.execPath, ['--require', './dist/workflow-thread-preload.cjs', 'dist/worker.js', ...args]]
         : [process.execPath, ['--require', PRELOAD, '--import', 'tsx', 'src/worker.ts', ...args]];
-  const child = spawn(cmd, argv, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
+  const child = opts.cgroupProcs
+    ? spawn('/bin/sh', ['-c', 'echo $$ > "$0" && exec "$@"', opts.cgroupProcs, cmd, ...argv], {
+        cwd: ROOT,
+        env,
+        stdio: ['ignore', 'pipe', 'pipe'],
+      })
+    : spawn(cmd, argv, { cwd: ROOT, env, stdio: ['ignore', 'pipe', 'pipe'] });
   let out = '';
   let err = '';
   const logs: LogLine[] = [];
@@ -217,7 +235,7 @@ export async function scrapeMetrics(url: string): Promise<string> {
  */
 export async function startReadyOperator(
   env: NodeJS.ProcessEnv,
-  opts: { probePort: number; metricsPort: number; launcher?: Launcher },
+  opts: StartOptions & { probePort: number; metricsPort: number },
   timeoutMs = 120_000,
 ): Promise<OperatorProcess> {
   const p = startOperator(env, [], opts);
