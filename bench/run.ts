@@ -190,6 +190,7 @@ async function main(): Promise<void> {
         backToBackVMs: 8,
         latencyMs: 5,
         concurrency: 4,
+        creates: quick ? 10 : 30,
         progress: log,
       });
       save();

@@ -372,6 +372,17 @@ export function printLatency(r: LatencyResult): void {
           fmt(r.editToDoneMs.p99),
           fmt(r.editToDoneMs.max),
         ],
+        ...(r.createToDoneMs
+          ? [
+              [
+                `CR create → Hibernated, one at a time on a pre-played pod, ${r.createIdleMs ?? '?'} ms idle before each (${r.creates} CRs)`,
+                fmt(r.createToDoneMs.p50),
+                fmt(r.createToDoneMs.p95),
+                fmt(r.createToDoneMs.p99),
+                fmt(r.createToDoneMs.max),
+              ],
+            ]
+          : []),
       ],
     ),
   );

@@ -128,10 +128,12 @@ export class BenchWorld {
 
   /**
    * Creates `n` pods in the vk-reported hibernated state (see the module comment); with `running`, also
-   * a running container status and a VM id, so a wake completes without vk-cocoon acting.
+   * a running container status and a VM id, so a wake completes without vk-cocoon acting. Names continue
+   * after the pods this world already made.
    */
   async createPods(n: number, opts: { running?: boolean } = {}): Promise<string[]> {
-    const names = Array.from({ length: n }, (_, i) => BenchWorld.podName(i));
+    const first = this.pods.length;
+    const names = Array.from({ length: n }, (_, i) => BenchWorld.podName(first + i));
     await pool(names, SETUP_PARALLELISM, async (name) => {
       const annotations: Record<string, string> = {
         [Annotations.vmName]: this.vmName(name),

@@ -1,6 +1,7 @@
 /**
- * Scenario 4: latency from a CocoonHibernation desire edit to the operator's first pod patch (the
- * hibernate annotation set or cleared), at low load: one edit at a time, rotating over a few VMs; before
+ * Scenario 4: latency at low load. First `creates` CocoonHibernations created one at a time on pre-played
+ * pods (create → Hibernated, as the seed shape's transition but alone). Then from a desire edit to the
+ * operator's first pod patch (the hibernate annotation set or cleared): one edit at a time, rotating over a few VMs; before
  * the next edit the benchmark waits for the terminal phase and for the VM workflow to report it (its
  * `state` query), outside the timing. The edit time is taken just before the CR merge patch is sent, the
  * patch time when the patchPodAnnotations activity got the apiserver's answer.
@@ -39,6 +40,15 @@ export interface LatencyOptions {
   backToBackVMs: number;
   latencyMs: number;
   concurrency: number;
+  /** CRs created one at a time on pre-played pods, each awaited to Hibernated (0 = skip). */
+  creates?: number;
+  /**
+   * Idle time before each of those creates, after the previous VM workflow settled, ms (default 200): the
+   * target is a CR on an idle operator. Back to back (0) on a dev server at its default dispatch rate,
+   * creates after the first few took ~120 ms instead of 60–90: the registry activity and the second
+   * workflow task each waited ~30 ms to be dispatched (docs/performance.md#one-cr-on-an-idle-operator).
+   */
+  createIdleMs?: number;
   progress?: (msg: string) => void;
 }
 
@@ -59,6 +69,15 @@ export interface LatencyResult {
   editToPatchMs: Quantiles;
   /** Edit → terminal phase (Hibernated / Active) seen by the benchmark's watch, ms. */
   editToDoneMs: Quantiles;
+  /**
+   * One CR at a time on an idle operator: create (desire Hibernate) on a pre-played pod → Hibernated seen
+   * by the benchmark's watch, ms; `creates` samples (stalls excluded). Absent in results of older versions.
+   */
+  createToDoneMs?: Quantiles;
+  creates?: number;
+  createIdleMs?: number;
+  /** Each create: local epoch ms just before the create was sent, and to Hibernated (NaN = stalled). */
+  createSamples?: { pod: string; createAt: number; toDoneMs: number }[];
   /** Low-load edits that did not finish within STALL_MS and needed a resync signal. */
   stalls: StallRecord[];
   samples: {
@@ -144,8 +163,9 @@ export async function runLatency(env: BenchEnv, opts: LatencyOptions): Promise<L
   const nVMs = Math.max(opts.vms, opts.backToBackVMs);
   try {
     const pods = await world.createPods(nVMs, { running: true });
-    ids.push(...pods.map((p) => vmWorkflowId(world.namespace, p)));
-    await world.pushHibernateTags(pods);
+    const fresh = await world.createPods(opts.creates ?? 0, { running: true });
+    ids.push(...[...pods, ...fresh].map((p) => vmWorkflowId(world.namespace, p)));
+    await world.pushHibernateTags([...pods, ...fresh]);
     await world.track();
     const op = await startOperator(env, {
       namespace: world.namespace,
@@ -158,12 +178,26 @@ export async function runLatency(env: BenchEnv, opts: LatencyOptions): Promise<L
     const samples: LatencyResult['samples'] = [];
     const stalls: StallRecord[] = [];
     const desire = new Map<string, HibernationDesire>(pods.map((p) => [p, 'Hibernate']));
+    const createMs: number[] = [];
+    const createSamples: NonNullable<LatencyResult['createSamples']> = [];
     let backToBack: LatencyResult['backToBack'];
     let temporalPerTransition: LatencyResult['temporalPerTransition'];
     try {
       await world.createCRs(pods, 'Hibernate', pods.length);
       await world.waitPhase(pods, 'Hibernated', 120_000);
       for (const p of pods) await workflowSettled(env, world, p, 'Hibernated');
+      for (const pod of fresh) {
+        await new Promise((r) => setTimeout(r, opts.createIdleMs ?? 200));
+        const [t0] = await world.createCRs([pod], 'Hibernate', 1);
+        const { doneAt, stall } = await awaitTransition(env, world, pod, 'Hibernated', 1, {
+          stallMs: STALL_MS,
+          timeoutMs: 120_000,
+        });
+        if (stall) stalls.push(stall);
+        else createMs.push(doneAt - t0!);
+        createSamples.push({ pod, createAt: t0!, toDoneMs: stall ? Number.NaN : doneAt - t0! });
+        await workflowSettled(env, world, pod, 'Hibernated');
+      }
       const lowLoad = pods.slice(0, opts.vms);
       for (let i = 0; i < opts.edits; i++) {
         const pod = lowLoad[i % lowLoad.length]!;
@@ -235,6 +269,10 @@ export async function runLatency(env: BenchEnv, opts: LatencyOptions): Promise<L
       latencyMs: opts.latencyMs,
       editToPatchMs: quantiles(toPatch),
       editToDoneMs: quantiles(clean.map((s) => s.toDoneMs)),
+      createToDoneMs: createMs.length ? quantiles(createMs) : undefined,
+      creates: createMs.length,
+      createIdleMs: opts.createIdleMs ?? 200,
+      createSamples,
       stalls,
       samples,
       backToBack,
