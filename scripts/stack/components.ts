@@ -204,6 +204,18 @@ async function listSearchAttributes(): Promise<Map<string, string>> {
  */
 export const temporalSqlitePragmas: readonly string[] = ['journal_mode=wal', 'synchronous=normal'];
 
+/**
+ * Dynamic config of the dev server (`--dynamic-config-value`). `history.transferProcessorMaxPollRPS`: the
+ * history service reads the tasks it hands to matching (a workflow task or an activity to dispatch) at
+ * most this many times a second per history shard, 20 by default. A cluster spreads its workflows over
+ * many shards; the dev server has one, so that limit is the whole server's, and once transitions come
+ * faster than one per 50 ms each dispatch waited up to 50 ms for the next read: one CR at a time went
+ * from 60–90 ms to ~120 ms as soon as the creates came back to back, and a trivial SDK workflow on the
+ * same server did the same (docs/performance.md#one-cr-on-an-idle-operator). docker-compose.yml sets the
+ * same.
+ */
+export const temporalDynamicConfig: readonly string[] = ['history.transferProcessorMaxPollRPS=1000'];
+
 const temporal: Component = {
   name: 'temporal',
   endpoint: `${temporalAddress} (UI http://${HOST}:${Ports.temporalUi})`,
@@ -228,6 +240,7 @@ const temporal: Component = {
       '--db-filename',
       stackPaths().temporalDb,
       ...temporalSqlitePragmas.flatMap((p) => ['--sqlite-pragma', p]),
+      ...temporalDynamicConfig.flatMap((kv) => ['--dynamic-config-value', kv]),
       '--ui-disable-news-fetch',
       '--log-level',
       'warn',

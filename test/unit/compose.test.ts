@@ -13,7 +13,7 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
 import { parse } from 'yaml';
-import { temporalSqlitePragmas } from '../../scripts/stack/components.js';
+import { temporalDynamicConfig, temporalSqlitePragmas } from '../../scripts/stack/components.js';
 import { SearchAttributes } from '../../src/api/keys.js';
 import { ENV_SETTINGS } from '../../src/config.js';
 
@@ -95,6 +95,12 @@ describe('docker-compose.yml', () => {
   it("keeps its SQLite file in the local stack's mode (the same --sqlite-pragma settings)", () => {
     const pragmas = flagValues(compose.services.temporal.command, '--sqlite-pragma');
     expect([...pragmas].sort()).toEqual([...temporalSqlitePragmas].sort());
+  });
+
+  it("runs the dev server with the local stack's dynamic config (the same --dynamic-config-value settings)", () => {
+    const values = flagValues(compose.services.temporal.command, '--dynamic-config-value');
+    expect([...values].sort()).toEqual([...temporalDynamicConfig].sort());
+    expect(values.length).toBeGreaterThan(0);
   });
 
   it('pins the Temporal image to the CLI version the local stack and the tests run (scripts/tools.sh)', () => {
