@@ -250,6 +250,21 @@ async function main(): Promise<void> {
   log(`results written to ${out}`);
 }
 
+// Ctrl-C / SIGTERM end the run at once (exit 130 / 143) without its cleanup: its namespace stays in the
+// stack (`npm run stack -- down` clears it); a shipped-scenario child in the same process group gets the
+// terminal's SIGINT too and shuts itself down.
+for (const [signal, code] of [
+  ['SIGINT', 130],
+  ['SIGTERM', 143],
+] as const) {
+  process.once(signal, () => {
+    process.stderr.write(
+      `\nbench interrupted (${signal}); results of the finished scenarios are in the --out file\n`,
+    );
+    process.exit(code);
+  });
+}
+
 main().then(
   () => process.exit(0),
   (err) => {

@@ -60,6 +60,9 @@ export async function openBenchEnv(): Promise<BenchEnv> {
     sdkWarnings.set(key, (sdkWarnings.get(key) ?? 0) + 1);
   });
   Runtime.install({
+    // The SDK's default would turn Ctrl-C into a shutdown of the benchmark's in-process workers and leave
+    // the benchmark waiting on transitions that can no longer happen; bench/run.ts handles the signals.
+    shutdownSignals: [],
     logger: countingLogger,
     telemetryOptions: {
       logging: { filter: { core: 'WARN', other: 'WARN' }, forward: {} },

@@ -249,6 +249,7 @@ async function runOnce(
   let op: OperatorProcess | undefined;
   const logFile = `${opts.logPrefix}-${index}.log`;
   const memoryLimit = resolveMemoryLimit(opts.memoryLimit ?? 'deployment');
+  const node = shippedNode(say);
   let cgroup: MemoryCgroup | undefined;
   let stopping = false;
   if (memoryLimit.bytes !== undefined) {
@@ -258,7 +259,7 @@ async function runOnce(
     say(
       cgroup
         ? `shipped operator runs in a memory cgroup limited to ${memoryLimit.quantity} (${cgroup.dir})`
-        : `shipped operator runs WITHOUT its memory limit ${memoryLimit.quantity}: ${memoryLimit.unavailable}`,
+        : `shipped operator's memory limit ${memoryLimit.quantity} NOT applied (it runs without one): ${memoryLimit.unavailable}`,
     );
   }
   try {
@@ -284,16 +285,26 @@ async function runOnce(
     const started = Date.now();
     op = await startReadyOperator(
       childEnv,
-      { probePort, metricsPort, launcher: 'dist', cgroupProcs: cgroup?.procsFile },
+      { probePort, metricsPort, launcher: 'dist', cgroupProcs: cgroup?.procsFile, nodeBinary: node.path },
       READY_TIMEOUT_MS,
-    );
+    ).catch((err: Error) => {
+      // Under a limit too small to start in, it thrashes or is killed before it is ready: say so.
+      const usage = cgroup?.usage();
+      throw usage
+        ? new Error(
+            `${err.message}\nmemory cgroup (${memoryLimit.quantity}): peak charge ${Math.round(usage.peakBytes / MiB)} MiB, at the limit ${usage.limitHits} times, OOM kills ${usage.oomKills}`,
+          )
+        : err;
+    });
     const readyMs = Date.now() - started;
+    // The child must live through both phases: if it dies (e.g. killed at its memory limit), the phase
+    // ends at once with why, instead of waiting out the fleet's stall guard.
     const child = op;
-    void child.exited.then((code) => {
-      if (!stopping)
-        say(
-          `shipped operator exited on its own (${code}) mid-run; memory cgroup: ${JSON.stringify(cgroup?.usage() ?? 'none')}`,
-        );
+    const died = child.exited.then((code) => {
+      if (stopping) return undefined;
+      const why = `the shipped operator exited on its own (${code}) mid-run; memory cgroup: ${JSON.stringify(cgroup?.usage() ?? 'none')}${cgroup?.usage().oomKills ? ` — killed at its memory limit ${memoryLimit.quantity}: too small for ${opts.n} VMs` : ''}`;
+      say(why);
+      return why;
     });
     const setupMs = Date.now() - t0;
     const workersLine = op.logs.find((l) => l.msg === 'Temporal workers running');
@@ -312,7 +323,12 @@ async function runOnce(
         rss.resetPeak();
         const op0 = pidCpuSeconds(op.pid);
         const cpu = startCpuWindow({ pids: [op.pid] });
-        const d = await driveScalePhase(env, world, phase, opts.parallel ?? 32);
+        const abort = died.then((why) => {
+          if (why) throw new Error(`${phase} phase: ${why}`);
+          return new Promise<never>(() => undefined); // stopped by us: never ends the race
+        });
+        abort.catch(() => undefined); // a death after this phase is the next phase's to report
+        const d = await Promise.race([driveScalePhase(env, world, phase, opts.parallel ?? 32), abort]);
         const cpuSeconds = cpu.stop();
         const operatorCpuS = pidCpuSeconds(op.pid) - op0;
         const peakRssMiB = rss.peak() / MiB;
@@ -355,7 +371,7 @@ async function runOnce(
         effectiveCacheSize: typeof effective === 'number' ? effective : undefined,
         memoryLimit: { ...memoryLimit, usage: cgroup?.usage() },
         heapLimitMiB: typeof heapLimitMiB === 'number' ? heapLimitMiB : undefined,
-        node: process.version,
+        node: node.version,
         setupMs,
         readyMs,
         ready,
@@ -381,6 +397,21 @@ async function runOnce(
     await terminateAll(env.client, ids);
     await world.cleanup();
     await proxy.stop();
+  }
+}
+
+/**
+ * The node the image runs (its major, 24: scripts/node.sh provides it from the npm registry or its cache),
+ * else this process's own, said so.
+ */
+function shippedNode(say: (msg: string) => void): { path: string; version: string } {
+  try {
+    const bin = execFileSync('bash', [join(ROOT, 'scripts/node.sh')], { encoding: 'utf8' }).trim();
+    const path = join(bin, 'node');
+    return { path, version: execFileSync(path, ['--version'], { encoding: 'utf8' }).trim() };
+  } catch (err) {
+    say(`scripts/node.sh found no Node 24 (${(err as Error).message}); the child runs on ${process.version}`);
+    return { path: process.execPath, version: process.version };
   }
 }
 

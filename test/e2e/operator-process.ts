@@ -81,6 +81,8 @@ export interface StartOptions {
    * pid, then execs, so the pid stays the operator's), as a container starts inside its cgroup.
    */
   cgroupProcs?: string;
+  /** The node binary for the `node` and `dist` launchers (default: the one running this process). */
+  nodeBinary?: string;
 }
 
 /**
@@ -95,12 +97,13 @@ export function startOperator(
   // 'tsx' is what `npm start` runs (the tsx CLI, which runs node as its child and relays signals);
   // 'node' loads tsx as a hook in one process, so the pid is the operator itself (for kill -9);
   // 'dist' is what the image runs, `node dist/worker.js` (needs `npm run build` first), one process too.
+  const node = opts.nodeBinary ?? process.execPath;
   const [cmd, argv] =
     opts.launcher === 'tsx'
       ? [TSX, ['--require', PRELOAD, 'src/worker.ts', ...args]]
       : opts.launcher === 'dist'
-        ? [process.execPath, ['--require', './dist/workflow-thread-preload.cjs', 'dist/worker.js', ...args]]
-        : [process.execPath, ['--require', PRELOAD, '--import', 'tsx', 'src/worker.ts', ...args]];
+        ? [node, ['--require', './dist/workflow-thread-preload.cjs', 'dist/worker.js', ...args]]
+        : [node, ['--require', PRELOAD, '--import', 'tsx', 'src/worker.ts', ...args]];
   const child = opts.cgroupProcs
     ? spawn('/bin/sh', ['-c', 'echo $$ > "$0" && exec "$@"', opts.cgroupProcs, cmd, ...argv], {
         cwd: ROOT,
