@@ -15,6 +15,7 @@
 import { randomBytes, randomUUID } from 'node:crypto';
 import type { V1Pod } from '@kubernetes/client-node';
 import { Client, Connection } from '@temporalio/client';
+import type { temporal as proto } from '@temporalio/proto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bundleWorkflows } from '../../scripts/bundle-workflows.js';
 import { cocoonSetWorkflowId } from '../../src/api/ids.js';
@@ -78,14 +79,29 @@ async function waitRunning(name: string, agents: number): Promise<CocoonSet> {
  * regular activities (a run an older version started).
  */
 async function podReadResultBytes(name: string): Promise<number[]> {
-  const history = await temporal.workflow.getHandle(cocoonSetWorkflowId(ns, name)).fetchHistory();
+  // Every run of the set's workflow, newest first: a run that has just continued as new may not have
+  // read anything yet (its pass starts with the next signal).
+  const out: number[] = [];
+  let runId: string | undefined;
+  for (let runs = 0; runs < 50; runs++) {
+    const history = await temporal.workflow.getHandle(cocoonSetWorkflowId(ns, name), runId).fetchHistory();
+    out.push(...podReadsIn(history.events ?? []));
+    runId =
+      history.events?.[0]?.workflowExecutionStartedEventAttributes?.continuedExecutionRunId ?? undefined;
+    if (!runId) break;
+  }
+  return out;
+}
+
+/** The result sizes of the pod reads (local or regular activities) in one run's history. */
+function podReadsIn(events: proto.api.history.v1.IHistoryEvent[]): number[] {
   const types = new Map<string, string>();
   const out: number[] = [];
   const isPodRead = (type: string | undefined) =>
     type === 'cocoonSetReadWorld' || type === 'cocoonSetListPods';
   const bytes = (payloads: { data?: Uint8Array | null }[] | null | undefined) =>
     (payloads ?? []).reduce((n, p) => n + (p.data?.length ?? 0), 0);
-  for (const e of history.events ?? []) {
+  for (const e of events) {
     const m = e.markerRecordedEventAttributes;
     if (m?.markerName === 'core_local_activity') {
       const data = m.details?.data?.payloads?.[0]?.data;
