@@ -116,7 +116,6 @@ const TEMPORAL_CONNECT_RETRY_MS = 2_000;
 
 type Watcher = Awaited<ReturnType<typeof startWatcher>>;
 
-/** A free TCP port on 127.0.0.1 (for the SDK's Prometheus exporter when none is configured). */
 /**
  * The process's memory limit in MiB (its cgroup's, e.g. a container's `resources.limits.memory`), or
  * `undefined` when it has none below the machine's memory (Node's `process.constrainedMemory()`).
@@ -126,6 +125,7 @@ function memoryLimitMiB(): number | undefined {
   return limit > 0 && limit < totalmem() ? Math.round(limit / 2 ** 20) : undefined;
 }
 
+/** A free TCP port on 127.0.0.1 (for the SDK's Prometheus exporter when none is configured). */
 function freeLoopbackPort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const s = createServer();

@@ -29,10 +29,8 @@ export interface MemoryCgroupUsage {
 
 /** A cgroup with a memory limit; a child joins it by writing its pid to `procsFile` before it execs. */
 export interface MemoryCgroup {
-  version: 1 | 2;
   dir: string;
   procsFile: string;
-  limitBytes: number;
   /** Reads the counters now (NaN for one the kernel does not offer, e.g. v2's memory.peak before 5.19). */
   usage(): MemoryCgroupUsage;
   /** Removes the cgroup (once its processes have exited; a failure is ignored). */
@@ -82,23 +80,15 @@ export function createMemoryCgroup(name: string, limitBytes: number): MemoryCgro
   }
   const v1 = /^\d+:(?:[^:]*,)?memory(?:,[^:]*)?:(.*)$/m.exec(own);
   try {
-    if (v1) {
-      const dir = makeChild(join(V1_ROOT, v1[1]!), name);
-      if (typeof dir !== 'string') return dir;
-      writeFileSync(join(dir, 'memory.limit_in_bytes'), String(limitBytes));
-      return {
-        version: 1,
-        dir,
-        procsFile: join(dir, 'cgroup.procs'),
-        limitBytes,
-        usage: () => ({
+    if (v1)
+      return limited(join(V1_ROOT, v1[1]!), name, limitBytes, {
+        limit: 'memory.limit_in_bytes',
+        usage: (dir) => ({
           peakBytes: readNumber(join(dir, 'memory.max_usage_in_bytes')),
           limitHits: readNumber(join(dir, 'memory.failcnt')),
           oomKills: keyed(join(dir, 'memory.oom_control'), 'oom_kill'),
         }),
-        remove: () => removeDir(dir),
-      };
-    }
+      });
     const v2 = /^0::(.*)$/m.exec(own);
     const mount = v2MountPoint();
     if (!v2 || !mount)
@@ -107,35 +97,40 @@ export function createMemoryCgroup(name: string, limitBytes: number): MemoryCgro
     const enabled = readFileSync(join(parent, 'cgroup.subtree_control'), 'utf8').split(/\s+/);
     if (!enabled.includes('memory'))
       return { reason: `cgroup v2 ${parent} does not delegate the memory controller` };
-    const dir = makeChild(parent, name);
-    if (typeof dir !== 'string') return dir;
-    writeFileSync(join(dir, 'memory.max'), String(limitBytes));
-    return {
-      version: 2,
-      dir,
-      procsFile: join(dir, 'cgroup.procs'),
-      limitBytes,
-      usage: () => ({
+    return limited(parent, name, limitBytes, {
+      limit: 'memory.max',
+      usage: (dir) => ({
         peakBytes: readNumber(join(dir, 'memory.peak')),
         limitHits: keyed(join(dir, 'memory.events'), 'max'),
         oomKills: keyed(join(dir, 'memory.events'), 'oom_kill'),
       }),
-      remove: () => removeDir(dir),
-    };
+    });
   } catch (err) {
     return { reason: `cannot make a memory cgroup: ${(err as Error).message}` };
   }
 }
 
 /**
- * Makes `parent/name` (not recursively: the parent is this process's own cgroup, which must be visible;
- * under `ip netns exec`, which mounts a fresh /sys, it is not: enter the namespace with `nsenter --net`).
+ * Makes `parent/name` with `limitBytes` written to its `files.limit`. Not recursively: the parent is this
+ * process's own cgroup, which must be visible; under `ip netns exec`, which mounts a fresh /sys, it is not
+ * (enter the namespace with `nsenter --net`).
  */
-function makeChild(parent: string, name: string): string | { reason: string } {
+function limited(
+  parent: string,
+  name: string,
+  limitBytes: number,
+  files: { limit: string; usage: (dir: string) => MemoryCgroupUsage },
+): MemoryCgroup | { reason: string } {
   if (!existsSync(parent)) return { reason: `${parent} is not mounted here` };
   const dir = join(parent, name);
   if (!existsSync(dir)) mkdirSync(dir);
-  return dir;
+  writeFileSync(join(dir, files.limit), String(limitBytes));
+  return {
+    dir,
+    procsFile: join(dir, 'cgroup.procs'),
+    usage: () => files.usage(dir),
+    remove: () => removeDir(dir),
+  };
 }
 
 function removeDir(dir: string): void {
@@ -157,6 +152,11 @@ export function deploymentMemoryLimit(file: string): { bytes: number; quantity: 
   };
   const quantity = doc.spec?.template?.spec?.containers?.[0]?.resources?.limits?.memory;
   if (!quantity) throw new Error(`${file}: the first container has no resources.limits.memory`);
-  const q = parseQuantity(String(quantity));
-  return { bytes: Number(q.unscaled) * 10 ** q.exp, quantity: String(quantity) };
+  return { bytes: quantityBytes(String(quantity)), quantity: String(quantity) };
+}
+
+/** A Kubernetes quantity (`512Mi`, `1.5Gi`, `500M`) in bytes; throws on a malformed one (Go's message). */
+export function quantityBytes(quantity: string): number {
+  const q = parseQuantity(quantity);
+  return Number(q.unscaled) * 10 ** q.exp;
 }

@@ -178,7 +178,6 @@ export async function runLatency(env: BenchEnv, opts: LatencyOptions): Promise<L
     const samples: LatencyResult['samples'] = [];
     const stalls: StallRecord[] = [];
     const desire = new Map<string, HibernationDesire>(pods.map((p) => [p, 'Hibernate']));
-    const createMs: number[] = [];
     const createSamples: NonNullable<LatencyResult['createSamples']> = [];
     let backToBack: LatencyResult['backToBack'];
     let temporalPerTransition: LatencyResult['temporalPerTransition'];
@@ -194,7 +193,6 @@ export async function runLatency(env: BenchEnv, opts: LatencyOptions): Promise<L
           timeoutMs: 120_000,
         });
         if (stall) stalls.push(stall);
-        else createMs.push(doneAt - t0!);
         createSamples.push({ pod, createAt: t0!, toDoneMs: stall ? Number.NaN : doneAt - t0! });
         await workflowSettled(env, world, pod, 'Hibernated');
       }
@@ -259,6 +257,7 @@ export async function runLatency(env: BenchEnv, opts: LatencyOptions): Promise<L
       await op.stop();
     }
     const clean = samples.filter((s) => !s.stalled);
+    const createMs = createSamples.map((s) => s.toDoneMs).filter((x) => !Number.isNaN(x));
     const toPatch = clean.map((s) => s.toPatchMs).filter((x) => !Number.isNaN(x));
     if (toPatch.length !== clean.length) {
       throw new Error(`${clean.length - toPatch.length} edits completed without a pod patch being seen`);

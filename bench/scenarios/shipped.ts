@@ -27,7 +27,6 @@ import { randomUUID } from 'node:crypto';
 import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { vmWorkflowId } from '../../src/api/ids.js';
-import { parseQuantity } from '../../src/cocoonset/quantity.js';
 import {
   cleanEnv,
   freePort,
@@ -45,6 +44,7 @@ import {
   deploymentMemoryLimit,
   type MemoryCgroup,
   type MemoryCgroupUsage,
+  quantityBytes,
 } from '../lib/cgroup.js';
 import type { BenchEnv } from '../lib/env.js';
 import { terminateAll } from '../lib/history.js';
@@ -302,7 +302,8 @@ async function runOnce(
     const child = op;
     const died = child.exited.then((code) => {
       if (stopping) return undefined;
-      const why = `the shipped operator exited on its own (${code}) mid-run; memory cgroup: ${JSON.stringify(cgroup?.usage() ?? 'none')}${cgroup?.usage().oomKills ? ` — killed at its memory limit ${memoryLimit.quantity}: too small for ${opts.n} VMs` : ''}`;
+      const usage = cgroup?.usage();
+      const why = `the shipped operator exited on its own (${code}) mid-run; memory cgroup: ${JSON.stringify(usage ?? 'none')}${usage?.oomKills ? ` — killed at its memory limit ${memoryLimit.quantity}: too small for ${opts.n} VMs` : ''}`;
       say(why);
       return why;
     });
@@ -422,8 +423,7 @@ function resolveMemoryLimit(setting: string): ShippedMemoryLimit {
     const { bytes, quantity } = deploymentMemoryLimit(join(ROOT, 'config/manager/deployment.yaml'));
     return { setting, quantity, bytes, applied: false };
   }
-  const q = parseQuantity(setting);
-  return { setting, quantity: setting, bytes: Number(q.unscaled) * 10 ** q.exp, applied: false };
+  return { setting, quantity: setting, bytes: quantityBytes(setting), applied: false };
 }
 
 /** Builds if needed, then one run per cache size, back to back (each with a fresh namespace and child). */
