@@ -1106,7 +1106,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
       await one.stop();
       await kube.core.deleteNode({ name: node }).catch(() => undefined);
     }
-  });
+  }, 300_000);
 
   it('a pinned set moved to a second node (spec.nodeName edited): Migrating, the main snapshotted on the first node, recreated on the second and restored from its snapshot (its state kept), the tag dropped once it runs there', async () => {
     const pool = `${ns}-mig`;
