@@ -466,6 +466,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
       { intervalMs: 500, describe: () => rec.podHistory(sub).slice(-3) },
     );
     expect(lifecycleOf(deadLettered).state).toBe(LifecycleStates.failed);
+    await rec.waitSeen('pod', deadLettered);
     // Five incarnations failed: four were rebuilt, the fifth is kept for inspection.
     const failedUids = new Set(
       rec
@@ -897,6 +898,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
 
     await sets.patchSpec(name, { suspend: true });
     const suspended = await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
+    await rec.waitSeen('cocoonset', suspended);
     // Suspending first (the watch recorder sees every status write, however short the phase).
     const phases = rec.cocoonSetHistory(name).map((x) => x.phase);
     expect(phases.lastIndexOf('Suspending')).toBeGreaterThan(phases.lastIndexOf('Running'));
@@ -1151,7 +1153,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
         .filter((v) => v.name === vm);
       expect(restored).toHaveLength(1);
       expect(restored[0]!.source).toMatch(new RegExp(`^restore .*${vm}`));
-      await sets.waitPhase(name, 'Running', BRING_UP_MS);
+      await rec.waitSeen('cocoonset', await sets.waitPhase(name, 'Running', BRING_UP_MS));
       // Migrating was written before the old main was quiesced, and the old pod was quiesced before its delete.
       const phases = rec.cocoonSetHistory(name).map((x) => x.phase);
       expect(phases).toContain('Migrating');

@@ -143,6 +143,7 @@ describe('CocoonHibernation under faults (operator process, local stack)', () =>
     expect(readyOf(tooLong)?.message).toBe(
       `spec.podRef.name "${long}" can never name a pod: must be no more than 253 characters (it has 254)`,
     );
+    await rec.waitSeen('cocoonhibernation', slash);
     expect(rec.phases('bad-slash')).toEqual(['', 'Failed']);
     for (const name of ['bad-slash', 'bad-long']) {
       await crs.delete(name);
@@ -198,7 +199,7 @@ describe('CocoonHibernation under faults (operator process, local stack)', () =>
     proxy.down = false;
     proxy.hang = true;
 
-    await crs.waitPhase(pod, 'Failed', 240_000);
+    await rec.waitSeen('cocoonhibernation', await crs.waitPhase(pod, 'Failed', 240_000));
     const failedSeen = rec.crHistory(pod).find((s) => s.phase === 'Failed')!.at;
     const late = failedSeen - attemptStart;
     console.log(`[hibernation faults e2e] Failed ${(late / 1000).toFixed(2)} s after the attempt started`);

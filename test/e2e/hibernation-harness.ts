@@ -45,6 +45,7 @@ export interface PodSnapshot {
   type: string;
   name: string;
   uid: string;
+  resourceVersion: string;
   hibernate: string | undefined;
   lifecycle: string;
   vmID: string;
@@ -63,6 +64,7 @@ export interface CocoonSetSnapshot {
   type: string;
   name: string;
   uid: string;
+  resourceVersion: string;
   generation: number;
   observedGeneration: number;
   phase: string;
@@ -155,6 +157,28 @@ export class NamespaceRecorder {
     return this.cocoonSets.filter((s) => s.name === name);
   }
 
+  /**
+   * Resolves once the watch has delivered this version of `obj` (same name and resourceVersion), so
+   * the histories above include it. A read from the API (`waitPhase`, `get`) can run ahead of the watch
+   * by a few milliseconds; call this before asserting on a history up to what was read.
+   * Throws after `timeoutMs` (default 30 s).
+   */
+  waitSeen(
+    kind: 'cocoonhibernation' | 'pod' | 'cocoonset',
+    obj: { metadata?: { name?: string; resourceVersion?: string } },
+    timeoutMs = 30_000,
+  ): Promise<true> {
+    const name = obj.metadata?.name ?? '';
+    const rv = obj.metadata?.resourceVersion ?? '';
+    const list: { name: string; resourceVersion: string }[] =
+      kind === 'cocoonhibernation' ? this.crs : kind === 'pod' ? this.pods : this.cocoonSets;
+    return waitFor(
+      `the watch delivered ${kind} ${name} at resourceVersion ${rv}`,
+      () => list.some((s) => s.name === name && s.resourceVersion === rv) || undefined,
+      timeoutMs,
+    );
+  }
+
   stop(): void {
     this.stopped = true;
     for (const ac of this.aborts.values()) ac.abort();
@@ -182,6 +206,7 @@ function podSnapshot(type: string, pod: V1Pod): PodSnapshot {
     type,
     name: pod.metadata?.name ?? '',
     uid: pod.metadata?.uid ?? '',
+    resourceVersion: pod.metadata?.resourceVersion ?? '',
     hibernate: pod.metadata?.annotations?.[Annotations.hibernate],
     lifecycle: lifecycleOf(pod).state,
     vmID: vmIDOf(pod),
@@ -200,6 +225,7 @@ function cocoonSetSnapshot(type: string, cs: CocoonSet): CocoonSetSnapshot {
     type,
     name: cs.metadata?.name ?? '',
     uid: cs.metadata?.uid ?? '',
+    resourceVersion: cs.metadata?.resourceVersion ?? '',
     generation: cs.metadata?.generation ?? 0,
     observedGeneration: cs.status?.observedGeneration ?? 0,
     phase: cs.status?.phase ?? '',

@@ -437,6 +437,7 @@ describe('CocoonHibernation end to end (operator process, local stack)', () => {
 
     await startOp();
     const cr = await crs.waitPhase('t7', 'Hibernated', 60_000);
+    await rec.waitSeen('cocoonhibernation', cr);
     expect(cr.status?.vmName).toBe(vm);
     expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
     expect(rec.phases('t7')).toEqual(['', 'Hibernating', 'Hibernated']);

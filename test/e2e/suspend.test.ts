@@ -390,6 +390,7 @@ describe('CocoonSet suspend end to end: against CocoonHibernations and operator 
     const suspendedPods = await podsOf(name);
     expect(uidsOf(suspendedPods)).toEqual(before);
     expect(await notHibernated(suspendedPods, members)).toBeUndefined();
+    await rec.waitSeen('pod', suspendedPods.get(main)!);
     // The window: the main's first "true" came after the CocoonHibernation was deleted (watch order).
     const deletedAt = rec.crHistory('hold-awake').find((s) => s.deleting || s.type === 'DELETED')!.at;
     const firstTrue = rec.podHistory(main).find((s) => s.hibernate === 'true')!;
