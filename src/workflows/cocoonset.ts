@@ -43,6 +43,7 @@ import {
   type PassResult,
   REQUEUE_WAIT_FOR_MAIN_MS,
   reconcilePass,
+  SUB_AGENT_CREATE_CONCURRENCY,
 } from '../cocoonset/plan.js';
 import { stashedVMNames, vmsHeldByCR } from '../cocoonset/restore.js';
 import { snapshotPolicyOf } from '../cocoonset/vmspec.js';
@@ -654,7 +655,8 @@ async function execute(
 
 /**
  * Deletion (docs/cocoonset.md#deletion-and-registry-gc): stash the VM names on the CocoonSet, delete every
- * owned pod, wait (5 s requeue) until they are gone, then drop the registry tags (best effort; `:latest` per
+ * owned pod not already terminating (together; patch `deletion-batches-pod-deletes`), wait (5 s requeue)
+ * until they are gone, then drop the registry tags (best effort; `:latest` per
  * the snapshot policy) and remove the finalizer. Without a registry (`registryConfigured` false) the GC is
  * skipped with a warning.
  */
@@ -682,17 +684,31 @@ async function deletionFlow(
       return { requeue: false, requeueAfterMs: 0, error: `stash vm names: ${errorMessage(err)}` };
     }
   }
-  const deletes = kubeForRound(io, owned.length);
-  for (const p of owned) {
+  // The reference deletes every owned pod one after the other on each 5 s requeue. With the patch a pod
+  // already terminating is not deleted again (the apiserver would change nothing), and the rest go out
+  // together (SUB_AGENT_CREATE_CONCURRENCY in flight, as a pass's other per-pod rounds): a 121-pod set's
+  // deletes were 121 workflow round trips, repeated while the pods terminated.
+  const batched = patched('deletion-batches-pod-deletes');
+  const toDelete = batched ? owned.filter((p) => p.metadata?.deletionTimestamp == null) : owned;
+  const deletes = kubeForRound(io, toDelete.length);
+  const deletePod = async (p: PassInput['pods'][number]): Promise<string | undefined> => {
     const pod = p.metadata?.name ?? '';
     try {
       await deletes.cocoonSetDeletePod({ namespace, pod });
+      return undefined;
     } catch (err) {
-      return {
-        requeue: false,
-        requeueAfterMs: 0,
-        error: `delete pod ${namespace}/${pod}: ${errorMessage(err)}`,
-      };
+      return `delete pod ${namespace}/${pod}: ${errorMessage(err)}`;
+    }
+  };
+  if (batched) {
+    const failed = (await pool(toDelete, SUB_AGENT_CREATE_CONCURRENCY, deletePod)).find(
+      (e) => e !== undefined,
+    );
+    if (failed) return { requeue: false, requeueAfterMs: 0, error: failed };
+  } else {
+    for (const p of toDelete) {
+      const failed = await deletePod(p);
+      if (failed) return { requeue: false, requeueAfterMs: 0, error: failed };
     }
   }
   let remaining: number;
@@ -763,7 +779,7 @@ async function deletionFlow(
   // VM workflows still holding this set's hibernate request (a released seat keeps it without a pod) let go.
   const asked = Object.keys(state.hibernateAsked ?? {}).sort();
   const asks = kubeForRound(io, asked.length);
-  for (const pod of asked) {
+  const letGo = async (pod: string): Promise<void> => {
     try {
       await asks.cocoonSetAskVM({
         namespace,
@@ -773,7 +789,9 @@ async function deletionFlow(
     } catch (err) {
       log.warn('VM workflow not told the set is gone', { pod, error: errorMessage(err) });
     }
-  }
+  };
+  if (batched) await pool(asked, SUB_AGENT_CREATE_CONCURRENCY, letGo);
+  else await sequence(asked, letGo);
   state.hibernateAsked = undefined;
   return { requeue: false, requeueAfterMs: 0 };
 }

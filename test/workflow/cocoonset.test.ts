@@ -510,14 +510,17 @@ describe('CocoonSet workflow', () => {
     });
   });
 
-  it('deletion waits (5 s requeue) while owned pods are still terminating, then collects', async () => {
-    const cs = demoSet(withFinalizer);
+  it('deletion deletes the owned pods together, waits (5 s requeue) while they terminate without deleting them again (the reference deletes each one after the other on every requeue), then collects', async () => {
+    // Six pods: more than LOCAL_ROUND_MAX, so the deletes are regular activities the history shows.
+    const cs = demoSet(withFinalizer, (c) => (c.spec.agent.replicas = 4));
     const world = new CocoonSetWorld(cs, convergedPods(cs));
     world.slowDeletes = true;
     world.tags.add('vk-ns-demo-1:hibernate');
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
       await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      const pods = [...w.pods.keys()].sort();
+      expect(pods).toHaveLength(6);
       await w.markDeleted();
       await waitFor('pods terminating', () =>
         [...w.pods.values()].every((p) => p.metadata?.deletionTimestamp != null),
@@ -526,6 +529,17 @@ describe('CocoonSet workflow', () => {
       await w.settled(env);
       expect(w.hasFinalizer()).toBe(true);
       expect(w.registryCalls).toBe(0);
+      // Two requeues later every pod was still deleted once, all six scheduled by one workflow task.
+      const deletes = w.calls.filter((c) => c.startsWith('delete '));
+      expect(deletes.sort()).toEqual(pods.map((p) => `delete ${p}`));
+      let run = 0;
+      let longest = 0;
+      for (const e of (await env.client.workflow.getHandle(w.workflowId).fetchHistory()).events ?? []) {
+        const scheduled = e.activityTaskScheduledEventAttributes?.activityType?.name;
+        if (scheduled === 'cocoonSetDeletePod') longest = Math.max(longest, ++run);
+        else if (e.workflowTaskCompletedEventAttributes) run = 0;
+      }
+      expect(longest).toBe(6);
       await w.finishDeletes();
       await skipUntil(env, 'finalizer removed', () => w.cs === null, 30_000, 2_000);
       expect(w.tags.size).toBe(0);
