@@ -81,6 +81,8 @@ export interface TransportStats {
   passthrough: number;
   /** Keep-alive agents created (one per distinct TLS option set seen). */
   agents: number;
+  /** Open connections waiting in the agents for their next request (a server's close removes one). */
+  idleSockets: number;
 }
 
 const STALE = Symbol('staleConnection');
@@ -231,7 +233,7 @@ export class KeepAliveTransport {
   private readonly agents = new Map<string, http.Agent>();
   private readonly chosen = new WeakMap<RequestContext, http.Agent>();
   private readonly fallback = new IsomorphicFetchHttpLibrary();
-  private readonly counters: TransportStats = {
+  private readonly counters: Omit<TransportStats, 'idleSockets'> = {
     requests: 0,
     staleRetries: 0,
     throttledRetries: 0,
@@ -337,8 +339,12 @@ export class KeepAliveTransport {
     return new apiClientType(this.configuration());
   }
 
-  /** A copy of the counters. */
+  /** A copy of the counters, with the agents' idle connections counted now. */
   stats(): TransportStats {
-    return { ...this.counters };
+    let idleSockets = 0;
+    for (const agent of this.agents.values()) {
+      for (const free of Object.values(agent.freeSockets)) idleSockets += free?.length ?? 0;
+    }
+    return { ...this.counters, idleSockets };
   }
 }

@@ -81,12 +81,19 @@ describe('keep-alive transport of the typed clients', () => {
     const kube = makeKubeClients(viaProxy(env.kubeconfig));
     await kube.core.readNamespace({ name: NS });
     expect(proxy.connections).toBe(1);
+    await waitFor('the connection back in the agent', () => kube.transport.stats().idleSockets === 1, 10_000);
     proxy.closeAll();
     await waitFor('the proxy to drop its connections', () => proxy.openConnections() === 0, 10_000);
-    // Let the client see the FIN before the next request picks a socket.
-    await new Promise((r) => setTimeout(r, 100));
+    // The client has seen the close: the agent dropped the idle socket, so the next request opens a new one
+    // (a request that raced the close would take the stale-retry path, tested below).
+    await waitFor(
+      'the agent to drop the closed socket',
+      () => kube.transport.stats().idleSockets === 0,
+      10_000,
+    );
     await expect(kube.core.readNamespace({ name: NS })).resolves.toBeDefined();
     expect(proxy.connections).toBe(2);
+    expect(kube.transport.stats().staleRetries).toBe(0);
   });
 
   it('retries, once and on a fresh connection, a create the server never read because it closed the reused connection at that moment', async () => {

@@ -197,15 +197,25 @@ describe('bearer token flow', () => {
     expect(reg.requests.filter((r) => r.method === 'HEAD')).toHaveLength(2);
   });
 
-  it('fetches a new token once the cached one has expired', async () => {
+  it('fetches a new token once the cached one has expired (its lifetime less a tenth: 900 ms of 1 s)', async () => {
     const reg = await bearerRegistry({ expiresIn: 1 });
     const { c } = client(reg.authority);
-    await c.hasManifest('vk-a', 'hibernate');
-    await c.hasManifest('vk-a', 'hibernate');
-    expect(reg.tokenRequests()).toHaveLength(1);
-    await new Promise((r) => setTimeout(r, 1000));
-    await c.hasManifest('vk-a', 'hibernate');
-    expect(reg.tokenRequests()).toHaveLength(2);
+    // Only the clock is fake: sockets and timers stay real.
+    vi.useFakeTimers({ toFake: ['Date'], now: Date.now() });
+    try {
+      const t0 = Date.now();
+      await c.hasManifest('vk-a', 'hibernate');
+      await c.hasManifest('vk-a', 'hibernate');
+      expect(reg.tokenRequests()).toHaveLength(1);
+      vi.setSystemTime(t0 + 850);
+      await c.hasManifest('vk-a', 'hibernate');
+      expect(reg.tokenRequests()).toHaveLength(1);
+      vi.setSystemTime(t0 + 950);
+      await c.hasManifest('vk-a', 'hibernate');
+      expect(reg.tokenRequests()).toHaveLength(2);
+    } finally {
+      vi.useRealTimers();
+    }
   });
 
   it('accepts access_token instead of token', async () => {
