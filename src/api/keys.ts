@@ -239,4 +239,9 @@ export const ConditionReasons = {
    * against the suspend; the message names the pod and the CocoonHibernation.
    */
   desireConflict: 'DesireConflict',
+  /**
+   * Ours, on `Progressing=False` of a suspending set: its main pod is still terminating, so the suspend
+   * waits to recreate it (the reference fails the create with AlreadyExists and retries with backoff).
+   */
+  mainTerminating: 'MainTerminating',
 } as const;

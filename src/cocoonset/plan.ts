@@ -152,6 +152,12 @@ export interface PassInput {
    * The workflow sets it behind `patched()`.
    */
   releaseSkipsUnbound?: boolean;
+  /**
+   * A retain suspend whose main pod is still terminating waits for it (phase `Suspending`, `Progressing=False`
+   * reason `MainTerminating`, 5 s requeue) instead of failing its create with AlreadyExists, as the
+   * reference does. The workflow sets it behind `patched()`.
+   */
+  suspendWaitsForTerminatingMain?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -1001,7 +1007,10 @@ async function suspendGate(st: PassState, pods: V1Pod[]): Promise<string | undef
  * Suspend with the retain policy (reference `reconcileSuspend`; docs/cocoonset.md#suspend):
  * 1. No main: create it (restoring from its `:hibernate` tag when one exists; a probe error creates nothing)
  *    and requeue at once: a retain set always keeps its main's seat. Sub-agents and toolboxes are not
- *    created while suspended. Any create error fails the pass (AlreadyExists too, as the reference).
+ *    created while suspended. Any create error fails the pass (AlreadyExists too, as the reference). Ours
+ *    (`suspendWaitsForTerminatingMain`): while the pass sees the set's main pod terminating, it creates
+ *    nothing and waits (`Suspending`, `Progressing=False` reason `MainTerminating`, 5 s requeue); the
+ *    reference's create fails with AlreadyExists on every retry, with backoff, and says ReconcileFailed.
  * 2. Ask every pod's VM workflow, in name order, for `Hibernate` (the VM workflow patches the annotation,
  *    unless a CocoonHibernation holds the VM awake: then the conflict shows here, on `Progressing`).
  * 3. The completion gate (`suspendGate`): `Suspended` and done, or `Suspending` and a 5 s requeue.
@@ -1011,6 +1020,13 @@ async function suspendRetain(st: PassState): Promise<never> {
   if (!st.c.main) {
     const pod = await build(st, 'build main agent before suspend', () => buildAgentPod(st.cs, 0, '', ''));
     const podName = pod.metadata?.name ?? '';
+    if (st.input.suspendWaitsForTerminatingMain && terminatingOwnedPod(st, podName)) {
+      const status = await writeStatus(st, 'Suspending', 'status', {
+        reason: ConditionReasons.mainTerminating,
+        message: `main pod ${st.ns}/${podName} is terminating: the suspend recreates it once it is gone`,
+      });
+      return finish(st, { requeueAfterMs: REQUEUE_SUSPEND_POLL_MS }, status);
+    }
     const [probeErr] = await restoreMarks(st, [pod], new Set([podName]));
     if (probeErr !== undefined) return fail(st, probeErr);
     const o = await st.r.run({ id: `create:${podName}`, type: 'createPod', pod });
@@ -1023,6 +1039,16 @@ async function suspendRetain(st: PassState): Promise<never> {
   const pods = podsInNameOrder(st.c);
   await hibernateAll(st, pods);
   return writeStatusAndFinish(st, 'Suspended', {});
+}
+
+/** Whether the pass read a pod named `name`, controlled by this set, that is being deleted. */
+function terminatingOwnedPod(st: PassState, name: string): boolean {
+  return st.input.pods.some(
+    (p) =>
+      p.metadata?.name === name &&
+      p.metadata?.deletionTimestamp != null &&
+      isControlledBy(p, st.cs.metadata.uid),
+  );
 }
 
 /**

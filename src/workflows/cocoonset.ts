@@ -462,6 +462,7 @@ async function drive(
     deletedVMsDropTag: patched('deleted-vms-drop-tag'),
     wakeWaitsForHibernateRound: patched('set-wake-waits-for-hibernate-round'),
     releaseSkipsUnbound: patched('release-skips-unbound'),
+    suspendWaitsForTerminatingMain: patched('suspend-waits-for-terminating-main'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,

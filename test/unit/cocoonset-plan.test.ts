@@ -720,6 +720,35 @@ describe('suspend (retain)', () => {
     expect(end.result.error).toBe('create main agent before suspend: pod ns/demo-0 already exists');
   });
 
+  it('a main pod still terminating is waited for: Suspending, Progressing False MainTerminating, a 5 s poll, nothing created or asked; once it is gone the main is created (deliberate: the reference fails the create with AlreadyExists and backs off)', async () => {
+    const { cs, w } = suspendWorld(replicas(1));
+    const terminating = readyPod(buildAgentPod(cs, 0, '', ''));
+    terminating.metadata!.deletionTimestamp = new Date('2026-05-14T00:59:50Z');
+    w.pods.set('demo-0', terminating);
+    w.pods.set('demo-1', readyPod(buildAgentPod(cs, 1, '', '')));
+    const end = done(await w.pass());
+    expect(end.result).toMatchObject({ requeueAfterMs: 5_000 });
+    expect(end.result.error).toBeUndefined();
+    expect(w.cs.status?.phase).toBe('Suspending');
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')).toMatchObject({
+      status: 'False',
+      reason: 'MainTerminating',
+      message: 'main pod ns/demo-0 is terminating: the suspend recreates it once it is gone',
+    });
+    expect([w.ids('createPod'), w.asks, w.probes]).toEqual([[], [], []]);
+    // Gone: created (restoring from its tag), as for any missing main.
+    w.pods.delete('demo-0');
+    w.tags.add('vk-ns-demo-0:hibernate');
+    expect(done(await w.pass()).result.requeue).toBe(true);
+    expect(w.pod('demo-0')!.metadata!.annotations![Annotations.restoreFromHibernate]).toBe('true');
+    // The reference's rule, kept for runs recorded before the patch.
+    const legacy = suspendWorld().w;
+    legacy.pods.set('demo-0', terminating);
+    expect(done(await legacy.pass({ suspendWaitsForTerminatingMain: false })).result.error).toBe(
+      'create main agent before suspend: pod ns/demo-0 already exists',
+    );
+  });
+
   it('a failed main short-circuits the suspend: the set goes Failed, no VM workflow is asked', async () => {
     const { cs, w } = suspendWorld();
     w.pods.set(

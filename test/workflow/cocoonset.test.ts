@@ -110,6 +110,39 @@ describe('CocoonSet workflow', () => {
     });
   });
 
+  it('a retain suspend whose main pod a user deleted waits while it terminates (Suspending, Progressing False MainTerminating, no create), then recreates it and hibernates the set (deliberate: the reference fails its create with AlreadyExists)', async () => {
+    const cs = demoSet(withFinalizer);
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    world.slowDeletes = true;
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      await w.updatePod('demo-0', (p) => {
+        p.metadata!.deletionTimestamp = new Date() as unknown as Date;
+      });
+      await w.editSpec((c) => (c.spec.suspend = true));
+      await w.settled(env);
+      expect(w.cs?.status?.phase).toBe('Suspending');
+      expect(w.cs?.status?.conditions?.find((c) => c.type === 'Progressing')).toMatchObject({
+        status: 'False',
+        reason: 'MainTerminating',
+        message: 'main pod ns/demo-0 is terminating: the suspend recreates it once it is gone',
+      });
+      expect(w.creates).toEqual([]);
+      await w.finishDeletes();
+      await waitFor('main recreated', () => w.creates.includes('demo-0'));
+      await waitFor(
+        'the set asks for hibernate',
+        () => w.pod('demo-0')?.metadata?.annotations?.[Annotations.hibernate] === 'true',
+      );
+      await w.settled(env);
+      expect(w.cs?.status?.phase).toBe('Suspending');
+      expect(w.cs?.status?.conditions?.find((c) => c.type === 'Progressing')?.reason).not.toBe(
+        'MainTerminating',
+      );
+    });
+  });
+
   it('hibernatePolicy release: suspend hibernates the main, stashes its VM name and node hint, marks keep-snapshot and deletes the pod (Suspended); un-suspend restores it preferring the hinted node (Waking), drops the tag and clears the hint once live, scored hint-node', async () => {
     const cs = newCocoonSet('demo', withFinalizer, (c) => {
       c.metadata.generation = 1;
