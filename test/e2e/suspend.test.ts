@@ -31,7 +31,7 @@ import {
 } from '../../src/api/keys.js';
 import { lifecycleOf, podReady, vmIDOf } from '../../src/api/pod.js';
 import type { CocoonHibernation, CocoonSet } from '../../src/api/types.js';
-import type { KubeClients } from '../../src/kube/client.js';
+import { type KubeClients, mergePatch } from '../../src/kube/client.js';
 import { resyncSignal, vmStateQuery } from '../../src/workflows/messages.js';
 import type { VMStateView } from '../../src/workflows/vm.js';
 import { RegistryProxy } from '../support/registry-proxy.js';
@@ -531,6 +531,45 @@ describe('CocoonSet suspend end to end: against CocoonHibernations and operator 
     const final = await waitRunning(name, members, BRING_UP_MS);
     expect(vmIDOf(final.get(main))).toBe(mainVMID);
   });
+
+  it('a suspend while the main pod is held Terminating (a finalizer another controller owns): Suspending with Progressing=False MainTerminating, nothing created; once the pod goes the main is recreated and the set Suspended (deliberate: the reference fails its create with AlreadyExists and backs off)', async () => {
+    const name = 'held';
+    const members = await createSet(name, 0);
+    const [main, tools] = members as [string, string];
+    const oldUid = (await waitRunning(name, members, BRING_UP_MS)).get(main)!.metadata!.uid!;
+    const setFinalizers = (finalizers: string[] | null) =>
+      kube.core.patchNamespacedPod(
+        { name: main, namespace: ns, body: { metadata: { finalizers } } },
+        mergePatch,
+      );
+    await setFinalizers(['e2e.cocoonstack.io/hold']);
+    try {
+      await kube.core.deleteNamespacedPod({ name: main, namespace: ns });
+      await sets.patchSpec(name, { suspend: true });
+      const waiting = await sets.waitUntil(
+        name,
+        'Suspending with MainTerminating',
+        (cs) => cs?.status?.phase === 'Suspending' && progressingOf(cs)?.reason === 'MainTerminating',
+        QUICK_MS,
+      );
+      expect(progressingOf(waiting)).toMatchObject({
+        status: 'False',
+        message: `main pod ${ns}/${main} is terminating: the suspend recreates it once it is gone`,
+      });
+      const held = (await podsOf(name)).get(main);
+      expect(held?.metadata?.uid).toBe(oldUid);
+      expect(held?.metadata?.deletionTimestamp).toBeDefined();
+    } finally {
+      await setFinalizers(null);
+    }
+    const suspended = await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
+    expect(progressingOf(suspended)).toMatchObject({ status: 'False', reason: 'Stable' });
+    const pods = await podsOf(name);
+    expect(pods.get(main)?.metadata?.uid).not.toBe(oldUid);
+    expect(await notHibernated(pods, [main, tools])).toBeUndefined();
+    // The whole way through, the set never reported a failed pass.
+    expect(rec.cocoonSetHistory(name).map((x) => x.phase)).not.toContain('Failed');
+  }, 300_000);
 
   it('crash safety: the operator SIGKILLed at seeded random points of suspend and un-suspend and restarted; the set converges (Suspended, then Running with the same pods); no :hibernate tag deleted while a suspend needs it', async () => {
     const started = Date.now();
