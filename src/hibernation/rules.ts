@@ -278,14 +278,43 @@ export function conflictPatch(
 }
 
 /**
- * The status write of a CR that loses the VM to another CR (`conflictMessage`): the DesireConflict
- * condition (`conflictPatch`), and a CR that has no phase yet also shows `Pending` with the same message, so
- * `kubectl get` never shows it blank. Null when the condition is already set (nothing is written then, even
- * for a blank phase: a workflow recorded before this rule made no write there, and replay must match).
+ * The status write of a CR that loses the VM to another CR or a suspended set (`conflictMessage`): the
+ * DesireConflict condition (`conflictPatch`), and a CR that has no phase yet also shows `Pending` with the
+ * same message, so `kubectl get` never shows it blank. Null when the condition is already set (nothing is
+ * written then, even for a blank phase: a workflow recorded before this rule made no write there, and
+ * replay must match).
+ *
+ * `loserNotReady` (the VM workflow passes `patched('conflict-loser-not-ready')`): a loser whose phase says
+ * its old desire is done (`Hibernated`, `Active`: a desire edited while another holder keeps the VM) keeps
+ * that phase, which is still true of the VM, but its Ready condition turns False, reason `Pending`, with the
+ * conflict as message and the current generation; before, it went on saying Ready=True for the old desire.
  */
-export function conflictWaitPatch(cr: CRView, conflictMessage: string, nowMs: number): StatusPatch | null {
+export function conflictWaitPatch(
+  cr: CRView,
+  conflictMessage: string,
+  nowMs: number,
+  loserNotReady = false,
+): StatusPatch | null {
   const conflict = conflictPatch(cr, conflictMessage, nowMs);
-  if (!conflict || cr.status?.phase) return conflict;
+  const phase = cr.status?.phase;
+  if (loserNotReady && (phase === 'Hibernated' || phase === 'Active')) {
+    const gen = cr.generation ?? 0;
+    const conditions = setCondition(
+      (conflict ? applyStatusPatch(cr, conflict) : cr).status?.conditions,
+      {
+        type: CONDITION_READY,
+        status: 'False',
+        reason: 'Pending',
+        message: conflictMessage,
+        observedGeneration: gen,
+      },
+      nowMs,
+    );
+    if (sameConditions(cr.status?.conditions, conditions) && (cr.status?.observedGeneration ?? 0) === gen)
+      return null;
+    return { status: { observedGeneration: gen, conditions } };
+  }
+  if (!conflict || phase) return conflict;
   const pending = markPendingPatch(cr, conflictMessage, nowMs);
   if (!pending) return conflict;
   const both = conflictPatch(applyStatusPatch(cr, pending), conflictMessage, nowMs);

@@ -683,7 +683,8 @@ async function pass(state: VMState, name: string, io: VMIO): Promise<boolean> {
       holder.kind === 'cr'
         ? `VM ${vmName} is held by cocoonhibernation ${holder.cr.name} (desire ${holder.cr.desire}, ${holder.why}); desire ${cr.desire} waits until that one is deleted`
         : `VM ${vmName} is held by cocoonset ${holder.set}, which is suspended (${holder.why}); desire ${cr.desire} waits until the set is un-suspended`;
-    await writeStatus(io, state, cr, conflictWaitPatch(cr, msg, Date.now()));
+    const notReady = patched('conflict-loser-not-ready');
+    await writeStatus(io, state, cr, conflictWaitPatch(cr, msg, Date.now(), notReady));
     return false;
   }
   await writeStatus(io, state, cr, conflictPatch(cr, undefined, Date.now()));

@@ -374,6 +374,44 @@ describe('DesireConflict condition (ours)', () => {
     expect(conflictWaitPatch(cr({ conditions: [conflict('held')] }), 'held', LATER)).toBeNull();
   });
 
+  it('a loser whose phase says its old desire is done (Hibernated, desire edited to Wake) keeps the phase but is no longer Ready, at the new generation (deliberate: Ready=True stayed for the old desire); once said, nothing more is written', () => {
+    const st: Status = {
+      phase: 'Hibernated',
+      observedGeneration: 1,
+      conditions: [ready('True', 'Done', 'Hibernated')],
+    };
+    const patch = conflictWaitPatch(cr(st, 2), 'held', LATER, true);
+    expect(patch).toEqual({
+      status: {
+        observedGeneration: 2,
+        conditions: [
+          ready('False', 'Pending', 'held', LATER_S, 2),
+          { ...conflict('held'), observedGeneration: 2, lastTransitionTime: LATER_S },
+        ],
+      },
+    });
+    const after = applyStatusPatch(cr(st, 2), patch!);
+    expect(conflictWaitPatch(after, 'held', LATER + 1000, true)).toBeNull();
+    // Active the same; Failed and Pending keep their Ready; runs recorded before the patch keep Ready.
+    const active: Status = {
+      phase: 'Active',
+      observedGeneration: 1,
+      conditions: [ready('True', 'Done', 'Active')],
+    };
+    expect(conflictWaitPatch(cr(active, 2), 'held', LATER, true)?.status.conditions?.[0]).toMatchObject({
+      status: 'False',
+      reason: 'Pending',
+      message: 'held',
+    });
+    const failed: Status = { phase: 'Failed', conditions: [ready('False', 'Failed', 'x')] };
+    expect(conflictWaitPatch(cr(failed), 'held', LATER, true)).toEqual(
+      conflictPatch(cr(failed), 'held', LATER),
+    );
+    expect(conflictWaitPatch(cr(st, 2), 'held', LATER, false)).toEqual(
+      conflictPatch(cr(st, 2), 'held', LATER),
+    );
+  });
+
   it('removes it once the CR no longer conflicts', () => {
     const st: Status = { conditions: [ready('True', 'Done', 'Hibernated'), conflict('held')] };
     expect(conflictPatch(cr(st), undefined, LATER)).toEqual({

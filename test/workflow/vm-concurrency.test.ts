@@ -6,7 +6,7 @@
  */
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Annotations, CONDITION_CONFLICT, Finalizers } from '../../src/api/keys.js';
+import { Annotations, CONDITION_CONFLICT, CONDITION_READY, Finalizers } from '../../src/api/keys.js';
 import { hibernatedPodAnnotations } from '../support/builders.js';
 import { waitFor } from '../support/wait.js';
 import { createEnv, withWorld } from './harness.js';
@@ -46,7 +46,7 @@ describe('VM workflow concurrency', () => {
     );
   });
 
-  it('(b) two live CRs on one VM, same then opposing desires, never overlap a registry call or annotation write', async () => {
+  it('(b) two live CRs on one VM, same then opposing desires, never overlap a registry call or annotation write; the loser of the opposing edit keeps its phase but is no longer Ready', async () => {
     await withWorld(env, async (world) => {
       world.opDelayMs = 30;
       world.tags.add('vk-ns-demo-0:hibernate');
@@ -70,6 +70,19 @@ describe('VM workflow concurrency', () => {
         ),
       );
       expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBe('true');
+      // Deliberate (the reference has no conflict at all): b still says Hibernated, true of the VM, but not
+      // Ready for its new desire, at its new generation.
+      await world.settled(env, NS, 'demo-0');
+      const loser = world.cr(NS, 'b')!;
+      expect(loser.status?.phase).toBe('Hibernated');
+      expect(loser.status?.observedGeneration).toBe(loser.generation);
+      expect(loser.status?.conditions?.find((c) => c.type === CONDITION_READY)).toMatchObject({
+        status: 'False',
+        reason: 'Pending',
+        message:
+          'VM vk-ns-demo-0 is held by cocoonhibernation a (desire Hibernate, created first); desire Wake waits until that one is deleted',
+        observedGeneration: loser.generation,
+      });
       // a goes: b's wake proceeds, and the tag outlives a's deletion until b's wake completes.
       await world.deleteCR(NS, 'a');
       await waitFor('b Waking', () => world.cr(NS, 'b')?.status?.phase === 'Waking');
