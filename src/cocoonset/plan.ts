@@ -153,11 +153,13 @@ export interface PassInput {
    */
   releaseSkipsUnbound?: boolean;
   /**
-   * A retain suspend whose main pod is still terminating waits for it (phase `Suspending`, `Progressing=False`
-   * reason `MainTerminating`, 5 s requeue) instead of failing its create with AlreadyExists, as the
-   * reference does. The workflow sets it behind `patched()`.
+   * A pass whose main pod is still terminating creates nothing and says so: phase `Pending` (a retain suspend:
+   * `Suspending`), `Progressing=False` reason `MainTerminating`, a 5 s requeue (`waitForTerminatingMain`).
+   * The reference tries the create: AlreadyExists, which a suspend reports as a failure with backoff and the
+   * normal flow as a silent 5 s requeue that leaves the old status (`Running`, Ready). The workflow sets it
+   * behind `patched()`.
    */
-  suspendWaitsForTerminatingMain?: boolean;
+  waitsForTerminatingMain?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -622,6 +624,8 @@ async function restoreMarks(
 /** `createMainAgent` (docs/cocoonset.md#a-pass-in-order). */
 async function createMain(st: PassState): Promise<never> {
   const pod = await build(st, 'build main agent', () => buildAgentPod(st.cs, 0, '', ''));
+  if (st.input.waitsForTerminatingMain && terminatingOwnedPod(st, pod.metadata?.name ?? ''))
+    return waitForTerminatingMain(st, 'Pending', pod.metadata?.name ?? '');
   const crs = await hibernations(st);
   if ('error' in crs) return fail(st, crs.error);
   const [probeErr] = await restoreMarks(st, [pod], podsRestorableByCR(crs.items));
@@ -1008,9 +1012,9 @@ async function suspendGate(st: PassState, pods: V1Pod[]): Promise<string | undef
  * 1. No main: create it (restoring from its `:hibernate` tag when one exists; a probe error creates nothing)
  *    and requeue at once: a retain set always keeps its main's seat. Sub-agents and toolboxes are not
  *    created while suspended. Any create error fails the pass (AlreadyExists too, as the reference). Ours
- *    (`suspendWaitsForTerminatingMain`): while the pass sees the set's main pod terminating, it creates
- *    nothing and waits (`Suspending`, `Progressing=False` reason `MainTerminating`, 5 s requeue); the
- *    reference's create fails with AlreadyExists on every retry, with backoff, and says ReconcileFailed.
+ *    (`waitsForTerminatingMain`): while the pass sees the set's main pod terminating, it creates
+ *    nothing and waits (`waitForTerminatingMain`); the reference's create fails with AlreadyExists on every
+ *    retry, with backoff, and says ReconcileFailed.
  * 2. Ask every pod's VM workflow, in name order, for `Hibernate` (the VM workflow patches the annotation,
  *    unless a CocoonHibernation holds the VM awake: then the conflict shows here, on `Progressing`).
  * 3. The completion gate (`suspendGate`): `Suspended` and done, or `Suspending` and a 5 s requeue.
@@ -1020,13 +1024,8 @@ async function suspendRetain(st: PassState): Promise<never> {
   if (!st.c.main) {
     const pod = await build(st, 'build main agent before suspend', () => buildAgentPod(st.cs, 0, '', ''));
     const podName = pod.metadata?.name ?? '';
-    if (st.input.suspendWaitsForTerminatingMain && terminatingOwnedPod(st, podName)) {
-      const status = await writeStatus(st, 'Suspending', 'status', {
-        reason: ConditionReasons.mainTerminating,
-        message: `main pod ${st.ns}/${podName} is terminating: the suspend recreates it once it is gone`,
-      });
-      return finish(st, { requeueAfterMs: REQUEUE_SUSPEND_POLL_MS }, status);
-    }
+    if (st.input.waitsForTerminatingMain && terminatingOwnedPod(st, podName))
+      return waitForTerminatingMain(st, 'Suspending', podName);
     const [probeErr] = await restoreMarks(st, [pod], new Set([podName]));
     if (probeErr !== undefined) return fail(st, probeErr);
     const o = await st.r.run({ id: `create:${podName}`, type: 'createPod', pod });
@@ -1039,6 +1038,23 @@ async function suspendRetain(st: PassState): Promise<never> {
   const pods = podsInNameOrder(st.c);
   await hibernateAll(st, pods);
   return writeStatusAndFinish(st, 'Suspended', {});
+}
+
+/**
+ * Ends the pass while the set's main pod `podName` is terminating (ours, `PassInput.waitsForTerminatingMain`):
+ * nothing created, status `phase` with `Progressing=False` reason `MainTerminating`, a look again in 5 s
+ * (the pod's deletion event usually comes first).
+ */
+async function waitForTerminatingMain(
+  st: PassState,
+  phase: 'Pending' | 'Suspending',
+  podName: string,
+): Promise<never> {
+  const status = await writeStatus(st, phase, 'status', {
+    reason: ConditionReasons.mainTerminating,
+    message: `main pod ${st.ns}/${podName} is terminating: it is created again once it is gone`,
+  });
+  return finish(st, { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS }, status);
 }
 
 /** Whether the pass read a pod named `name`, controlled by this set, that is being deleted. */

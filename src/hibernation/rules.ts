@@ -288,6 +288,8 @@ export function conflictPatch(
  * its old desire is done (`Hibernated`, `Active`: a desire edited while another holder keeps the VM) keeps
  * that phase, which is still true of the VM, but its Ready condition turns False, reason `Pending`, with the
  * conflict as message and the current generation; before, it went on saying Ready=True for the old desire.
+ * A `Pending` loser's Ready message follows the conflict's too (before, it kept the first one, e.g. "its
+ * transition is in flight" after the holder had finished).
  */
 export function conflictWaitPatch(
   cr: CRView,
@@ -297,7 +299,7 @@ export function conflictWaitPatch(
 ): StatusPatch | null {
   const conflict = conflictPatch(cr, conflictMessage, nowMs);
   const phase = cr.status?.phase;
-  if (loserNotReady && (phase === 'Hibernated' || phase === 'Active')) {
+  if (loserNotReady && (phase === 'Hibernated' || phase === 'Active' || phase === 'Pending')) {
     const gen = cr.generation ?? 0;
     const conditions = setCondition(
       (conflict ? applyStatusPatch(cr, conflict) : cr).status?.conditions,

@@ -371,7 +371,7 @@ async function runPass(
 ): Promise<boolean> {
   state.passes++;
   const io = ioForPass(state, allIO);
-  let result: PassResult & { delegated?: DelegatedFlow };
+  let result: PassResult & { delegated?: DelegatedFlow; finalizerRemoved?: true };
   let cs: CocoonSet | undefined;
   try {
     const world = await readWorld(io.kube, state.namespace, state.name);
@@ -381,6 +381,13 @@ async function runPass(
     }
     cs = world.cs;
     result = await drive(state, input, world.cs, world.pods, io);
+    if (result.finalizerRemoved) {
+      log.info('cocoonset finalizer removed; workflow completes', {
+        namespace: state.namespace,
+        name: state.name,
+      });
+      return true;
+    }
   } catch (err) {
     result = { requeue: false, requeueAfterMs: 0, error: errorMessage(err) };
   }
@@ -448,7 +455,7 @@ async function drive(
   cs: CocoonSet,
   pods: PassInput['pods'],
   io: CocoonSetIO,
-): Promise<PassResult & { delegated?: DelegatedFlow }> {
+): Promise<PassResult & { delegated?: DelegatedFlow; finalizerRemoved?: true }> {
   const passInput: PassInput = {
     cs,
     pods,
@@ -462,7 +469,7 @@ async function drive(
     deletedVMsDropTag: patched('deleted-vms-drop-tag'),
     wakeWaitsForHibernateRound: patched('set-wake-waits-for-hibernate-round'),
     releaseSkipsUnbound: patched('release-skips-unbound'),
-    suspendWaitsForTerminatingMain: patched('suspend-waits-for-terminating-main'),
+    waitsForTerminatingMain: patched('waits-for-terminating-main'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,
@@ -658,8 +665,9 @@ async function execute(
  * Deletion (docs/cocoonset.md#deletion-and-registry-gc): stash the VM names on the CocoonSet, delete every
  * owned pod not already terminating (together; patch `deletion-batches-pod-deletes`), wait (5 s requeue)
  * until they are gone, then drop the registry tags (best effort; `:latest` per
- * the snapshot policy) and remove the finalizer. Without a registry (`registryConfigured` false) the GC is
- * skipped with a warning.
+ * the snapshot policy) and remove the finalizer; the workflow then completes (`finalizerRemoved`, patch
+ * `deletion-completes-workflow`). Without a registry (`registryConfigured` false) the GC is skipped with a
+ * warning.
  */
 async function deletionFlow(
   state: CocoonSetState,
@@ -667,7 +675,7 @@ async function deletionFlow(
   pods: PassInput['pods'],
   io: CocoonSetIO,
   registryConfigured: boolean,
-): Promise<PassResult> {
+): Promise<PassResult & { finalizerRemoved?: true }> {
   const { kube } = io;
   const registry = registryConfigured ? io.registry : undefined;
   const namespace = state.namespace;
@@ -794,6 +802,11 @@ async function deletionFlow(
   if (batched) await pool(asked, SUB_AGENT_CREATE_CONCURRENCY, letGo);
   else await sequence(asked, letGo);
   state.hibernateAsked = undefined;
+  // With the patch the workflow completes here: nothing is left to do for this CocoonSet. Before, it waited
+  // for the watch to report the set gone, and a set that went while no watcher ran (the operator restarting)
+  // left the workflow waiting for its 10 h fallback pass.
+  if (patched('deletion-completes-workflow'))
+    return { requeue: false, requeueAfterMs: 0, finalizerRemoved: true };
   return { requeue: false, requeueAfterMs: 0 };
 }
 

@@ -532,7 +532,7 @@ describe('CocoonSet suspend end to end: against CocoonHibernations and operator 
     expect(vmIDOf(final.get(main))).toBe(mainVMID);
   });
 
-  it('a suspend while the main pod is held Terminating (a finalizer another controller owns): Suspending with Progressing=False MainTerminating, nothing created; once the pod goes the main is recreated and the set Suspended (deliberate: the reference fails its create with AlreadyExists and backs off)', async () => {
+  it('a suspend while the main pod is held Terminating (a finalizer another controller owns): Suspending with Progressing=False MainTerminating, nothing created (un-suspended meanwhile: Pending, same reason); once the pod goes the main is recreated and the set Suspended (deliberate: the reference fails its create with AlreadyExists and backs off)', async () => {
     const name = 'held';
     const members = await createSet(name, 0);
     const [main, tools] = members as [string, string];
@@ -554,11 +554,32 @@ describe('CocoonSet suspend end to end: against CocoonHibernations and operator 
       );
       expect(progressingOf(waiting)).toMatchObject({
         status: 'False',
-        message: `main pod ${ns}/${main} is terminating: the suspend recreates it once it is gone`,
+        message: `main pod ${ns}/${main} is terminating: it is created again once it is gone`,
       });
       const held = (await podsOf(name)).get(main);
       expect(held?.metadata?.uid).toBe(oldUid);
       expect(held?.metadata?.deletionTimestamp).toBeDefined();
+      // Un-suspended meanwhile: the normal flow waits too, and says so (Pending, not the suspend's status).
+      await sets.patchSpec(name, { suspend: false });
+      await sets.waitUntil(
+        name,
+        'Pending with MainTerminating at the new generation',
+        (cs) =>
+          cs?.status?.phase === 'Pending' &&
+          atGeneration(cs) &&
+          progressingOf(cs)?.reason === 'MainTerminating',
+        QUICK_MS,
+      );
+      await sets.patchSpec(name, { suspend: true });
+      await sets.waitUntil(
+        name,
+        'Suspending with MainTerminating again',
+        (cs) =>
+          cs?.status?.phase === 'Suspending' &&
+          atGeneration(cs) &&
+          progressingOf(cs)?.reason === 'MainTerminating',
+        QUICK_MS,
+      );
     } finally {
       await setFinalizers(null);
     }

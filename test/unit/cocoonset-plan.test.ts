@@ -51,19 +51,34 @@ describe('pass entry', () => {
     expect(await new PlanWorld(cs).pass()).toEqual({ kind: 'delegate', flow: 'delete' });
   });
 
-  it('creates the main first and requeues; AlreadyExists (terminating predecessor) waits 5 s', async () => {
+  it('creates the main first and requeues; a terminating predecessor is waited for (5 s): Pending with Progressing False MainTerminating, no create (deliberate: the reference tries the create and requeues on AlreadyExists without a status write, so the set still said Running)', async () => {
     const w = new PlanWorld(finalizedSet(replicas(1), toolboxes('tb')));
     expect(done(await w.pass()).result.requeue).toBe(true);
     expect([...w.pods.keys()]).toEqual(['demo-0']);
-    const stale = new PlanWorld(finalizedSet(), [buildAgentPod(finalizedSet(), 0, '', '')]);
     const gone = { ...buildAgentPod(finalizedSet(), 0, '', '') };
     gone.metadata = { ...gone.metadata, deletionTimestamp: new Date(T0) };
-    stale.pods.set('demo-0', gone);
+    const stale = new PlanWorld(finalizedSet(), [gone]);
     expect(done(await stale.pass()).result).toEqual({
       requeue: false,
       requeueAfterMs: 5_000,
       error: undefined,
     });
+    expect(stale.ids('createPod')).toEqual([]);
+    expect(stale.cs.status?.phase).toBe('Pending');
+    expect(stale.cs.status?.conditions?.find((c) => c.type === 'Progressing')).toMatchObject({
+      status: 'False',
+      reason: 'MainTerminating',
+      message: 'main pod ns/demo-0 is terminating: it is created again once it is gone',
+    });
+    // The reference's rule, kept for runs recorded before the patch: the create answers AlreadyExists.
+    const legacy = new PlanWorld(finalizedSet(), [gone]);
+    expect(done(await legacy.pass({ waitsForTerminatingMain: false })).result).toEqual({
+      requeue: false,
+      requeueAfterMs: 5_000,
+      error: undefined,
+    });
+    expect(legacy.ids('createPod')).toEqual(['create:demo-0']);
+    expect(legacy.statusPatches).toEqual([]);
   });
 
   it('writes Pending and waits 5 s while the main is not Ready', async () => {
@@ -733,7 +748,7 @@ describe('suspend (retain)', () => {
     expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')).toMatchObject({
       status: 'False',
       reason: 'MainTerminating',
-      message: 'main pod ns/demo-0 is terminating: the suspend recreates it once it is gone',
+      message: 'main pod ns/demo-0 is terminating: it is created again once it is gone',
     });
     expect([w.ids('createPod'), w.asks, w.probes]).toEqual([[], [], []]);
     // Gone: created (restoring from its tag), as for any missing main.
@@ -744,7 +759,7 @@ describe('suspend (retain)', () => {
     // The reference's rule, kept for runs recorded before the patch.
     const legacy = suspendWorld().w;
     legacy.pods.set('demo-0', terminating);
-    expect(done(await legacy.pass({ suspendWaitsForTerminatingMain: false })).result.error).toBe(
+    expect(done(await legacy.pass({ waitsForTerminatingMain: false })).result.error).toBe(
       'create main agent before suspend: pod ns/demo-0 already exists',
     );
   });

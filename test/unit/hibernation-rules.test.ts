@@ -403,6 +403,21 @@ describe('DesireConflict condition (ours)', () => {
       reason: 'Pending',
       message: 'held',
     });
+    // A Pending loser's Ready follows the conflict's message (the holder's reason changed: in flight → older).
+    const pending: Status = {
+      phase: 'Pending',
+      observedGeneration: 1,
+      conditions: [ready('False', 'Pending', 'held, in flight'), conflict('held, in flight')],
+    };
+    expect(conflictWaitPatch(cr(pending), 'held, older', LATER, true)).toEqual({
+      status: {
+        observedGeneration: 1,
+        conditions: [
+          ready('False', 'Pending', 'held, older'),
+          { ...conflict('held, older'), lastTransitionTime: T0_S },
+        ],
+      },
+    });
     const failed: Status = { phase: 'Failed', conditions: [ready('False', 'Failed', 'x')] };
     expect(conflictWaitPatch(cr(failed), 'held', LATER, true)).toEqual(
       conflictPatch(cr(failed), 'held', LATER),

@@ -144,7 +144,7 @@ export class PlanWorld {
       deletedVMsDropTag?: boolean;
       wakeWaitsForHibernateRound?: boolean;
       releaseSkipsUnbound?: boolean;
-      suspendWaitsForTerminatingMain?: boolean;
+      waitsForTerminatingMain?: boolean;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
     } = {},
@@ -163,7 +163,7 @@ export class PlanWorld {
       deletedVMsDropTag: opts.deletedVMsDropTag ?? true,
       wakeWaitsForHibernateRound: opts.wakeWaitsForHibernateRound ?? true,
       releaseSkipsUnbound: opts.releaseSkipsUnbound ?? true,
-      suspendWaitsForTerminatingMain: opts.suspendWaitsForTerminatingMain ?? true,
+      waitsForTerminatingMain: opts.waitsForTerminatingMain ?? true,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
     };

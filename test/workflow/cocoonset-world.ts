@@ -530,12 +530,15 @@ export class CocoonSetWorld {
     );
   }
 
-  /** Removes every terminating pod (vk-cocoon finished the deletes) and signals. */
-  async finishDeletes(): Promise<void> {
+  /**
+   * Removes every terminating pod (vk-cocoon finished the deletes) and signals; with `unseen`, no signal
+   * (the pods went while no watcher ran, e.g. the operator restarting).
+   */
+  async finishDeletes(opts: { unseen?: boolean } = {}): Promise<void> {
     for (const [name, p] of [...this.pods]) {
       if (p.metadata?.deletionTimestamp == null) continue;
       this.pods.delete(name);
-      await this.signalGone(name);
+      if (!opts.unseen) await this.signalGone(name);
     }
   }
 

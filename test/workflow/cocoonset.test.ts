@@ -126,7 +126,7 @@ describe('CocoonSet workflow', () => {
       expect(w.cs?.status?.conditions?.find((c) => c.type === 'Progressing')).toMatchObject({
         status: 'False',
         reason: 'MainTerminating',
-        message: 'main pod ns/demo-0 is terminating: the suspend recreates it once it is gone',
+        message: 'main pod ns/demo-0 is terminating: it is created again once it is gone',
       });
       expect(w.creates).toEqual([]);
       await w.finishDeletes();
@@ -543,7 +543,7 @@ describe('CocoonSet workflow', () => {
     });
   });
 
-  it('deletion deletes the owned pods together, waits (5 s requeue) while they terminate without deleting them again (the reference deletes each one after the other on every requeue), then collects', async () => {
+  it('deletion deletes the owned pods together, waits (5 s requeue) while they terminate without deleting them again (the reference deletes each one after the other on every requeue), then collects and completes without waiting for the watch to report the set gone', async () => {
     // Six pods: more than LOCAL_ROUND_MAX, so the deletes are regular activities the history shows.
     const cs = demoSet(withFinalizer, (c) => (c.spec.agent.replicas = 4));
     const world = new CocoonSetWorld(cs, convergedPods(cs));
@@ -573,9 +573,14 @@ describe('CocoonSet workflow', () => {
         else if (e.workflowTaskCompletedEventAttributes) run = 0;
       }
       expect(longest).toBe(6);
-      await w.finishDeletes();
+      // The pods go unseen (no signal), and this world reports no "gone" for the set either, as when both
+      // went while the operator restarted: the 5 s requeue finds them gone and removes the finalizer, and the
+      // workflow completes on its own, not at its 10 h fallback pass.
+      await w.finishDeletes({ unseen: true });
       await skipUntil(env, 'finalizer removed', () => w.cs === null, 30_000, 2_000);
       expect(w.tags.size).toBe(0);
+      const handle = env.client.workflow.getHandle(w.workflowId);
+      await waitFor('completed', async () => (await handle.describe()).status.name === 'COMPLETED', 10_000);
       // snapshotPolicy unset = always: every :latest is kept, only :hibernate tags are deleted.
       expect(
         w.calls.filter((c) => c.startsWith('registry-delete')).every((c) => c.endsWith(':hibernate')),
