@@ -624,8 +624,9 @@ async function restoreMarks(
 /** `createMainAgent` (docs/cocoonset.md#a-pass-in-order). */
 async function createMain(st: PassState): Promise<never> {
   const pod = await build(st, 'build main agent', () => buildAgentPod(st.cs, 0, '', ''));
-  if (st.input.waitsForTerminatingMain && terminatingOwnedPod(st, pod.metadata?.name ?? ''))
-    return waitForTerminatingMain(st, 'Pending', pod.metadata?.name ?? '');
+  const podName = pod.metadata?.name ?? '';
+  if (st.input.waitsForTerminatingMain && terminatingOwnedPod(st, podName))
+    return waitForTerminatingMain(st, 'Pending', podName);
   const crs = await hibernations(st);
   if ('error' in crs) return fail(st, crs.error);
   const [probeErr] = await restoreMarks(st, [pod], podsRestorableByCR(crs.items));

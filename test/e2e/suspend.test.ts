@@ -542,16 +542,20 @@ describe('CocoonSet suspend end to end: against CocoonHibernations and operator 
         { name: main, namespace: ns, body: { metadata: { finalizers } } },
         mergePatch,
       );
+    /** The set in `phase` at its current generation, waiting for the main with reason MainTerminating. */
+    const waitingIn = (phase: 'Pending' | 'Suspending') =>
+      sets.waitUntil(
+        name,
+        `${phase} with MainTerminating at its generation`,
+        (cs) =>
+          cs?.status?.phase === phase && atGeneration(cs) && progressingOf(cs)?.reason === 'MainTerminating',
+        QUICK_MS,
+      );
     await setFinalizers(['e2e.cocoonstack.io/hold']);
     try {
       await kube.core.deleteNamespacedPod({ name: main, namespace: ns });
       await sets.patchSpec(name, { suspend: true });
-      const waiting = await sets.waitUntil(
-        name,
-        'Suspending with MainTerminating',
-        (cs) => cs?.status?.phase === 'Suspending' && progressingOf(cs)?.reason === 'MainTerminating',
-        QUICK_MS,
-      );
+      const waiting = await waitingIn('Suspending');
       expect(progressingOf(waiting)).toMatchObject({
         status: 'False',
         message: `main pod ${ns}/${main} is terminating: it is created again once it is gone`,
@@ -561,25 +565,9 @@ describe('CocoonSet suspend end to end: against CocoonHibernations and operator 
       expect(held?.metadata?.deletionTimestamp).toBeDefined();
       // Un-suspended meanwhile: the normal flow waits too, and says so (Pending, not the suspend's status).
       await sets.patchSpec(name, { suspend: false });
-      await sets.waitUntil(
-        name,
-        'Pending with MainTerminating at the new generation',
-        (cs) =>
-          cs?.status?.phase === 'Pending' &&
-          atGeneration(cs) &&
-          progressingOf(cs)?.reason === 'MainTerminating',
-        QUICK_MS,
-      );
+      await waitingIn('Pending');
       await sets.patchSpec(name, { suspend: true });
-      await sets.waitUntil(
-        name,
-        'Suspending with MainTerminating again',
-        (cs) =>
-          cs?.status?.phase === 'Suspending' &&
-          atGeneration(cs) &&
-          progressingOf(cs)?.reason === 'MainTerminating',
-        QUICK_MS,
-      );
+      await waitingIn('Suspending');
     } finally {
       await setFinalizers(null);
     }
