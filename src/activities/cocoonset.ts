@@ -13,7 +13,6 @@
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import { Context } from '@temporalio/activity';
-import { ApplicationFailure } from '@temporalio/common';
 import { cocoonSetWorkflowId, type TemporalUi, vmWorkflowId, workflowAnnotations } from '../api/ids.js';
 import {
   API_VERSION,
@@ -28,7 +27,7 @@ import type { CocoonHibernation, CocoonSet } from '../api/types.js';
 import type { PassMetric } from '../cocoonset/plan.js';
 import { summarizePod } from '../cocoonset/summary.js';
 import { type KubeClients, mergePatch, statusCodeOf } from '../kube/client.js';
-import { kubeFailure } from '../kube/errors.js';
+import { kubeFailure, notFound } from '../kube/errors.js';
 import type { OperatorMetrics } from '../metrics.js';
 import { type SetDesire, setDesireSignal, VM_WORKFLOW_TYPE, vmWorkflowInput } from '../workflows/messages.js';
 import { identityAttributes } from '../workflows/search-attributes.js';
@@ -59,10 +58,6 @@ export interface PodPage {
 /** What a pass starts from: the CocoonSet (null when gone) and the first page of its pods. */
 export interface CocoonSetWorld extends PodPage {
   cs: CocoonSet | null;
-}
-
-function notFound(what: string): ApplicationFailure {
-  return ApplicationFailure.create({ type: 'NotFound', message: `${what} not found`, nonRetryable: true });
 }
 
 /** Drops the noisy, never-read managedFields from an object about to cross into workflow history. */

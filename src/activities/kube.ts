@@ -7,7 +7,6 @@
 import { createHash } from 'node:crypto';
 import type { CoreV1Api, CoreV1Event, V1Pod } from '@kubernetes/client-node';
 import { Context } from '@temporalio/activity';
-import { ApplicationFailure } from '@temporalio/common';
 import { type TemporalUi, vmWorkflowId, workflowAnnotations } from '../api/ids.js';
 import {
   API_VERSION,
@@ -29,6 +28,7 @@ import {
 import { podNameProblem } from '../api/pod.js';
 import type { CocoonHibernation } from '../api/types.js';
 import { type KubeClients, mergePatch, statusCodeOf } from '../kube/client.js';
+import { notFound } from '../kube/errors.js';
 import type { OwnWrites } from '../kube/own-writes.js';
 
 /** Observer of the phase-duration histograms (src/metrics.ts implements it). */
@@ -63,10 +63,6 @@ export interface EventInput {
   key: string;
   /** Observed once, when this key is first counted. */
   phaseDuration?: { kind: 'hibernate' | 'wake'; result: 'ok' | 'timeout'; seconds: number };
-}
-
-function notFound(what: string): ApplicationFailure {
-  return ApplicationFailure.create({ type: 'NotFound', message: `${what} not found`, nonRetryable: true });
 }
 
 /**

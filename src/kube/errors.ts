@@ -8,7 +8,7 @@
  * spec.containers[0].resources.limits[ephemeral-storage]: Invalid value: "-5Gi": must be greater than or
  * equal to 0`), `reason` (`Invalid`) and `code` (422).
  */
-import { ApplicationFailure } from '@temporalio/common';
+import { ApplicationFailure, ApplicationFailureCategory } from '@temporalio/common';
 import { statusCodeOf } from './client.js';
 
 /** The parts of an apiserver `metav1.Status` answer we show. */
@@ -78,5 +78,20 @@ export function kubeFailure(err: unknown, what?: string): ApplicationFailure {
     type: `KubeApi${status?.reason ?? (code !== undefined ? String(code) : 'Error')}`,
     message: what ? `${what}: ${kubeErrorMessage(err)}` : kubeErrorMessage(err),
     nonRetryable: isPermanentKubeError(err),
+  });
+}
+
+/**
+ * The failure an activity throws when the object it acts on is gone (`<what> not found`): type `NotFound`
+ * (the entity workflows test for it with `isNotFound` and re-read the world), non-retryable, and BENIGN:
+ * the worker logs it at DEBUG instead of a WARN with a stack. A pod or CR deleted under an activity is an
+ * expected race (a set deleted with all its pods made one such WARN per pod), not an operator fault.
+ */
+export function notFound(what: string): ApplicationFailure {
+  return ApplicationFailure.create({
+    type: 'NotFound',
+    message: `${what} not found`,
+    nonRetryable: true,
+    category: ApplicationFailureCategory.BENIGN,
   });
 }

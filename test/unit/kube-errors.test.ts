@@ -4,7 +4,7 @@
  */
 import { ApiException } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
-import { isPermanentKubeError, kubeErrorMessage, kubeFailure } from '../../src/kube/errors.js';
+import { isPermanentKubeError, kubeErrorMessage, kubeFailure, notFound } from '../../src/kube/errors.js';
 
 function apiError(code: number, status?: Record<string, unknown>, auditId = 'a1'): ApiException<unknown> {
   return new ApiException(code, 'Unknown API Status Code!', status ? `${JSON.stringify(status)}\n` : '', {
@@ -56,6 +56,15 @@ describe('kubeFailure', () => {
       type: 'KubeApi500',
       nonRetryable: false,
       message: 'list pods: HTTP 500',
+    });
+  });
+
+  it('an object gone under an activity is a NotFound the workflows test for, not retried, and BENIGN (the worker logs it at DEBUG: deleting a set with its pods logged one WARN with a stack per pod)', () => {
+    expect(notFound('pod ns/demo-0')).toMatchObject({
+      type: 'NotFound',
+      message: 'pod ns/demo-0 not found',
+      nonRetryable: true,
+      category: 'BENIGN',
     });
   });
 });
