@@ -324,6 +324,55 @@ export function conflictWaitPatch(
 }
 
 /**
+ * The status write of a CR that waits for its pod (gone, being deleted, or without a VM name yet:
+ * `pendingMessage`), when `markPendingPatch` alone would leave it saying something false. Deliberate (the
+ * reference has neither case):
+ * - a CR that lost the VM (DesireConflict) to a holder that no longer holds it (the caller decides):
+ *   the condition goes; it named a holder since deleted for as long as the pod stayed away;
+ * - a `Hibernated` CR whose desire is now Wake (edited, or a conflict loser) keeps its phase, which is still
+ *   true of the VM (markPending never demotes it), but Ready is False, reason `Pending`, with
+ *   `pendingMessage` at the current generation; it said Ready=True "Hibernated" for the old desire. One
+ *   whose Ready is already False (a conflict loser) says `pendingMessage` too.
+ * Otherwise the same as `markPendingPatch`. Null when nothing changes.
+ */
+export function podWaitPatch(
+  cr: CRView,
+  pendingMessage: string,
+  nowMs: number,
+  clearConflict: boolean,
+): StatusPatch | null {
+  const cleared = clearConflict ? conflictPatch(cr, undefined, nowMs) : null;
+  const after = cleared ? applyStatusPatch(cr, cleared) : cr;
+  let pending = markPendingPatch(after, pendingMessage, nowMs);
+  const ready = after.status?.conditions?.find((c) => c.type === CONDITION_READY);
+  if (
+    !pending &&
+    after.status?.phase === 'Hibernated' &&
+    (cr.desire === 'Wake' || ready?.status === 'False')
+  ) {
+    const gen = cr.generation ?? 0;
+    const conditions = setCondition(
+      after.status?.conditions,
+      {
+        type: CONDITION_READY,
+        status: 'False',
+        reason: 'Pending',
+        message: pendingMessage,
+        observedGeneration: gen,
+      },
+      nowMs,
+    );
+    if (
+      !sameConditions(after.status?.conditions, conditions) ||
+      (after.status?.observedGeneration ?? 0) !== gen
+    )
+      pending = { status: { observedGeneration: gen, conditions } };
+  }
+  if (!cleared) return pending;
+  return { status: { ...cleared.status, ...(pending?.status ?? {}) } };
+}
+
+/**
  * The SnapshotProbeFailing condition this port adds (not in the reference, whose status only says
  * `Hibernating` while its probes fail): True with the probe's error while HEAD of the snapshot fails,
  * removed by the next probe that answers. Null when nothing changes.

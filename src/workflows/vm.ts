@@ -48,6 +48,7 @@ import {
   markFailedPatch,
   markPendingPatch,
   type Path,
+  podWaitPatch,
   probeFailingPatch,
   readyTransitionMs,
   rfc3339,
@@ -115,7 +116,7 @@ export interface VMState {
   podObs?: PodObservation;
   crs: Record<string, TrackedCR>;
   needResync: boolean;
-  /** The VM this workflow last touched (for search attributes and the query). */
+  /** The VM this workflow last touched (for search attributes, the query, and the deletion of a CR that recorded none). */
   vmName?: string;
   /** Epoch ms of the last full re-read. */
   lastResyncAt?: number;
@@ -652,18 +653,17 @@ async function pass(state: VMState, name: string, io: VMIO): Promise<boolean> {
   }
   if (!pod?.exists || deleting) {
     const why = deleting ? 'is being deleted' : 'not yet present';
-    await writeStatus(
-      io,
-      state,
-      cr,
-      markPendingPatch(cr, `pod ${cr.namespace}/${cr.podRef} ${why}`, Date.now()),
-    );
+    await waitForPod(io, state, cr, `pod ${cr.namespace}/${cr.podRef} ${why}`);
     return false;
   }
   const vmName = pod.annotations?.[Annotations.vmName] ?? '';
   if (!vmName) {
-    const msg = `pod ${cr.namespace}/${cr.podRef} has no ${Annotations.vmName} annotation yet`;
-    await writeStatus(io, state, cr, markPendingPatch(cr, msg, Date.now()));
+    await waitForPod(
+      io,
+      state,
+      cr,
+      `pod ${cr.namespace}/${cr.podRef} has no ${Annotations.vmName} annotation yet`,
+    );
     return false;
   }
   const path = route(cr.desire, cr.status?.phase);
@@ -741,6 +741,27 @@ function holderOf(state: VMState): Holder | undefined {
   const kept = live.find((l) => !lost(l));
   if (kept && kept !== live[0]) return { ...kept, why: 'it held the VM first' };
   return live[0] && { ...live[0], why: 'created first' };
+}
+
+/**
+ * Marks `cr` Pending with `message` while its pod is gone, being deleted or has no VM name yet. Patch
+ * `pod-wait-status` (`podWaitPatch`): a CR that lost the VM (DesireConflict) to a holder that no longer
+ * holds it (deleted, or its desire now agrees) loses the condition (it named that holder until the pod came
+ * back), and a Hibernated CR whose desire is now Wake says Ready=False (it said Ready=True "Hibernated").
+ */
+async function waitForPod(io: VMIO, state: VMState, cr: TrackedCR, message: string): Promise<void> {
+  let clearConflict = false;
+  if (conflicting(cr)) {
+    const holder = holderOf(state);
+    const self = holder?.kind === 'cr' && holder.cr.name === cr.name;
+    clearConflict = holder === undefined || self || holder.path === route(cr.desire, cr.status?.phase);
+  }
+  const wakeFromHibernated = cr.status?.phase === 'Hibernated' && cr.desire === 'Wake';
+  if ((clearConflict || wakeFromHibernated) && patched('pod-wait-status')) {
+    await writeStatus(io, state, cr, podWaitPatch(cr, message, Date.now(), clearConflict));
+    return;
+  }
+  await writeStatus(io, state, cr, markPendingPatch(cr, message, Date.now()));
 }
 
 /** Who the VM follows: a CocoonHibernation, or its CocoonSet's `Hibernate` desire (`holderOf`). */
@@ -1085,7 +1106,17 @@ async function deletionFlow(state: VMState, cr: TrackedCR, io: VMIO): Promise<vo
       `not deleting ${recorded}:hibernate: cocoonhibernation ${cr.namespace}/${cr.name} recorded it, but pod ${cr.namespace}/${cr.podRef} runs ${podVM ?? state.vmName ?? 'no VM this workflow knows'}`,
     );
   }
-  const vmName = foreign ? '' : recorded;
+  // Deliberate fix: a CR that never recorded a VM (it lost the VM to another CR, then its pod went) stands
+  // for the VM this workflow acted on for its pod. A holder deleted before it kept the tag because this CR
+  // still tracked the VM (heldByAnother); without this, nothing dropped that tag once this CR went too.
+  const inherited =
+    recorded === '' &&
+    state.vmName !== undefined &&
+    (podVM === undefined || podVM === state.vmName) &&
+    patched('deletion-drops-inherited-tag')
+      ? state.vmName
+      : '';
+  const vmName = foreign ? '' : recorded || inherited;
   let keepTag = false;
   if (vmName) {
     const pod = state.podObs;

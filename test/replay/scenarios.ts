@@ -168,6 +168,30 @@ export const scenarios: Scenario[] = [
       }),
   },
   {
+    name: 'vm-loser-outlives-holder',
+    covers:
+      'a CR that lost the VM to another outlives it while the pod is gone: its conflict goes, and its deletion drops the tag the holder kept for it',
+    record: (env) =>
+      withWorld(env, async (world) => {
+        world.tags.add(`${VM}:hibernate`);
+        await hibernatedPod(world);
+        await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
+        await waitFor('Hibernated', () => phase(world) === 'Hibernated');
+        await world.putCR({ namespace: NS, name: 'loser', podRef: POD, desire: 'Wake' });
+        await waitFor('loser Pending', () => phase(world, 'loser') === 'Pending');
+        await world.deletePod(NS, POD);
+        await world.settled(env, NS, POD);
+        await world.deleteCR(NS, 'hib');
+        await waitFor('holder gone', () => world.cr(NS, 'hib') === undefined);
+        await world.settled(env, NS, POD);
+        await world.deleteCR(NS, 'loser');
+        await waitFor('loser gone', () => world.cr(NS, 'loser') === undefined);
+        await env.client.workflow.getHandle(VM_ID).result();
+        if (world.tags.has(`${VM}:hibernate`)) throw new Error('the tag outlived both CRs');
+        return { 'vm-loser-outlives-holder': await vmHistory(env) };
+      }),
+  },
+  {
     name: 'vm-wake-without-pod',
     covers: 'a Waking CR whose pod is deleted: Failed at the 5m0s deadline, then Pending',
     record: (env) =>

@@ -21,6 +21,7 @@ import {
   hibernateGateOpen,
   markFailedPatch,
   markPendingPatch,
+  podWaitPatch,
   readyConditionFor,
   readyTransitionMs,
   rfc3339,
@@ -432,6 +433,75 @@ describe('DesireConflict condition (ours)', () => {
     expect(conflictPatch(cr(st), undefined, LATER)).toEqual({
       status: { conditions: [ready('True', 'Done', 'Hibernated')] },
     });
+  });
+
+  it('a loser waiting for its pod, whose holder no longer holds the VM, drops the condition and says what it waits for (deliberate: it named a deleted holder until the pod came back)', () => {
+    const pending: Status = {
+      phase: 'Pending',
+      observedGeneration: 1,
+      conditions: [ready('False', 'Pending', 'held'), conflict('held')],
+    };
+    const patch = podWaitPatch(cr(pending), 'pod ns/demo-0 not yet present', LATER, true);
+    expect(patch).toEqual({
+      status: {
+        observedGeneration: 1,
+        phase: 'Pending',
+        conditions: [ready('False', 'Pending', 'pod ns/demo-0 not yet present')],
+      },
+    });
+    expect(
+      podWaitPatch(applyStatusPatch(cr(pending), patch!), 'pod ns/demo-0 not yet present', LATER, true),
+    ).toBeNull();
+    // A Hibernated loser keeps its phase (markPending never demotes it); its Ready message follows.
+    const hibernated: Status = {
+      phase: 'Hibernated',
+      observedGeneration: 2,
+      conditions: [
+        ready('False', 'Pending', 'held', T0_S, 2),
+        { ...conflict('held'), observedGeneration: 2 },
+      ],
+    };
+    expect(podWaitPatch(cr(hibernated, 2), 'pod ns/demo-0 not yet present', LATER, true)).toEqual({
+      status: {
+        observedGeneration: 2,
+        conditions: [ready('False', 'Pending', 'pod ns/demo-0 not yet present', T0_S, 2)],
+      },
+    });
+    // A Hibernated CR that never lost (Ready=True) and has no condition: nothing to write.
+    const done: Status = {
+      phase: 'Hibernated',
+      observedGeneration: 1,
+      conditions: [ready('True', 'Done', 'Hibernated')],
+    };
+    expect(podWaitPatch(cr(done), 'pod ns/demo-0 not yet present', LATER, false)).toBeNull();
+  });
+
+  it('a Hibernated CR whose desire is now Wake, waiting for its pod, keeps its phase but is not Ready, at its new generation (deliberate: it said Ready=True "Hibernated")', () => {
+    const done: Status = {
+      phase: 'Hibernated',
+      observedGeneration: 1,
+      conditions: [ready('True', 'Done', 'Hibernated')],
+    };
+    const wake = { ...cr(done, 2), desire: 'Wake' };
+    const patch = podWaitPatch(wake, 'pod ns/demo-0 is being deleted', LATER, false);
+    expect(patch).toEqual({
+      status: {
+        observedGeneration: 2,
+        conditions: [ready('False', 'Pending', 'pod ns/demo-0 is being deleted', LATER_S, 2)],
+      },
+    });
+    expect(
+      podWaitPatch(applyStatusPatch(wake, patch!), 'pod ns/demo-0 is being deleted', LATER, false),
+    ).toBeNull();
+    // Anything else waiting for its pod is markPending's.
+    const active: Status = {
+      phase: 'Active',
+      observedGeneration: 1,
+      conditions: [ready('True', 'Done', 'Active')],
+    };
+    expect(podWaitPatch(cr(active, 2), 'gone', LATER, false)).toEqual(
+      markPendingPatch(cr(active, 2), 'gone', LATER),
+    );
   });
 });
 

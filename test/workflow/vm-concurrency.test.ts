@@ -139,4 +139,37 @@ describe('VM workflow concurrency', () => {
       expect(world.maxPeak()).toBe(1);
     });
   });
+  it('(d) a loser whose pod is gone drops the conflict once the holder is deleted, and its own deletion then drops the tag the holder kept for it (fails without patches pod-wait-status and deletion-drops-inherited-tag)', async () => {
+    await withWorld(env, async (world) => {
+      world.tags.add('vk-ns-demo-0:hibernate');
+      await world.putPod(NS, 'demo-0', hibernatedPod('vk-ns-demo-0'));
+      await world.putCR({ namespace: NS, name: 'a', podRef: 'demo-0', desire: 'Hibernate' });
+      await waitFor('a Hibernated', () => world.cr(NS, 'a')?.status?.phase === 'Hibernated');
+      await world.putCR({ namespace: NS, name: 'b', podRef: 'demo-0', desire: 'Wake' });
+      await world.settled(env, NS, 'demo-0');
+      expect(world.cr(NS, 'b')?.status?.conditions?.find((c) => c.type === CONDITION_CONFLICT)?.status).toBe(
+        'True',
+      );
+      // The pod goes, then the holder: a keeps the tag, as b still tracks the VM.
+      await world.deletePod(NS, 'demo-0');
+      await world.settled(env, NS, 'demo-0');
+      await world.deleteCR(NS, 'a');
+      await world.settled(env, NS, 'demo-0');
+      expect(world.cr(NS, 'a')).toBeUndefined();
+      expect(world.tags.has('vk-ns-demo-0:hibernate')).toBe(true);
+      const loser = world.cr(NS, 'b')!;
+      expect(loser.status?.phase).toBe('Pending');
+      expect((loser.status?.conditions ?? []).some((c) => c.type === CONDITION_CONFLICT)).toBe(false);
+      expect(loser.status?.conditions?.find((c) => c.type === CONDITION_READY)).toMatchObject({
+        status: 'False',
+        reason: 'Pending',
+        message: 'pod ns/demo-0 not yet present',
+      });
+      // b goes too: nobody tracks the VM any more, so its tag goes with b.
+      await world.deleteCR(NS, 'b');
+      await world.settled(env, NS, 'demo-0');
+      expect(world.cr(NS, 'b')).toBeUndefined();
+      expect(world.tags.has('vk-ns-demo-0:hibernate')).toBe(false);
+    });
+  });
 });

@@ -5,7 +5,7 @@
  */
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Annotations, Finalizers, Labels } from '../../src/api/keys.js';
+import { Annotations, CONDITION_READY, Finalizers, Labels } from '../../src/api/keys.js';
 import { hibernatedPodAnnotations, vmPodAnnotations } from '../support/builders.js';
 import { waitFor } from '../support/wait.js';
 import { createEnv, skipUntil, timerDurations, withWorld } from './harness.js';
@@ -366,7 +366,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     });
   });
 
-  it('a Hibernated CR turned to Wake on a pod being deleted stays Hibernated and keeps the tag (deliberate fix)', async () => {
+  it('a Hibernated CR turned to Wake on a pod being deleted stays Hibernated and keeps the tag, but is not Ready until the wake can start (deliberate fix; Ready: patch pod-wait-status, it said Ready=True "Hibernated")', async () => {
     await withWorld(env, async (world) => {
       world.tags.add(`${VM}:hibernate`);
       await world.putPod(NS, 'demo-0', { annotations: hibernatedPodAnnotations(VM) });
@@ -375,9 +375,22 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       await world.putPod(NS, 'demo-0', { deleting: true });
       await hibernateCR(world, { desire: 'Wake' });
       expect((await settled(world)).hibernations[0]).toMatchObject({ desire: 'Wake' });
-      expect(phase(world)).toBe('Hibernated');
+      const cr = world.cr(NS, 'hib')!;
+      expect(cr.status?.phase).toBe('Hibernated');
+      expect(cr.status?.observedGeneration).toBe(cr.generation);
+      expect(cr.status?.conditions?.find((c) => c.type === CONDITION_READY)).toMatchObject({
+        status: 'False',
+        reason: 'Pending',
+        message: 'pod ns/demo-0 is being deleted',
+        observedGeneration: cr.generation,
+      });
       expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBe('true');
       expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+      await world.deletePod(NS, 'demo-0');
+      await settled(world);
+      expect(world.cr(NS, 'hib')?.status?.conditions?.find((c) => c.type === CONDITION_READY)?.message).toBe(
+        'pod ns/demo-0 not yet present',
+      );
     });
   });
 
