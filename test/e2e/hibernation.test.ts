@@ -22,7 +22,14 @@ import { Client, Connection } from '@temporalio/client';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { bundleWorkflows } from '../../scripts/bundle-workflows.js';
 import { vmWorkflowId } from '../../src/api/ids.js';
-import { Annotations, EventReasons, Finalizers, LifecycleStates, Tags } from '../../src/api/keys.js';
+import {
+  Annotations,
+  CONDITION_CONFLICT,
+  EventReasons,
+  Finalizers,
+  LifecycleStates,
+  Tags,
+} from '../../src/api/keys.js';
 import { containerRunning, lifecycleOf, vmIDOf, vmNameForPod } from '../../src/api/pod.js';
 import type { KubeClients } from '../../src/kube/client.js';
 import { simPod } from '../support/builders.js';
@@ -383,6 +390,44 @@ describe('CocoonHibernation end to end (operator process, local stack)', () => {
     await crs.delete('t4b-two');
     await crs.waitGone('t4b-two', QUICK_MS);
     expect(await headTag(registry, shared.vm, Tags.hibernate)).toBe(404);
+  }, 90_000);
+
+  it('a Wake CR that lost to a Hibernated holder outlives it once the pod is gone: its DesireConflict goes, and its own deletion drops the tag the holder kept for it (deliberate: the tag was orphaned)', async () => {
+    const { vm } = await runningVM('t4c');
+    await crs.create('t4c-holder', 't4c', 'Hibernate');
+    await crs.waitPhase('t4c-holder', 'Hibernated', QUICK_MS);
+    await crs.create('t4c-loser', 't4c', 'Wake');
+    const conflictOf = (cr: Awaited<ReturnType<typeof crs.get>>) =>
+      cr?.status?.conditions?.find((c) => c.type === CONDITION_CONFLICT);
+    await waitFor(
+      'the loser says DesireConflict',
+      async () => conflictOf(await crs.get('t4c-loser')),
+      QUICK_MS,
+    );
+    await kube.core.deleteNamespacedPod({ name: 't4c', namespace: ns });
+    await waitFor(
+      'pod t4c gone',
+      async () => (await readPod('t4c').catch(() => undefined)) === undefined,
+      QUICK_MS,
+    );
+    await crs.delete('t4c-holder');
+    await crs.waitGone('t4c-holder', QUICK_MS);
+    // Kept: the loser still tracks the VM.
+    expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
+    const loser = await waitFor(
+      'the loser waits for its pod, with no conflict',
+      async () => {
+        const cr = await crs.get('t4c-loser');
+        return cr && !conflictOf(cr) && readyOf(cr)?.message === `pod ${ns}/t4c not yet present`
+          ? cr
+          : undefined;
+      },
+      QUICK_MS,
+    );
+    expect(loser.status?.phase).toBe('Pending');
+    await crs.delete('t4c-loser');
+    await crs.waitGone('t4c-loser', QUICK_MS);
+    expect(await headTag(registry, vm, Tags.hibernate)).toBe(404);
   }, 90_000);
 
   it('pod created after the CR: Pending "pod <ns>/<pod> not yet present", then Hibernated', async () => {
