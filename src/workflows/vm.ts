@@ -116,7 +116,10 @@ export interface VMState {
   podObs?: PodObservation;
   crs: Record<string, TrackedCR>;
   needResync: boolean;
-  /** The VM this workflow last touched (for search attributes, the query, and the deletion of a CR that recorded none). */
+  /**
+   * The VM this workflow last touched (for search attributes, the query, and the deletion of a CR that
+   * recorded none).
+   */
   vmName?: string;
   /** Epoch ms of the last full re-read. */
   lastResyncAt?: number;
