@@ -106,6 +106,8 @@ const report: string[] = [];
 interface CSState {
   passes: number;
   passing: boolean;
+  busy: boolean;
+  lastSignalResourceVersion: string | null;
   nextPassAt: string | null;
   lastResult: { requeue: boolean; requeueAfterMs: number; error?: string } | null;
   observedPods: string[];
@@ -431,13 +433,24 @@ describe('CocoonSet steady-state cost on the real apiserver and registry', () =>
 
     // An annotation the operator does not read: the watcher forwards annotation changes of owned pods
     // (the reference's podRelevantChange), so this makes exactly one pass over an unchanged world.
-    await admin.core.patchNamespacedPod(
+    const poked = await admin.core.patchNamespacedPod(
       { name: MAIN, namespace: ns, body: { metadata: { annotations: { [POKE]: String(Date.now()) } } } },
       mergePatch,
     );
-    const after = await settled(
+    // The workflow's own barrier, no quiet window: it has applied the poke's signal (its newest signalled
+    // resourceVersion is the poke's or later), no pass runs or is due, and none is scheduled.
+    const pokeRV = BigInt(poked.metadata!.resourceVersion!);
+    let lastState: CSState | undefined;
+    const after = await waitFor(
       'the poked pass finished',
-      async () => (await csState()).passes > start.passes,
+      async () => {
+        const s = await csState();
+        lastState = s;
+        const applied = s.lastSignalResourceVersion !== null && BigInt(s.lastSignalResourceVersion) >= pokeRV;
+        return applied && !s.busy && s.nextPassAt === null && s.lastResult !== null ? s : undefined;
+      },
+      PHASE_MS,
+      { intervalMs: 100, describe: () => lastState },
     );
     const { before: early, passes } = passesSince(mark);
     const text = describeWindow('steady pass (pod annotation poke, nothing changed)', mark, passes);
