@@ -128,6 +128,33 @@ async function runningVM(name: string): Promise<{ vm: string; id: string }> {
   return { vm, id: vmIDOf(pod) };
 }
 
+/**
+ * Judges every operator DELETE of `<vm>:hibernate` at the moment it reaches the registry proxy (the request
+ * waits while the pod is read): the VM must run (a running container with a VM id), else the DELETE drops
+ * the only copy of a snapshot. Returns the verdicts so far ("running", or what the pod said instead).
+ */
+function judgeTagDeletes(pod: string, vm: string): string[] {
+  const verdicts: string[] = [];
+  proxy.intercept = (req) => {
+    if (req.method !== 'DELETE' || req.path !== `/v2/${vm}/manifests/${Tags.hibernate}`) return undefined;
+    return readPod(pod).then(
+      (p) => {
+        verdicts.push(
+          containerRunning(p) && vmIDOf(p) !== ''
+            ? 'running'
+            : `VM not running (pod ${lifecycleOf(p).state})`,
+        );
+        return 'forward';
+      },
+      (err: unknown) => {
+        verdicts.push(`pod unreadable: ${String(err)}`);
+        return 'forward';
+      },
+    );
+  };
+  return verdicts;
+}
+
 async function eventCount(cr: string, reason: string): Promise<number> {
   return occurrences(await operatorEvents(kube, ns, cr, reason));
 }
@@ -170,8 +197,11 @@ describe('CocoonHibernation end to end (operator process, local stack)', () => {
   });
 
   afterEach(() => {
-    // A test that failed half-way must not leave the registry down for the next one.
-    if (proxy) proxy.down = false;
+    // A test that failed half-way must not leave the registry down, or judged, for the next one.
+    if (proxy) {
+      proxy.down = false;
+      proxy.intercept = undefined;
+    }
   });
 
   afterAll(async () => {
@@ -271,6 +301,7 @@ describe('CocoonHibernation end to end (operator process, local stack)', () => {
       QUICK_MS,
     );
     expect(await headTag(registry, vm, Tags.hibernate)).toBe(404);
+    const deletes = judgeTagDeletes('t3', vm);
     await crs.setDesire('t3', 'Wake');
 
     // Until Active: once the snapshot exists (tag seen, or the CR read before the HEAD was already past
@@ -296,6 +327,8 @@ describe('CocoonHibernation end to end (operator process, local stack)', () => {
       { intervalMs: 50 },
     );
     expect(violations).toEqual([]);
+    // Exactly one DELETE of the tag (the wake's), sent while the woken VM ran.
+    expect(deletes).toEqual(['running']);
 
     const phases = rec.phases('t3');
     // Waking may be skipped, as in the wake test (vk finished the wake during the annotation patch).
@@ -334,6 +367,7 @@ describe('CocoonHibernation end to end (operator process, local stack)', () => {
     await sim.addFault({ vm: `^${vm}$`, op: 'wake.pull.delay', delayMs: 4_000, count: 1 });
     await crs.setDesire('t8', 'Wake');
     await crs.waitPhase('t8', 'Waking', QUICK_MS);
+    const deletes = judgeTagDeletes('t8', vm);
     await crs.delete('t8');
 
     const violations: string[] = [];
@@ -351,6 +385,8 @@ describe('CocoonHibernation end to end (operator process, local stack)', () => {
       QUICK_MS,
       { intervalMs: 50 },
     );
+    // The deletion dropped the tag once, and only once the woken VM ran.
+    expect(deletes).toEqual(['running']);
     expect(violations).toEqual([]);
     const pod = await readPod('t8');
     expect(lifecycleOf(pod).state).not.toBe(LifecycleStates.failed);
