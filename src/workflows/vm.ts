@@ -490,9 +490,7 @@ async function setDesirePass(state: VMState, io: VMIO): Promise<void> {
     // vk is waking it: look again soon (at most a wake's deadline, then the desire is spent as it is). A VM
     // still running while vk hibernates it (lifecycle `hibernating`: the un-suspend came during the push)
     // is not awake yet: vk finishes that round, pushing the tag, and only then wakes it (vk contract §4.2).
-    const vkRoundLeft =
-      patched('set-wake-waits-for-hibernate-round') &&
-      now.annotations?.[Annotations.lifecycleState] === LifecycleStates.hibernating;
+    const vkRoundLeft = patched('set-wake-waits-for-hibernate-round') && vkHibernating(now);
     const waiting = !held && !hibernateAnnotated(now) && (!wakeGateOpen(now) || vkRoundLeft);
     if (waiting && Date.now() - d.since < WAKE_TIMEOUT_MS) return;
     if (waiting)
@@ -1006,7 +1004,7 @@ async function wakePath(state: VMState, name: string, vmName: string, io: VMIO):
   cr = await writeStatus(io, state, cr, probeFailingPatch(cr, undefined, Date.now())); // a hibernate's leftover
   const startedMs = hibernateAnnotated(state.podObs!) ? Date.now() : undefined;
   const pod = startedMs !== undefined ? await patchHibernate(io, state, null) : state.podObs!;
-  if (wakeGateOpen(pod)) {
+  if (wakeGateOpen(pod) && !(vkHibernating(pod) && patched('wake-waits-for-hibernate-round'))) {
     // A steady Active CR does not DELETE the tag on every pod event (the reference does;
     // docs/hibernation.md#wake).
     if (steady(cr, 'Active', vmName)) return;
@@ -1036,6 +1034,18 @@ async function wakePath(state: VMState, name: string, vmName: string, io: VMIO):
     return;
   }
   await writeStatus(io, state, cr, setPhasePatch(cr, 'Waking', vmName, Date.now()));
+}
+
+/**
+ * vk-cocoon is in a hibernate round on the pod (lifecycle `hibernating`). Its VM still runs until the push is
+ * done, so the wake gate would pass; but vk finishes the round (pushing the tag, removing the VM) before it
+ * wakes the VM (vk contract §4.2). A CR that takes the VM over mid-round (the Hibernating holder deleted, or
+ * a Wake CR created beside it: reverse-desire routing covers only the CR whose phase is Hibernating) waits
+ * in `Waking` instead (patch `wake-waits-for-hibernate-round`): before, it went Active at once and deleted
+ * the tag while vk was still pushing it; a DELETE between the push and vk's wake pull loses the VM.
+ */
+function vkHibernating(pod: PodObservation): boolean {
+  return pod.annotations?.[Annotations.lifecycleState] === LifecycleStates.hibernating;
 }
 
 /**
@@ -1109,13 +1119,16 @@ async function deletionFlow(state: VMState, cr: TrackedCR, io: VMIO): Promise<vo
       `not deleting ${recorded}:hibernate: cocoonhibernation ${cr.namespace}/${cr.name} recorded it, but pod ${cr.namespace}/${cr.podRef} runs ${podVM ?? state.vmName ?? 'no VM this workflow knows'}`,
     );
   }
-  // Deliberate fix: a CR that never recorded a VM (it lost the VM to another CR, then its pod went) stands
-  // for the VM this workflow acted on for its pod. A holder deleted before it kept the tag because this CR
-  // still tracked the VM (heldByAnother); without this, nothing dropped that tag once this CR went too.
+  // Deliberate fix: a CR that never recorded a VM (it lost the VM to another CR, then its pod went) and is
+  // the last live CR on its pod stands for the VM this workflow acted on for the pod. A holder deleted before
+  // it kept the tag because this CR still tracked the VM (heldByAnother); without this, nothing dropped that
+  // tag once this CR went too. While another live CR tracks the pod, that one stays responsible.
+  const othersTrack = Object.values(state.crs).some((o) => o.name !== cr.name && o.exists && !o.deleting);
   const inherited =
     recorded === '' &&
     state.vmName !== undefined &&
     (podVM === undefined || podVM === state.vmName) &&
+    !othersTrack &&
     patched('deletion-drops-inherited-tag')
       ? state.vmName
       : '';

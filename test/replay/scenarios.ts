@@ -192,6 +192,33 @@ export const scenarios: Scenario[] = [
       }),
   },
   {
+    name: 'vm-takeover-mid-round',
+    covers:
+      'a Wake CR takes the VM over while vk hibernates it (the Hibernating holder deleted): Waking until the round ends and the VM runs again',
+    record: (env) =>
+      withWorld(env, async (world) => {
+        await world.putPod(NS, POD, {
+          annotations: podAnnotations({ [Annotations.vmID]: 'vmid-old' }),
+          containerRunning: true,
+        });
+        await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
+        await waitFor('Hibernating', () => phase(world) === 'Hibernating');
+        await world.annotatePod(NS, POD, { [Annotations.lifecycleState]: 'hibernating' });
+        // No `settled` (a query) here: a query answered while a local activity runs makes the SDK end the
+        // workflow task early, and such a history does not replay (NOTES.md, "SDK replay hazard").
+        await world.putCR({ namespace: NS, name: 'waker', podRef: POD, desire: 'Wake' });
+        await waitFor('waker Pending', () => phase(world, 'waker') === 'Pending');
+        await world.deleteCR(NS, 'hib');
+        await waitFor('waker Waking', () => phase(world, 'waker') === 'Waking');
+        await vkHibernated(world);
+        await waitFor('tag pushed', () => world.tags.has(`${VM}:hibernate`));
+        await vkRunning(world, 'vmid-new');
+        await waitFor('waker Active', () => phase(world, 'waker') === 'Active');
+        await waitFor('hib gone', () => world.cr(NS, 'hib') === undefined);
+        return { 'vm-takeover-mid-round': await vmHistory(env) };
+      }),
+  },
+  {
     name: 'vm-wake-without-pod',
     covers: 'a Waking CR whose pod is deleted: Failed at the 5m0s deadline, then Pending',
     record: (env) =>

@@ -7,7 +7,7 @@
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { Annotations, CONDITION_CONFLICT, CONDITION_READY, Finalizers } from '../../src/api/keys.js';
-import { hibernatedPodAnnotations } from '../support/builders.js';
+import { hibernatedPodAnnotations, vmPodAnnotations } from '../support/builders.js';
 import { waitFor } from '../support/wait.js';
 import { createEnv, withWorld } from './harness.js';
 
@@ -170,6 +170,43 @@ describe('VM workflow concurrency', () => {
       await world.settled(env, NS, 'demo-0');
       expect(world.cr(NS, 'b')).toBeUndefined();
       expect(world.tags.has('vk-ns-demo-0:hibernate')).toBe(false);
+    });
+  });
+  it('(e) a Wake CR that takes the VM over while vk is still hibernating it (the Hibernating holder deleted) waits in Waking for the round, then wakes from the tag; it never says Active nor deletes the tag mid-round (fails without patch wake-waits-for-hibernate-round)', async () => {
+    await withWorld(env, async (world) => {
+      await world.putPod(NS, 'demo-0', {
+        annotations: vmPodAnnotations('vk-ns-demo-0', { [Annotations.vmID]: 'vmid-old' }),
+        containerRunning: true,
+      });
+      await world.putCR({ namespace: NS, name: 'h', podRef: 'demo-0', desire: 'Hibernate' });
+      await waitFor('h Hibernating', () => world.cr(NS, 'h')?.status?.phase === 'Hibernating');
+      // vk starts the round: the VM still runs while it saves and pushes.
+      await world.annotatePod(NS, 'demo-0', { [Annotations.lifecycleState]: 'hibernating' });
+      await world.putCR({ namespace: NS, name: 'w', podRef: 'demo-0', desire: 'Wake' });
+      await world.settled(env, NS, 'demo-0');
+      await world.deleteCR(NS, 'h');
+      await world.settled(env, NS, 'demo-0');
+      expect(world.cr(NS, 'w')?.status?.phase).toBe('Waking');
+      expect(world.calls.filter((c) => c.startsWith('DELETE'))).toEqual([]);
+      expect(world.events.map((e) => e.reason)).not.toContain('WokenActive');
+      // vk finishes the round (tag pushed, VM removed), then wakes the VM from the tag.
+      await world.vkHibernated(NS, 'demo-0', 'vk-ns-demo-0');
+      await world.settled(env, NS, 'demo-0');
+      expect(world.tags.has('vk-ns-demo-0:hibernate')).toBe(true);
+      expect(world.cr(NS, 'w')?.status?.phase).toBe('Waking');
+      // h's deletion waits too: the tag is the VM's only copy while vk wakes it.
+      await world.annotatePod(
+        NS,
+        'demo-0',
+        { [Annotations.vmID]: 'vmid-new', [Annotations.lifecycleState]: 'ready' },
+        { containerRunning: true },
+      );
+      await waitFor('w Active', () => world.cr(NS, 'w')?.status?.phase === 'Active');
+      await waitFor('h gone', () => world.cr(NS, 'h') === undefined);
+      await world.settled(env, NS, 'demo-0');
+      expect(world.tags.has('vk-ns-demo-0:hibernate')).toBe(false);
+      expect(world.events.filter((e) => e.reason === 'WokenActive')).toHaveLength(1);
+      expect(world.calls.filter((c) => c.startsWith('DELETE'))).toHaveLength(1);
     });
   });
 });
