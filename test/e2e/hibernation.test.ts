@@ -130,8 +130,9 @@ async function runningVM(name: string): Promise<{ vm: string; id: string }> {
 
 /**
  * Judges every operator DELETE of `<vm>:hibernate` at the moment it reaches the registry proxy (the request
- * waits while the pod is read): the VM must run (a running container with a VM id), else the DELETE drops
- * the only copy of a snapshot. Returns the verdicts so far ("running", or what the pod said instead).
+ * waits while the pod is read): the VM must run (a running container with a VM id) outside a vk hibernate
+ * round (lifecycle not `hibernating`, when vk may be pushing that very tag), else the DELETE drops the only
+ * copy of a snapshot. Returns the verdicts so far ("running", or what the pod said instead).
  */
 function judgeTagDeletes(pod: string, vm: string): string[] {
   const verdicts: string[] = [];
@@ -139,11 +140,9 @@ function judgeTagDeletes(pod: string, vm: string): string[] {
     if (req.method !== 'DELETE' || req.path !== `/v2/${vm}/manifests/${Tags.hibernate}`) return undefined;
     return readPod(pod).then(
       (p) => {
-        verdicts.push(
-          containerRunning(p) && vmIDOf(p) !== ''
-            ? 'running'
-            : `VM not running (pod ${lifecycleOf(p).state})`,
-        );
+        const state = lifecycleOf(p).state;
+        const awake = containerRunning(p) && vmIDOf(p) !== '' && state !== LifecycleStates.hibernating;
+        verdicts.push(awake ? 'running' : `VM not running or mid-round (pod ${state})`);
         return 'forward';
       },
       (err: unknown) => {
@@ -357,6 +356,33 @@ describe('CocoonHibernation end to end (operator process, local stack)', () => {
     await settle(temporal, vmWorkflowId(ns, 't3'));
     expect(await eventCount('t3', EventReasons.hibernated)).toBe(1);
     expect(await eventCount('t3', EventReasons.wokenActive)).toBe(1);
+  }, 90_000);
+
+  it('a Wake CR that takes the VM over mid-round (the Hibernating holder deleted) waits for vk to finish the round, then wakes from the tag: one WokenActive, the tag deleted once, with the woken VM running (deliberate fix: it went Active at once and deleted the tag while vk pushed it)', async () => {
+    const { vm, id: firstId } = await runningVM('t3b');
+    await sim.addFault({ vm: `^${vm}$`, op: 'hibernate.push.delay', delayMs: 6_000, count: 1 });
+    await crs.create('t3b-h', 't3b', 'Hibernate');
+    await crs.waitPhase('t3b-h', 'Hibernating', QUICK_MS);
+    await waitFor(
+      'simulator hibernating t3b',
+      async () => lifecycleOf(await readPod('t3b')).state === LifecycleStates.hibernating,
+      QUICK_MS,
+    );
+    const deletes = judgeTagDeletes('t3b', vm);
+    await crs.create('t3b-w', 't3b', 'Wake');
+    await crs.delete('t3b-h');
+    const active = await crs.waitPhase('t3b-w', 'Active', QUICK_MS);
+    await rec.waitSeen('cocoonhibernation', active);
+    await crs.waitGone('t3b-h', QUICK_MS);
+    // Active once, after the VM came back from the tag (a new VM id), never before the round ended.
+    expect(deletes).toEqual(['running']);
+    expect(rec.phases('t3b-w').filter((p) => p === 'Active')).toHaveLength(1);
+    const pod = await readPod('t3b');
+    expect(vmIDOf(pod)).not.toBe('');
+    expect(vmIDOf(pod)).not.toBe(firstId);
+    expect(await headTag(registry, vm, Tags.hibernate)).toBe(404);
+    await settle(temporal, vmWorkflowId(ns, 't3b'));
+    expect(await eventCount('t3b-w', EventReasons.wokenActive)).toBe(1);
   }, 90_000);
 
   it('deleted while waking: the wake completes from the tag (new VM id, not failed), and the tag goes only after the VM runs', async () => {
