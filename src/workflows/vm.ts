@@ -432,8 +432,14 @@ async function reconcileAll(state: VMState, io: VMIO): Promise<void> {
       if (tracked) tracked.failures = 0;
     } catch (err) {
       const tracked = state.crs[cr.name];
-      log.warn('reconcile pass failed', { cr: cr.name, error: errorMessage(err) });
-      if (isNotFound(err)) state.needResync = true;
+      // An object gone under the pass (a pod deleted with its CR) is a race the re-read settles, not a fault.
+      if (isNotFound(err)) {
+        log.info('reconcile pass found an object gone; re-reading', {
+          cr: cr.name,
+          error: errorMessage(err),
+        });
+        state.needResync = true;
+      } else log.warn('reconcile pass failed', { cr: cr.name, error: errorMessage(err) });
       // An edit or a deletion that arrived during the failed pass is acted on at once, not after a backoff.
       const actedMeanwhile =
         tracked !== undefined &&
@@ -1027,9 +1033,22 @@ async function wakePath(state: VMState, name: string, vmName: string, io: VMIO):
   }
   if (deadlineExceeded(cr.status, 'Waking', WAKE_TIMEOUT_MS, Date.now())) {
     const limit = goDuration(WAKE_TIMEOUT_MS);
+    // vk-cocoon's own reason, when it reported the wake failed (e.g. the tag missing from the registry), says
+    // more than "never running" (found by a new-user run). Only the messages differ: replay-safe.
+    const vkFailed =
+      pod.annotations?.[Annotations.lifecycleState] === LifecycleStates.failed
+        ? pod.annotations?.[Annotations.lifecycleStateMessage] || 'no message'
+        : undefined;
+    const why =
+      vkFailed === undefined
+        ? 'vk-cocoon never reported the container running'
+        : `vk-cocoon reported the wake failed: ${vkFailed}`;
     await failAtDeadline(io, state, cr, 'wake', EventReasons.wakeTimedOut, {
-      event: `vk-cocoon did not report the container running within ${limit}`,
-      status: `wake timed out after ${limit}; vk-cocoon never reported the container running`,
+      event:
+        vkFailed === undefined
+          ? `vk-cocoon did not report the container running within ${limit}`
+          : `vk-cocoon did not report the container running within ${limit} (it reported: ${vkFailed})`,
+      status: `wake timed out after ${limit}; ${why}`,
     });
     return;
   }

@@ -254,6 +254,28 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     });
   });
 
+  it("a wake vk-cocoon reported failed times out at 5m0s with vk's reason in the status and the Event (ours: the reference says only that it timed out)", async () => {
+    await withWorld(env, async (world) => {
+      await world.putPod(NS, 'demo-0', {
+        annotations: podAnnotations({ [Annotations.lifecycleState]: 'hibernated' }),
+      });
+      await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
+      await waitFor('Waking', () => phase(world) === 'Waking');
+      await world.annotatePod(NS, 'demo-0', {
+        [Annotations.lifecycleState]: 'failed',
+        [Annotations.lifecycleStateMessage]: 'pull vk-ns-demo-0:hibernate: manifest unknown',
+      });
+      await env.sleep(5 * 60_000 + 2_000);
+      await waitFor('Failed', () => phase(world) === 'Failed');
+      expect(world.cr(NS, 'hib')!.status!.conditions![0]!.message).toBe(
+        'wake timed out after 5m0s; vk-cocoon reported the wake failed: pull vk-ns-demo-0:hibernate: manifest unknown',
+      );
+      expect(world.events.find((e) => e.reason === 'WakeTimedOut')?.message).toBe(
+        'vk-cocoon did not report the container running within 5m0s (it reported: pull vk-ns-demo-0:hibernate: manifest unknown)',
+      );
+    });
+  });
+
   it('finishes an in-flight hibernate before a reversed Wake desire (test 32)', async () => {
     await withWorld(env, async (world) => {
       await world.putPod(NS, 'demo-0', {
