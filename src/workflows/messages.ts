@@ -32,6 +32,13 @@ export interface VMWorkflowInput {
    */
   searchAttributes?: 'identity';
   /**
+   * `all`: the run takes every patched branch of the VM workflow without asking `patched()` (vm.ts `on`).
+   * Every run this version starts says so, continue-as-new too; a run an older version started (absent)
+   * asks `patched()` where each branch is, as its recorded history has the markers there, until it
+   * continues as new.
+   */
+  patches?: 'all';
+  /**
    * The VM's world as the watcher's caches hold it when it starts the workflow: the pod and every
    * CocoonHibernation targeting it. With it the first round acts without a re-read; without it (a start by
    * the CocoonSet workflow, the watcher's caches not listed yet, continue-as-new) it re-reads.
@@ -47,7 +54,13 @@ export interface VMWorldObservation {
 
 /** The start argument of a VM workflow this version starts for pod `<namespace>/<pod>`. */
 export function vmWorkflowInput(namespace: string, pod: string, world?: VMWorldObservation): VMWorkflowInput {
-  const input: VMWorkflowInput = { namespace, pod, kubeIO: 'local', searchAttributes: 'identity' };
+  const input: VMWorkflowInput = {
+    namespace,
+    pod,
+    kubeIO: 'local',
+    searchAttributes: 'identity',
+    patches: 'all',
+  };
   return world ? { ...input, world } : input;
 }
 

@@ -165,16 +165,32 @@ interface VMIO {
   registry: RegistryActivities;
   /** The Kubernetes activities are local (the run started with `kubeIO: 'local'`). */
   local: boolean;
+  /** The run started with `patches: 'all'` (see `on`). */
+  allPatches: boolean;
 }
 
 function vmIO(input: VMWorkflowInput): VMIO {
   return {
+    allPatches: input.patches === 'all',
     kube: kubeActivities<KubeActivities>(input.kubeIO, 5),
     registry: proxyActivities<RegistryActivities>(
       registryActivityOptions(taskQueues(workflowInfo().taskQueue).hibernationRegistry),
     ),
     local: input.kubeIO === 'local',
   };
+}
+
+/**
+ * Whether the behaviour behind patch `id` applies in this run. A run this version starts (start argument
+ * `patches: 'all'`, set at every start and continue-as-new) takes every patched branch and records no
+ * marker. A run an older version started asks `patched(id)` where the branch is, as it always did (its
+ * history has the markers there). Why: a `patched()` first called right after a local activity does not
+ * replay when a query was answered while that activity ran (the SDK then completes the workflow task early
+ * and hands the result over in a new one; a replay hands it over in the first), and a workflow task that
+ * fails replay fails on every retry. Found recording a golden history, then seen in CI.
+ */
+function on(io: VMIO, id: string): boolean {
+  return io.allPatches || patched(id);
 }
 
 /**
@@ -255,12 +271,13 @@ export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
       // same reason a signal not yet acted on (`dirty`) need not hold the continue-as-new back: waiting for
       // a quiet moment starved it while signals kept coming (the history grew past the limit under load).
       await condition(allHandlersFinished);
-      if (!dirty || patched('continue-as-new-while-dirty'))
+      if (!dirty || on(io, 'continue-as-new-while-dirty'))
         await continueAsNew<typeof vmWorkflow>({
           ...input,
           world: undefined,
           kubeIO: 'local',
           searchAttributes: 'identity',
+          patches: 'all',
           carried: { ...state, needResync: true },
         });
     }
@@ -496,7 +513,7 @@ async function setDesirePass(state: VMState, io: VMIO): Promise<void> {
     // vk is waking it: look again soon (at most a wake's deadline, then the desire is spent as it is). A VM
     // still running while vk hibernates it (lifecycle `hibernating`: the un-suspend came during the push)
     // is not awake yet: vk finishes that round, pushing the tag, and only then wakes it (vk contract §4.2).
-    const vkRoundLeft = patched('set-wake-waits-for-hibernate-round') && vkHibernating(now);
+    const vkRoundLeft = on(io, 'set-wake-waits-for-hibernate-round') && vkHibernating(now);
     const waiting = !held && !hibernateAnnotated(now) && (!wakeGateOpen(now) || vkRoundLeft);
     if (waiting && Date.now() - d.since < WAKE_TIMEOUT_MS) return;
     if (waiting)
@@ -573,7 +590,7 @@ async function passUntilSettled(state: VMState, name: string, io: VMIO): Promise
       now !== undefined &&
       now.uid === before.uid &&
       ((now.deleting === true && before.deleting !== true) || now.generation !== before.generation);
-    if (!news || !patched('act-on-news-in-answers')) {
+    if (!news || !on(io, 'act-on-news-in-answers')) {
       if (!again) return;
       continue;
     }
@@ -630,12 +647,12 @@ async function pass(state: VMState, name: string, io: VMIO): Promise<boolean> {
   // stopped the VM, so no snapshot can come, and a pod held Terminating (a finalizer) made the CR time
   // out and retry every 3.5 min. A hibernate already in flight (Hibernating) goes on: its snapshot may
   // still land; a Hibernated CR keeps its phase.
-  const deleting = pod?.deleting === true && startsNoTransition(cr);
+  const deleting = pod?.deleting === true && startsNoTransition(cr, io);
   const absent = deleting ? 'is being deleted' : 'is gone';
   if (
     (!pod?.exists || deleting) &&
     deadlineDue(cr, Date.now()) &&
-    patched('transition-without-pod-times-out')
+    on(io, 'transition-without-pod-times-out')
   ) {
     // Deliberate fix: a transition whose pod went away still ends at its deadline. markPending never
     // demotes Waking, and the paths' own deadline checks need the pod, so the CR said Waking for as long
@@ -690,7 +707,7 @@ async function pass(state: VMState, name: string, io: VMIO): Promise<boolean> {
       holder.kind === 'cr'
         ? `VM ${vmName} is held by cocoonhibernation ${holder.cr.name} (desire ${holder.cr.desire}, ${holder.why}); desire ${cr.desire} waits until that one is deleted`
         : `VM ${vmName} is held by cocoonset ${holder.set}, which is suspended (${holder.why}); desire ${cr.desire} waits until the set is un-suspended`;
-    const notReady = patched('conflict-loser-not-ready');
+    const notReady = on(io, 'conflict-loser-not-ready');
     await writeStatus(io, state, cr, conflictWaitPatch(cr, msg, Date.now(), notReady));
     return false;
   }
@@ -711,12 +728,12 @@ async function pass(state: VMState, name: string, io: VMIO): Promise<boolean> {
  * cannot finish there (see `pass`): every wake, and a hibernate not yet Hibernating or Hibernated. Each
  * rule sits behind the patch that introduced it.
  */
-function startsNoTransition(cr: TrackedCR): boolean {
+function startsNoTransition(cr: TrackedCR, io: VMIO): boolean {
   const path = route(cr.desire, cr.status?.phase);
-  if (path === 'wake') return patched('wake-on-deleting-pod-is-pending');
+  if (path === 'wake') return on(io, 'wake-on-deleting-pod-is-pending');
   if (path !== 'hibernate' || cr.status?.phase === 'Hibernating' || cr.status?.phase === 'Hibernated')
     return false;
-  return patched('hibernate-on-deleting-pod-is-pending');
+  return on(io, 'hibernate-on-deleting-pod-is-pending');
 }
 
 /**
@@ -764,7 +781,7 @@ async function waitForPod(io: VMIO, state: VMState, cr: TrackedCR, message: stri
     clearConflict = holder === undefined || self || holder.path === route(cr.desire, cr.status?.phase);
   }
   const wakeFromHibernated = cr.status?.phase === 'Hibernated' && cr.desire === 'Wake';
-  if ((clearConflict || wakeFromHibernated) && patched('pod-wait-status')) {
+  if ((clearConflict || wakeFromHibernated) && on(io, 'pod-wait-status')) {
     await writeStatus(io, state, cr, podWaitPatch(cr, message, Date.now(), clearConflict));
     return;
   }
@@ -1010,7 +1027,7 @@ async function wakePath(state: VMState, name: string, vmName: string, io: VMIO):
   cr = await writeStatus(io, state, cr, probeFailingPatch(cr, undefined, Date.now())); // a hibernate's leftover
   const startedMs = hibernateAnnotated(state.podObs!) ? Date.now() : undefined;
   const pod = startedMs !== undefined ? await patchHibernate(io, state, null) : state.podObs!;
-  if (wakeGateOpen(pod) && !(vkHibernating(pod) && patched('wake-waits-for-hibernate-round'))) {
+  if (wakeGateOpen(pod) && !(vkHibernating(pod) && on(io, 'wake-waits-for-hibernate-round'))) {
     // A steady Active CR does not DELETE the tag on every pod event (the reference does;
     // docs/hibernation.md#wake).
     if (steady(cr, 'Active', vmName)) return;
@@ -1129,10 +1146,7 @@ async function deletionFlow(state: VMState, cr: TrackedCR, io: VMIO): Promise<vo
   // even one a suspended set needs) is kept, with a warning; the reference deletes whatever it names.
   const podVM = state.podObs?.exists ? state.podObs.annotations?.[Annotations.vmName] : undefined;
   const foreign =
-    recorded !== '' &&
-    recorded !== state.vmName &&
-    recorded !== podVM &&
-    patched('deletion-keeps-foreign-vm');
+    recorded !== '' && recorded !== state.vmName && recorded !== podVM && on(io, 'deletion-keeps-foreign-vm');
   if (foreign) {
     log.warn(
       `not deleting ${recorded}:hibernate: cocoonhibernation ${cr.namespace}/${cr.name} recorded it, but pod ${cr.namespace}/${cr.podRef} runs ${podVM ?? state.vmName ?? 'no VM this workflow knows'}`,
@@ -1148,7 +1162,7 @@ async function deletionFlow(state: VMState, cr: TrackedCR, io: VMIO): Promise<vo
     state.vmName !== undefined &&
     (podVM === undefined || podVM === state.vmName) &&
     !othersTrack &&
-    patched('deletion-drops-inherited-tag')
+    on(io, 'deletion-drops-inherited-tag')
       ? state.vmName
       : '';
   const vmName = foreign ? '' : recorded || inherited;
@@ -1177,7 +1191,7 @@ async function deletionFlow(state: VMState, cr: TrackedCR, io: VMIO): Promise<vo
       (!pod?.exists || pod.deleting === true) &&
       state.podSet !== undefined &&
       !setSuspends &&
-      patched('deletion-waits-for-set-restore') &&
+      on(io, 'deletion-waits-for-set-restore') &&
       // Hibernated or Waking: the VM lives in the tag. Otherwise a HEAD says: a hibernate round that ended
       // while the pod and the CR went (the CR then says Hibernating, or Pending once it saw the pod gone)
       // left its snapshot as the VM's only copy; the round wait above let vk finish pushing it.
@@ -1197,7 +1211,7 @@ async function deletionFlow(state: VMState, cr: TrackedCR, io: VMIO): Promise<vo
       }
     }
     let others: HibernationObservation[] | undefined;
-    if (pod && !setSuspends && setVMHibernated(pod, vmName) && patched('deletion-wakes-set-vm')) {
+    if (pod && !setSuspends && setVMHibernated(pod, vmName) && on(io, 'deletion-wakes-set-vm')) {
       others = await io.kube.listHibernations({ namespace: cr.namespace });
       if (!heldByAnother({ uid: cr.uid, podRef: cr.podRef, vmName }, others)) {
         log.info(`waking ${vmName} before dropping its snapshot: its CocoonSet would wake it from that tag`);
@@ -1206,7 +1220,7 @@ async function deletionFlow(state: VMState, cr: TrackedCR, io: VMIO): Promise<vo
         return;
       }
     }
-    if (pod && wakeInFlight(pod, vmName) && patched('deletion-waits-for-wake')) {
+    if (pod && wakeInFlight(pod, vmName) && on(io, 'deletion-waits-for-wake')) {
       if (Date.now() - since < DELETE_WAKE_WAIT_MS) {
         waitForWake();
         return;

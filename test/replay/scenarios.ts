@@ -204,8 +204,6 @@ export const scenarios: Scenario[] = [
         await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
         await waitFor('Hibernating', () => phase(world) === 'Hibernating');
         await world.annotatePod(NS, POD, { [Annotations.lifecycleState]: 'hibernating' });
-        // No `settled` (a query) here: a query answered while a local activity runs makes the SDK end the
-        // workflow task early, and such a history does not replay (NOTES.md, "SDK replay hazard").
         await world.putCR({ namespace: NS, name: 'waker', podRef: POD, desire: 'Wake' });
         await waitFor('waker Pending', () => phase(world, 'waker') === 'Pending');
         await world.deleteCR(NS, 'hib');

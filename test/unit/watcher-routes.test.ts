@@ -140,7 +140,7 @@ describe('HibernationRoute', () => {
     expect(sig?.signalName).toBe('hibernationObserved');
     expect(sig?.start.workflowType).toBe('vmWorkflow');
     expect(sig?.start.args).toEqual([
-      { namespace: 'ns1', pod: 'p1', kubeIO: 'local', searchAttributes: 'identity' },
+      { namespace: 'ns1', pod: 'p1', kubeIO: 'local', searchAttributes: 'identity', patches: 'all' },
     ]);
     // No pod known yet: the VM name is left for the workflow to set when it learns it.
     expect(startAttributes(sig?.start)).toEqual({ CocoonNamespace: 'ns1', CocoonKind: 'VM' });
@@ -176,7 +176,7 @@ describe('HibernationRoute', () => {
     unlisted.podEvent('add', pod('p1'));
     const [before] = unlisted.crEvent('add', cr('h1', 'p1'));
     expect(before?.start.args).toEqual([
-      { namespace: 'ns1', pod: 'p1', kubeIO: 'local', searchAttributes: 'identity' },
+      { namespace: 'ns1', pod: 'p1', kubeIO: 'local', searchAttributes: 'identity', patches: 'all' },
     ]);
 
     const { podEvent, crEvent } = setup({ listed: true });
