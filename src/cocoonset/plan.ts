@@ -160,6 +160,12 @@ export interface PassInput {
    * behind `patched()`.
    */
   waitsForTerminatingMain?: boolean;
+  /**
+   * The migration deletes the old main only once vk reported its hibernate round done (lifecycle
+   * `hibernated` for the pod's generation stamp, `vkQuiesced`), not as soon as the pod carries the hibernate
+   * request and a tag is in. The workflow sets it behind `patched()`.
+   */
+  migrationWaitsForQuiesce?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -334,6 +340,16 @@ function atoiParses(s: string): boolean {
 /** A live VM: a VM id is reported and some container runs (the reference's `vmLive`). */
 export function vmLive(pod: V1Pod | undefined): boolean {
   return pod !== undefined && vmIDOf(pod) !== '' && containerRunning(pod);
+}
+
+/**
+ * vk-cocoon finished hibernating the pod's VM: lifecycle `hibernated`, observed for at least the pod's
+ * CocoonSet generation stamp (the CocoonHibernation's completion gate, docs/hibernation.md#hibernate). vk
+ * writes `hibernated` only after the push and the VM's removal (vk contract §4.2).
+ */
+function vkQuiesced(pod: V1Pod): boolean {
+  const lc = lifecycleOf(pod);
+  return lc.state === LifecycleStates.hibernated && lc.observedGeneration >= cocoonSetGenerationOf(pod);
 }
 
 /**
@@ -1220,7 +1236,8 @@ async function dropTagUnlessHeld(
  *   hibernate request or boot fresh over the only snapshot).
  * - No tag: a main live on another node than the pin → `Migrating` first, then ask its VM workflow to
  *   hibernate it, 5 s; else not handled.
- * - Tag, main on another node: hibernating → delete the old pod; not hibernating → the tag is stale (never
+ * - Tag, main on another node: hibernating → delete the old pod once vk reports it quiesced (ours,
+ *   `migrationWaitsForQuiesce`; the reference deletes on the request alone); not hibernating → the tag is stale (never
  *   quiesced by us): drop it (ours: not while the main is a restore still pulling it, nor while a live CR
  *   needs it) and start over. No main → create it restoring from the tag (pinned, or unpinned when the pin was
  *   cleared); AlreadyExists waits 5 s. Hibernated on the target (a re-target back, or un-suspend) → ask its
@@ -1250,6 +1267,9 @@ async function migrate(st: PassState): Promise<void> {
   }
   if (main && desired !== '' && node !== '' && node !== desired) {
     if (hibernateRequested(main)) {
+      // Ours: the tag the probe found may be an earlier round's while vk still pushes this one (the tag
+      // exists before `hibernated`, vk contract §4.2); deleted mid-round, the restore would roll the VM back.
+      if (st.input.migrationWaitsForQuiesce && !vkQuiesced(main)) return markMigrating(st);
       await deletePod(st, main.metadata!.name!, 'migrate: delete old main');
       return markMigrating(st);
     }

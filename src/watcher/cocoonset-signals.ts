@@ -41,13 +41,15 @@ export interface OwnedPodObservation {
 /**
  * Start argument of the CocoonSet workflow as the watcher starts it (a subset of CocoonSetWorkflowInput in
  * src/workflows/cocoonset.ts). `kubeIO: 'local'`: the run's Kubernetes I/O runs as local activities;
- * `searchAttributes: 'identity'`: the start sets the identity search attributes.
+ * `searchAttributes: 'identity'`: the start sets the identity search attributes; `patches: 'all'`: the run
+ * takes every patched branch without asking `patched()`.
  */
 export interface CocoonSetWorkflowStart {
   namespace: string;
   name: string;
   kubeIO: 'local';
   searchAttributes: 'identity';
+  patches: 'all';
 }
 
 /** The CocoonSet's generation changed, it started deleting, or it is gone (`exists: false`). */

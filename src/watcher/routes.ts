@@ -268,7 +268,13 @@ export function vmStart(namespace: string, pod: string, world?: VMWorldObservati
  * runs its Kubernetes I/O as local activities.
  */
 export function cocoonSetStart(namespace: string, name: string): WorkflowStart {
-  const input: CocoonSetWorkflowStart = { namespace, name, kubeIO: 'local', searchAttributes: 'identity' };
+  const input: CocoonSetWorkflowStart = {
+    namespace,
+    name,
+    kubeIO: 'local',
+    searchAttributes: 'identity',
+    patches: 'all',
+  };
   return {
     workflowType: COCOONSET_WORKFLOW_TYPE,
     args: [input],

@@ -23,7 +23,6 @@ import {
   continueAsNew,
   defineQuery,
   log,
-  patched,
   proxyActivities,
   setHandler,
   workflowInfo,
@@ -56,6 +55,7 @@ import {
   isNotFound,
   kubeActivities,
   olderThan,
+  on,
   registryActivityOptions,
 } from './entity.js';
 import { vmDesireConflictSignal } from './messages.js';
@@ -86,6 +86,13 @@ export interface CocoonSetWorkflowInput {
    * version started, which upserts all four, CocoonPhase at every change, until it continues as new.
    */
   searchAttributes?: 'identity';
+  /**
+   * `all`: the run takes every patched branch without asking `patched()` (entity.ts `on`). Every run this
+   * version starts says so (the watcher's `cocoonSetStart`, continue-as-new); a run an older version started
+   * (absent) asks `patched()` where each branch is, as its recorded history has the markers there, until it
+   * continues as new.
+   */
+  patches?: 'all';
 }
 
 /** Current state of a CocoonSet workflow, for `temporal workflow query --type state`. */
@@ -182,6 +189,8 @@ interface CocoonSetIO {
   kube: CocoonSetActivities;
   bulk: CocoonSetActivities;
   registry: RegistryActivities;
+  /** The run started with `patches: 'all'` (see entity.ts `on`). */
+  allPatches: boolean;
 }
 
 /**
@@ -198,6 +207,7 @@ const LOCAL_ROUND_MAX = 4;
 
 function cocoonSetIO(input: CocoonSetWorkflowInput): CocoonSetIO {
   return {
+    allPatches: input.patches === 'all',
     kube: kubeActivities<CocoonSetActivities>(input.kubeIO, 3),
     bulk: kubeActivities<CocoonSetActivities>(undefined, 3),
     registry: proxyActivities<RegistryActivities>(
@@ -240,7 +250,7 @@ function ioForPass(state: CocoonSetState, io: CocoonSetIO): CocoonSetIO {
   const busy = () =>
     (Object.keys(state.pods).length > LOCAL_SET_MAX_PODS ||
       (state.signals ?? 0) - since > LOCAL_PASS_MAX_SIGNALS) &&
-    patched('large-set-regular-io');
+    on(io, 'large-set-regular-io');
   const kube = new Proxy(io.kube, {
     get: (local, name) => {
       const pick = (busy() ? io.bulk : local) as unknown as Record<string | symbol, unknown>;
@@ -341,13 +351,15 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
           ...input,
           kubeIO: 'local',
           searchAttributes: 'identity',
+          patches: 'all',
           carried: state,
         });
-      else if (patched('continue-as-new-while-dirty'))
+      else if (on(io, 'continue-as-new-while-dirty'))
         await continueAsNew<typeof cocoonSetWorkflow>({
           ...input,
           kubeIO: 'local',
           searchAttributes: 'identity',
+          patches: 'all',
           carried: { ...state, pendingPass: true },
         });
     }
@@ -461,15 +473,16 @@ async function drive(
     pods,
     nowMs: Date.now(),
     registryConfigured: input.registryConfigured ?? true,
-    subAgentsWaitForHibernatingMain: patched('sub-agents-wait-for-hibernating-main'),
-    batchPodLoops: patched('batch-pod-loops'),
-    setDesires: patched('set-desires'),
-    seatRelease: patched('seat-release'),
-    migration: patched('migration'),
-    deletedVMsDropTag: patched('deleted-vms-drop-tag'),
-    wakeWaitsForHibernateRound: patched('set-wake-waits-for-hibernate-round'),
-    releaseSkipsUnbound: patched('release-skips-unbound'),
-    waitsForTerminatingMain: patched('waits-for-terminating-main'),
+    subAgentsWaitForHibernatingMain: on(io, 'sub-agents-wait-for-hibernating-main'),
+    batchPodLoops: on(io, 'batch-pod-loops'),
+    setDesires: on(io, 'set-desires'),
+    seatRelease: on(io, 'seat-release'),
+    migration: on(io, 'migration'),
+    deletedVMsDropTag: on(io, 'deleted-vms-drop-tag'),
+    wakeWaitsForHibernateRound: on(io, 'set-wake-waits-for-hibernate-round'),
+    releaseSkipsUnbound: on(io, 'release-skips-unbound'),
+    waitsForTerminatingMain: on(io, 'waits-for-terminating-main'),
+    migrationWaitsForQuiesce: on(io, 'migration-waits-for-quiesce'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,
@@ -697,7 +710,7 @@ async function deletionFlow(
   // already terminating is not deleted again (the apiserver would change nothing), and the rest go out
   // together (SUB_AGENT_CREATE_CONCURRENCY in flight, as a pass's other per-pod rounds): a 121-pod set's
   // deletes were 121 workflow round trips, repeated while the pods terminated.
-  const batched = patched('deletion-batches-pod-deletes');
+  const batched = on(io, 'deletion-batches-pod-deletes');
   const toDelete = batched ? owned.filter((p) => p.metadata?.deletionTimestamp == null) : owned;
   const deletes = kubeForRound(io, toDelete.length);
   const deletePod = async (p: PassInput['pods'][number]): Promise<string | undefined> => {
@@ -737,7 +750,7 @@ async function deletionFlow(
   // Deliberate deviation: a `:hibernate` tag a live CocoonHibernation still needs is kept (vmsHeldByCR).
   // A failed List fails the pass (retried): a tag is never dropped on a guess.
   let held = new Set<string>();
-  if (registry && sorted.length > 0 && patched('set-gc-keeps-held-hibernate')) {
+  if (registry && sorted.length > 0 && on(io, 'set-gc-keeps-held-hibernate')) {
     try {
       held = vmsHeldByCR(namespace, await kube.cocoonSetListHibernations({ namespace }));
     } catch (err) {
@@ -771,7 +784,7 @@ async function deletionFlow(
       });
     // The reference deletes one tag after the other; with DELETION_GC_LANES in flight the registry worker's
     // slots (COCOONSET_CONCURRENCY) set the pace (a 121-pod set's 243 deletes took 23 s one at a time).
-    if (gc.length > 1 && patched('deletion-gc-concurrent')) await pool(gc, DELETION_GC_LANES, drop);
+    if (gc.length > 1 && on(io, 'deletion-gc-concurrent')) await pool(gc, DELETION_GC_LANES, drop);
     else await sequence(gc, drop);
   }
   try {
@@ -805,7 +818,7 @@ async function deletionFlow(
   // With the patch the workflow completes here: nothing is left to do for this CocoonSet. Before, it waited
   // for the watch to report the set gone, and a set that went while no watcher ran (the operator restarting)
   // left the workflow waiting for its 10 h fallback pass.
-  if (patched('deletion-completes-workflow'))
+  if (on(io, 'deletion-completes-workflow'))
     return { requeue: false, requeueAfterMs: 0, finalizerRemoved: true };
   return { requeue: false, requeueAfterMs: 0 };
 }

@@ -23,17 +23,20 @@ const folders = [...new Set(files.map((f) => f.split('/')[0]!))];
 const workflowsDir = new URL('../../src/workflows/', import.meta.url).pathname;
 
 /**
- * VM workflow patch ids added with the start argument `patches: 'all'` (vm.ts `on`): a run this version
- * starts takes every patched branch without a marker, so no recorded history holds them; only a run an
- * older version started asks `patched()` for them, where the branch is.
+ * Patch ids added with the start argument `patches: 'all'` (entity.ts `on`; VM workflow since 2026-12-03e,
+ * CocoonSet workflow since 2026-12-03f): a run this version starts takes every patched branch without a
+ * marker, so no recorded history holds them; only a run an older version started asks `patched()` for
+ * them, where the branch is.
  */
 const ADDED_WITH_RUN_START_MARKER = new Set([
   'pod-wait-status',
   'deletion-drops-inherited-tag',
   'wake-waits-for-hibernate-round',
+  'migration-waits-for-quiesce',
+  'loser-phase-follows-holder',
 ]);
 
-/** The ids the workflow code passes to `patched()`, directly or through vm.ts `on` (src/workflows/*.ts). */
+/** The ids the workflow code passes to `patched()`, directly or through entity.ts `on` (src/workflows/*.ts). */
 function patchIds(): Set<string> {
   const ids = new Set<string>();
   for (const f of readdirSync(workflowsDir).filter((n) => n.endsWith('.ts'))) {

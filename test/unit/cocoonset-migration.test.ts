@@ -15,6 +15,7 @@
  * | MigrationNoopWhenSettledOnTarget                | settled on the pin: not handled, no probe                     |
  * | MigrationStartsHibernateOnWrongNode             | live on the wrong node: Migrating, then the Hibernate ask     |
  * | MigrationDeletesOldPodAfterSnapshotLands        | the snapshot landed: deletes the old main, keeps the tag      |
+ * | (ours, deliberate difference)                   | the old main mid-round is kept until vk reports hibernated    |
  * | MigrationRecreatesOnTargetWithRestoreAnnotation | no main: recreates it restoring, pinned to the target         |
  * | MigrationWaitsWhileRestoring                    | waits while the restore runs, keeps the tag                   |
  * | MigrationDropsSnapshotWhenRestored              | restored and live: drops the tag                              |
@@ -36,7 +37,7 @@ import { describe, expect, it } from 'vitest';
 import { Annotations, Labels } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { buildAgentPod } from '../../src/cocoonset/pods.js';
-import { annotate, finalizedSet, hibernation, readyPod } from '../support/builders.js';
+import { annotate, finalizedSet, hibernation, lifecycleHibernated, readyPod } from '../support/builders.js';
 import { done, PlanWorld } from './plan-world.js';
 
 const VM = 'vk-ns-demo-0';
@@ -117,15 +118,50 @@ describe('migration', () => {
     expect([w.droppedTags, w.ids('deletePod'), w.ids('createPod')]).toEqual([[], [], []]);
   });
 
-  it('the snapshot landed (old main hibernating, tag present): deletes the old main, keeps the tag; Migrating (MigrationDeletesOldPodAfterSnapshotLands)', async () => {
+  it('the snapshot landed (old main hibernating, vk reports it hibernated, tag present): deletes the old main, keeps the tag; Migrating (MigrationDeletesOldPodAfterSnapshotLands)', async () => {
     const cs = migSet('node-b');
-    const w = new PlanWorld(cs, [hibernating(migMain(cs, 'node-a', 'vmid-1', true))]);
+    const w = new PlanWorld(cs, [lifecycleHibernated(hibernating(migMain(cs, 'node-a', '', false)))]);
     w.tags.add(TAG);
     expect(done(await w.pass()).result).toEqual(OK_5S);
     expect(w.pods.has('demo-0')).toBe(false);
     expect(w.ids('deletePod')).toEqual(['delete:demo-0']);
     expect([w.droppedTags, w.tags.has(TAG)]).toEqual([[], true]);
     expect(w.cs.status?.phase).toBe('Migrating');
+  });
+
+  it('the old main asked to hibernate while vk still pushes (lifecycle hibernating, VM running) and a tag in: the pod is kept until vk reports hibernated, then deleted; Migrating, 5 s (deliberate difference: the reference deletes on the request and the tag, which may be an earlier round’s; found by the flows-crash e2e)', async () => {
+    const cs = migSet('node-b');
+    const main = hibernating(migMain(cs, 'node-a', 'vmid-1', true));
+    annotate(main, {
+      [Annotations.lifecycleState]: 'hibernating',
+      [Annotations.lifecycleObservedGeneration]: '1',
+      [Annotations.cocoonSetGeneration]: '1',
+    });
+    const w = new PlanWorld(cs, [main]);
+    w.tags.add(TAG);
+    expect(done(await w.pass()).result).toEqual(OK_5S);
+    expect([w.ids('deletePod'), w.droppedTags, w.pods.has('demo-0')]).toEqual([[], [], true]);
+    expect(w.cs.status?.phase).toBe('Migrating');
+    // vk's `hibernated` for an older generation stamp than the pod's is an earlier round's: still kept.
+    annotate(w.pods.get('demo-0')!, {
+      [Annotations.lifecycleState]: 'hibernated',
+      [Annotations.cocoonSetGeneration]: '2',
+    });
+    expect(done(await w.pass()).result).toEqual(OK_5S);
+    expect(w.ids('deletePod')).toEqual([]);
+    annotate(w.pods.get('demo-0')!, { [Annotations.lifecycleObservedGeneration]: '2' });
+    expect(done(await w.pass()).result).toEqual(OK_5S);
+    expect([w.ids('deletePod'), w.droppedTags, w.tags.has(TAG)]).toEqual([['delete:demo-0'], [], true]);
+  });
+
+  it('without migration-waits-for-quiesce (a run an older version started): the old main mid-round is deleted on the request and the tag, as the reference', async () => {
+    const cs = migSet('node-b');
+    const main = hibernating(migMain(cs, 'node-a', 'vmid-1', true));
+    annotate(main, { [Annotations.lifecycleState]: 'hibernating' });
+    const w = new PlanWorld(cs, [main]);
+    w.tags.add(TAG);
+    expect(done(await w.pass({ migrationWaitsForQuiesce: false })).result).toEqual(OK_5S);
+    expect(w.ids('deletePod')).toEqual(['delete:demo-0']);
   });
 
   it('no main, tag present: recreates it restoring from the tag, with the required affinity to the target; Migrating (MigrationRecreatesOnTargetWithRestoreAnnotation)', async () => {

@@ -145,6 +145,7 @@ export class PlanWorld {
       wakeWaitsForHibernateRound?: boolean;
       releaseSkipsUnbound?: boolean;
       waitsForTerminatingMain?: boolean;
+      migrationWaitsForQuiesce?: boolean;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
     } = {},
@@ -164,6 +165,7 @@ export class PlanWorld {
       wakeWaitsForHibernateRound: opts.wakeWaitsForHibernateRound ?? true,
       releaseSkipsUnbound: opts.releaseSkipsUnbound ?? true,
       waitsForTerminatingMain: opts.waitsForTerminatingMain ?? true,
+      migrationWaitsForQuiesce: opts.migrationWaitsForQuiesce ?? true,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
     };

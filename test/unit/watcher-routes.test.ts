@@ -398,7 +398,7 @@ describe('CocoonSetRoute', () => {
     expect(first?.signalName).toBe('cocoonSetObserved');
     expect(first?.start.workflowType).toBe('cocoonSetWorkflow');
     expect(first?.start.args).toEqual([
-      { namespace: 'ns1', name: 's1', kubeIO: 'local', searchAttributes: 'identity' },
+      { namespace: 'ns1', name: 's1', kubeIO: 'local', searchAttributes: 'identity', patches: 'all' },
     ]);
     expect(startAttributes(first?.start)).toEqual({ CocoonNamespace: 'ns1', CocoonKind: 'CocoonSet' });
     expect(ev('update', cs('s1', 1, 'Running'))).toEqual([]);
