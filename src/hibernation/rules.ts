@@ -290,15 +290,39 @@ export function conflictPatch(
  * conflict as message and the current generation; before, it went on saying Ready=True for the old desire.
  * A `Pending` loser's Ready message follows the conflict's too (before, it kept the first one, e.g. "its
  * transition is in flight" after the holder had finished).
+ *
+ * `holderPath` (the VM workflow passes the holder's path behind `patched('loser-phase-follows-holder')`):
+ * a loser whose done phase the holder is undoing (`Hibernated` while the holder wakes the VM, `Active`
+ * while it hibernates it: two CRs hibernated the VM, then one was edited to Wake) goes `Pending` with the
+ * conflict as message, as a loser with no phase does; before, it said `Hibernated` on a running VM (found by
+ * a new-user run).
  */
 export function conflictWaitPatch(
   cr: CRView,
   conflictMessage: string,
   nowMs: number,
   loserNotReady = false,
+  holderPath?: Path,
 ): StatusPatch | null {
   const conflict = conflictPatch(cr, conflictMessage, nowMs);
   const phase = cr.status?.phase;
+  const undone =
+    (phase === 'Hibernated' && holderPath === 'wake') || (phase === 'Active' && holderPath === 'hibernate');
+  if (undone) {
+    const gen = cr.generation ?? 0;
+    const conditions = setCondition(
+      (conflict ? applyStatusPatch(cr, conflict) : cr).status?.conditions,
+      {
+        type: CONDITION_READY,
+        status: 'False',
+        reason: 'Pending',
+        message: conflictMessage,
+        observedGeneration: gen,
+      },
+      nowMs,
+    );
+    return { status: { observedGeneration: gen, phase: 'Pending', conditions } };
+  }
   if (loserNotReady && (phase === 'Hibernated' || phase === 'Active' || phase === 'Pending')) {
     const gen = cr.generation ?? 0;
     const conditions = setCondition(

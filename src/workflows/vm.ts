@@ -20,7 +20,6 @@ import {
   continueAsNew,
   getExternalWorkflowHandle,
   log,
-  patched,
   proxyActivities,
   setHandler,
   workflowInfo,
@@ -65,6 +64,7 @@ import {
   isNotFound,
   kubeActivities,
   olderThan,
+  on,
   registryActivityOptions,
 } from './entity.js';
 import {
@@ -165,7 +165,7 @@ interface VMIO {
   registry: RegistryActivities;
   /** The Kubernetes activities are local (the run started with `kubeIO: 'local'`). */
   local: boolean;
-  /** The run started with `patches: 'all'` (see `on`). */
+  /** The run started with `patches: 'all'` (see entity.ts `on`). */
   allPatches: boolean;
 }
 
@@ -178,19 +178,6 @@ function vmIO(input: VMWorkflowInput): VMIO {
     ),
     local: input.kubeIO === 'local',
   };
-}
-
-/**
- * Whether the behaviour behind patch `id` applies in this run. A run this version starts (start argument
- * `patches: 'all'`, set at every start and continue-as-new) takes every patched branch and records no
- * marker. A run an older version started asks `patched(id)` where the branch is, as it always did (its
- * history has the markers there). Why: a `patched()` first called right after a local activity does not
- * replay when a query was answered while that activity ran (the SDK then completes the workflow task early
- * and hands the result over in a new one; a replay hands it over in the first), and a workflow task that
- * fails replay fails on every retry. Found recording a golden history, then seen in CI.
- */
-function on(io: VMIO, id: string): boolean {
-  return io.allPatches || patched(id);
 }
 
 /**
@@ -708,7 +695,8 @@ async function pass(state: VMState, name: string, io: VMIO): Promise<boolean> {
         ? `VM ${vmName} is held by cocoonhibernation ${holder.cr.name} (desire ${holder.cr.desire}, ${holder.why}); desire ${cr.desire} waits until that one is deleted`
         : `VM ${vmName} is held by cocoonset ${holder.set}, which is suspended (${holder.why}); desire ${cr.desire} waits until the set is un-suspended`;
     const notReady = on(io, 'conflict-loser-not-ready');
-    await writeStatus(io, state, cr, conflictWaitPatch(cr, msg, Date.now(), notReady));
+    const followed = on(io, 'loser-phase-follows-holder') ? holder.path : undefined;
+    await writeStatus(io, state, cr, conflictWaitPatch(cr, msg, Date.now(), notReady, followed));
     return false;
   }
   await writeStatus(io, state, cr, conflictPatch(cr, undefined, Date.now()));
@@ -764,7 +752,12 @@ function holderOf(state: VMState): Holder | undefined {
   const lost = (h: Holder) => (h.kind === 'cr' ? conflicting(h.cr) : state.setDesire?.conflict !== undefined);
   const kept = live.find((l) => !lost(l));
   if (kept && kept !== live[0]) return { ...kept, why: 'it held the VM first' };
-  return live[0] && { ...live[0], why: 'created first' };
+  const first = live[0];
+  if (!first) return undefined;
+  // Creation times have one-second resolution: a tie is decided by which CR this workflow saw first.
+  const created = first.kind === 'cr' ? first.cr.creationTimestamp : undefined;
+  const tie = live.some((l) => l !== first && l.kind === 'cr' && l.cr.creationTimestamp === created);
+  return { ...first, why: tie ? 'created in the same second, seen first' : 'created first' };
 }
 
 /**
@@ -1056,15 +1049,12 @@ async function wakePath(state: VMState, name: string, vmName: string, io: VMIO):
       pod.annotations?.[Annotations.lifecycleState] === LifecycleStates.failed
         ? pod.annotations?.[Annotations.lifecycleStateMessage] || 'no message'
         : undefined;
-    const why =
+    const [why, reported] =
       vkFailed === undefined
-        ? 'vk-cocoon never reported the container running'
-        : `vk-cocoon reported the wake failed: ${vkFailed}`;
+        ? ['vk-cocoon never reported the container running', '']
+        : [`vk-cocoon reported the wake failed: ${vkFailed}`, ` (it reported: ${vkFailed})`];
     await failAtDeadline(io, state, cr, 'wake', EventReasons.wakeTimedOut, {
-      event:
-        vkFailed === undefined
-          ? `vk-cocoon did not report the container running within ${limit}`
-          : `vk-cocoon did not report the container running within ${limit} (it reported: ${vkFailed})`,
+      event: `vk-cocoon did not report the container running within ${limit}${reported}`,
       status: `wake timed out after ${limit}; ${why}`,
     });
     return;
@@ -1172,7 +1162,7 @@ async function deletionFlow(state: VMState, cr: TrackedCR, io: VMIO): Promise<vo
     const roundInFlight =
       pod?.exists === true &&
       hibernateAnnotated(pod) &&
-      pod.annotations?.[Annotations.lifecycleState] === 'hibernating' &&
+      vkHibernating(pod) &&
       (pod.annotations?.[Annotations.vmName] ?? '') === vmName;
     const since = cr.deletionTimestamp ? Date.parse(cr.deletionTimestamp) : Date.now();
     if (roundInFlight && Date.now() - since < DELETE_ROUND_WAIT_MS) {

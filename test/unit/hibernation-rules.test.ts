@@ -428,6 +428,48 @@ describe('DesireConflict condition (ours)', () => {
     );
   });
 
+  it('a loser whose done phase the holder undoes (Hibernated while the holder wakes the VM, Active while it hibernates it) goes Pending with the conflict (deliberate, loser-phase-follows-holder: it said Hibernated on a running VM); a done phase the holder keeps stays', () => {
+    const hibernated: Status = {
+      phase: 'Hibernated',
+      observedGeneration: 1,
+      conditions: [ready('True', 'Done', 'Hibernated')],
+    };
+    const patch = conflictWaitPatch(cr(hibernated), 'held', LATER, true, 'wake');
+    expect(patch).toEqual({
+      status: {
+        observedGeneration: 1,
+        phase: 'Pending',
+        conditions: [
+          ready('False', 'Pending', 'held', LATER_S),
+          { ...conflict('held'), lastTransitionTime: LATER_S },
+        ],
+      },
+    });
+    // Once Pending it stays so, and nothing more is written for the same conflict.
+    expect(
+      conflictWaitPatch(applyStatusPatch(cr(hibernated), patch!), 'held', LATER + 1000, true, 'wake'),
+    ).toBeNull();
+    // The condition already set (the holder's edit came after the conflict): the phase still goes.
+    const flagged: Status = {
+      ...hibernated,
+      conditions: [ready('False', 'Pending', 'held'), conflict('held')],
+    };
+    expect(conflictWaitPatch(cr(flagged), 'held', LATER, true, 'wake')?.status.phase).toBe('Pending');
+    const active: Status = {
+      phase: 'Active',
+      observedGeneration: 1,
+      conditions: [ready('True', 'Done', 'Active')],
+    };
+    expect(conflictWaitPatch(cr(active), 'held', LATER, true, 'hibernate')?.status.phase).toBe('Pending');
+    // The holder keeps the VM as the phase says (the loser's own desire was edited): the phase stays.
+    expect(
+      conflictWaitPatch(cr(hibernated, 2), 'held', LATER, true, 'hibernate')?.status.phase,
+    ).toBeUndefined();
+    expect(conflictWaitPatch(cr(active, 2), 'held', LATER, true, 'wake')?.status.phase).toBeUndefined();
+    // A run recorded before the patch passes no holder path: unchanged.
+    expect(conflictWaitPatch(cr(hibernated), 'held', LATER, true)?.status.phase).toBeUndefined();
+  });
+
   it('removes it once the CR no longer conflicts', () => {
     const st: Status = { conditions: [ready('True', 'Done', 'Hibernated'), conflict('held')] };
     expect(conflictPatch(cr(st), undefined, LATER)).toEqual({

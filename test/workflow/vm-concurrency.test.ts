@@ -209,4 +209,44 @@ describe('VM workflow concurrency', () => {
       expect(world.calls.filter((c) => c.startsWith('DELETE'))).toHaveLength(1);
     });
   });
+
+  it('(f) two CRs hibernated the VM and the holder is edited to Wake: the VM wakes, the other CR (desire Hibernate) goes Pending with the conflict instead of saying Hibernated on a running VM; once the holder is deleted it hibernates the VM again (fails without patch loser-phase-follows-holder)', async () => {
+    await withWorld(env, async (world) => {
+      world.tags.add('vk-ns-demo-0:hibernate');
+      await world.putPod(NS, 'demo-0', hibernatedPod('vk-ns-demo-0'));
+      await world.putCR({ namespace: NS, name: 'a', podRef: 'demo-0', desire: 'Hibernate' });
+      await waitFor('a Hibernated', () => world.cr(NS, 'a')?.status?.phase === 'Hibernated');
+      await world.putCR({ namespace: NS, name: 'b', podRef: 'demo-0', desire: 'Hibernate' });
+      await waitFor('b Hibernated', () => world.cr(NS, 'b')?.status?.phase === 'Hibernated');
+      await world.putCR({ ...world.cr(NS, 'a')!, desire: 'Wake' });
+      await waitFor('a Waking', () => world.cr(NS, 'a')?.status?.phase === 'Waking');
+      await world.settled(env, NS, 'demo-0');
+      expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBeUndefined();
+      const loser = () => world.cr(NS, 'b')!;
+      expect(loser().status?.phase).toBe('Pending');
+      expect(loser().status?.conditions?.find((c) => c.type === CONDITION_READY)).toMatchObject({
+        status: 'False',
+        reason: 'Pending',
+        message:
+          'VM vk-ns-demo-0 is held by cocoonhibernation a (desire Wake, its transition is in flight); desire Hibernate waits until that one is deleted',
+      });
+      expect(loser().status?.conditions?.find((c) => c.type === CONDITION_CONFLICT)?.status).toBe('True');
+      await world.annotatePod(
+        NS,
+        'demo-0',
+        { [Annotations.vmID]: 'vmid-2', [Annotations.lifecycleState]: 'ready' },
+        { containerRunning: true },
+      );
+      await waitFor('a Active', () => world.cr(NS, 'a')?.status?.phase === 'Active');
+      await world.settled(env, NS, 'demo-0');
+      expect(loser().status?.phase).toBe('Pending');
+      // The holder goes: b takes the VM and hibernates it again.
+      await world.deleteCR(NS, 'a');
+      await waitFor('b Hibernating', () => world.cr(NS, 'b')?.status?.phase === 'Hibernating');
+      expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBe('true');
+      await world.vkHibernated(NS, 'demo-0', 'vk-ns-demo-0');
+      await waitFor('b Hibernated', () => world.cr(NS, 'b')?.status?.phase === 'Hibernated');
+      expect((loser().status?.conditions ?? []).some((c) => c.type === CONDITION_CONFLICT)).toBe(false);
+    });
+  });
 });

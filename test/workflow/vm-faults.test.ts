@@ -134,7 +134,7 @@ describe('VM workflow under faults', () => {
         () => condition(world, 'a-hib', CONDITION_CONFLICT)?.status === 'True',
       );
       expect(condition(world, 'a-hib', CONDITION_CONFLICT)?.message).toBe(
-        `VM ${VM} is held by cocoonhibernation z-wake (desire Wake, created first); desire Hibernate waits until that one is deleted`,
+        `VM ${VM} is held by cocoonhibernation z-wake (desire Wake, created in the same second, seen first); desire Hibernate waits until that one is deleted`,
       );
       const hibernatePatch = (c: string) => c.startsWith('patchPod') && c.includes('"true"');
       await world.settled(env, NS, 'demo-0');
