@@ -18,7 +18,10 @@ export const FAULT_POINTS = [
   'hibernate.save',
   /** Hibernate push of `:hibernate` (before the manifest PUT): delay, fail = HibernatePushFailed. */
   'hibernate.push',
-  /** Hibernate VM removal: fail = tag rolled back, HibernateRemoveFailed. */
+  /**
+   * Hibernate VM removal: delay = time between the push and the removal (the tag is in, the VM still runs,
+   * lifecycle still `hibernating`); fail = tag rolled back, HibernateRemoveFailed.
+   */
   'hibernate.remove',
   /** Wake / restore source resolution and pull: fail = WakePullFailed. */
   'wake.pull',

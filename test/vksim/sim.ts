@@ -1055,6 +1055,8 @@ export class VkSimulator {
         `push ${vm.name}:hibernate: ${errMessage(err)}`,
       );
     }
+    const removeDelay = this.faults.delayFor('hibernate.remove', vm.name);
+    if (removeDelay > 0) await sleep(removeDelay);
     await this.clearRuntime(t);
     if (this.faults.shouldFail('hibernate.remove', vm.name)) {
       try {
