@@ -192,6 +192,29 @@ export const scenarios: Scenario[] = [
       }),
   },
   {
+    name: 'vm-loser-phase-follows-holder',
+    covers:
+      'two CRs hibernated the VM and the holder is edited to Wake: the other goes Pending while the VM wakes, then hibernates it again once the holder is deleted',
+    record: (env) =>
+      withWorld(env, async (world) => {
+        world.tags.add(`${VM}:hibernate`);
+        await hibernatedPod(world);
+        await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
+        await waitFor('Hibernated', () => phase(world) === 'Hibernated');
+        await world.putCR({ namespace: NS, name: 'other', podRef: POD, desire: 'Hibernate' });
+        await waitFor('other Hibernated', () => phase(world, 'other') === 'Hibernated');
+        await world.putCR({ ...world.cr(NS, 'hib')!, desire: 'Wake' });
+        await waitFor('other Pending', () => phase(world, 'other') === 'Pending');
+        await vkRunning(world, 'vmid-new');
+        await waitFor('Active', () => phase(world) === 'Active');
+        await world.deleteCR(NS, 'hib');
+        await waitFor('other Hibernating', () => phase(world, 'other') === 'Hibernating');
+        await vkHibernated(world);
+        await waitFor('other Hibernated again', () => phase(world, 'other') === 'Hibernated');
+        return { 'vm-loser-phase-follows-holder': await vmHistory(env) };
+      }),
+  },
+  {
     name: 'vm-takeover-mid-round',
     covers:
       'a Wake CR takes the VM over while vk hibernates it (the Hibernating holder deleted): Waking until the round ends and the VM runs again',
