@@ -93,6 +93,12 @@ export const CONDITION_CONFLICT = 'DesireConflict';
  * `RegistryError`, the error and the deadline in its message); removed by the next probe that answers.
  */
 export const CONDITION_PROBE_FAILING = 'SnapshotProbeFailing';
+/**
+ * Condition type this port adds while a wake cannot delete the spent `:hibernate` tag (True, reason
+ * `RegistryError`, the error in its message): the CR stays `Waking` and retries with backoff; removed by the
+ * delete that succeeds.
+ */
+export const CONDITION_DELETE_FAILING = 'SnapshotDeleteFailing';
 
 export const EVENT_SOURCE = 'cocoon-operator';
 

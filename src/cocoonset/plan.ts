@@ -56,7 +56,13 @@ import {
   subSlotsAscending,
 } from './classify.js';
 import { podSpecMatchesAgent, podSpecMatchesToolbox } from './drift.js';
-import { buildAgentPod, buildToolboxPod, preferredHostnameAffinity, toolboxPodName } from './pods.js';
+import {
+  buildAgentPod,
+  buildToolboxPod,
+  preferredHostnameAffinity,
+  requiredHostname,
+  toolboxPodName,
+} from './pods.js';
 import { readRebuildHistory, triageSubAgent } from './rebuild.js';
 import {
   markRestoreIfHibernated,
@@ -166,6 +172,20 @@ export interface PassInput {
    * request and a tag is in. The workflow sets it behind `patched()`.
    */
   migrationWaitsForQuiesce?: boolean;
+  /**
+   * A migration that fails a step keeps the set `Migrating` (the failure's status says why), so the next pass
+   * resumes it; the reference writes the derived phase, and a main already running on the target then no
+   * longer engages the migration, which leaves its `:hibernate` tag behind for a later recreate to restore.
+   * The workflow sets it behind `patched()`.
+   */
+  migrationFailureKeepsPhase?: boolean;
+  /**
+   * The migration deletes a restore main no node took (unbound, VM never started) whose required hostname
+   * affinity names another node than the current pin, or any node when the pin was cleared: rebuilt, it
+   * follows the pin (the tag stays). The reference leaves it Pending for ever. The workflow sets it behind
+   * `patched()`.
+   */
+  migrationFollowsPin?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -438,6 +458,8 @@ interface PassState {
   crs?: Promise<{ items: CocoonHibernation[] } | { error: string }>;
   /** The pass is ending with an error (its failure status is being written). */
   failing?: boolean;
+  /** The phase a failing pass writes instead of the derived one (a migration under way keeps `Migrating`). */
+  failPhase?: CocoonSetPhase;
 }
 
 function finish(st: PassState, result: Partial<PassResult>, status?: CocoonSetStatus): never {
@@ -464,7 +486,7 @@ const CONDITION_MESSAGE_MAX = 1024;
 async function fail(st: PassState, error: string): Promise<never> {
   if (!st.failing) {
     st.failing = true;
-    await writeStatus(st, phaseAfterBlock(st), 'status-on-failure', {
+    await writeStatus(st, st.failPhase ?? phaseAfterBlock(st), 'status-on-failure', {
       reason: ConditionReasons.reconcileFailed,
       message: error,
     });
@@ -1251,6 +1273,9 @@ async function migrate(st: PassState): Promise<void> {
   const desired = cs.spec.nodeName ?? '';
   const node = main?.spec?.nodeName ?? '';
   const vm = vmNameForAgent(st.ns, st.name, 0);
+  // Ours: a migration under way stays `Migrating` through a failed step (its status says why), so the next
+  // pass resumes it; with the derived phase a main already running on the target would not engage again.
+  if (st.input.migrationFailureKeepsPhase && cs.status?.phase === 'Migrating') st.failPhase = 'Migrating';
   if (main && hibernateRequested(main) && (desired === '' || node === desired)) {
     const crs = await hibernations(st);
     if ('error' in crs) return fail(st, `migrate: ${crs.error}`);
@@ -1262,6 +1287,7 @@ async function migrate(st: PassState): Promise<void> {
   if (!probe.present) {
     if (desired === '' || !main || node === '' || node === desired) return;
     await writeStatus(st, 'Migrating', 'status-migrating');
+    if (st.input.migrationFailureKeepsPhase) st.failPhase = 'Migrating';
     await askVMs(st, [main], 'Hibernate', 'migrate: ask the VM workflow to hibernate');
     return finish(st, { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });
   }
@@ -1292,6 +1318,21 @@ async function migrate(st: PassState): Promise<void> {
     if (o.kind === 'alreadyExists') return finish(st, { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });
     const err = errText(o);
     if (err !== undefined) return fail(st, `migrate: recreate main on ${desired || 'any node'}: ${err}`);
+    return markMigrating(st);
+  }
+  const pinnedTo = requiredHostname(main);
+  if (
+    st.input.migrationFollowsPin &&
+    node === '' &&
+    pinnedTo !== '' &&
+    pinnedTo !== desired &&
+    restoreFromHibernate(main) &&
+    !vmLive(main)
+  ) {
+    // Ours: a restore no node took (e.g. pinned to a node that does not exist) after the pin moved or was
+    // cleared: no VM ever ran in it and the tag stays, so rebuild it with the current pin (next pass). The
+    // reference waits on it for ever.
+    await deletePod(st, main.metadata!.name!, `migrate: delete restore main unscheduled on ${pinnedTo}`);
     return markMigrating(st);
   }
   if (hibernateRequested(main) && (desired === '' || node === desired)) {

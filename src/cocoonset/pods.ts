@@ -156,6 +156,18 @@ export function requiredHostnameAffinity(node: string): V1Affinity {
 }
 
 /**
+ * The node a pod's required hostname affinity pins it to (the form `requiredHostnameAffinity` writes: a
+ * single term whose `kubernetes.io/hostname In` lists one node), or '' when it has no such pin.
+ */
+export function requiredHostname(pod: V1Pod): string {
+  const terms =
+    pod.spec?.affinity?.nodeAffinity?.requiredDuringSchedulingIgnoredDuringExecution?.nodeSelectorTerms ?? [];
+  if (terms.length !== 1) return '';
+  const e = (terms[0]!.matchExpressions ?? []).find((x) => x.key === Labels.hostname && x.operator === 'In');
+  return e?.values?.length === 1 ? e.values[0]! : '';
+}
+
+/**
  * Preferred node affinity `kubernetes.io/hostname In [node]`, weight 100: the released-seat wake's hint
  * (docs/cocoonset.md#seat-release). It never relaxes the pool and CPU-class selectors, which are hard.
  */

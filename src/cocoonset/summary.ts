@@ -9,8 +9,9 @@
  *   the cocoonstack.io domains (VM spec, runtime, lifecycle, generation, hibernate, restore, dead letter,
  *   pool) except the post-clone reports and clone-from-dir, which no pass reads; the lifecycle message is
  *   cut to LIFECYCLE_MESSAGE_MAX characters (it only goes into an Event, itself cut at 1 KiB);
- * - spec: nodeName, the pool and CPU-class node selector, serviceAccountName, container 0's name,
- *   resources (limits/requests) and envFrom;
+ * - spec: nodeName, a required hostname affinity (the main's pin, in the form the set writes it), the pool
+ *   and CPU-class node selector, serviceAccountName, container 0's name, resources (limits/requests) and
+ *   envFrom;
  * - status: phase, the Ready condition, a `PodScheduled=False Unschedulable` condition with its message (the
  *   released-seat wake's `WakeNoCapacity`), and one container status with `state.running` when any runs.
  *
@@ -19,6 +20,7 @@
 import type { V1Pod } from '@kubernetes/client-node';
 import { Annotations, Labels } from '../api/keys.js';
 import { containerRunning } from '../api/pod.js';
+import { requiredHostname, requiredHostnameAffinity } from './pods.js';
 
 /**
  * Longest lifecycle-state message kept: it only feeds the `PodLifecycleFailed` Event, whose message is cut
@@ -100,6 +102,7 @@ export function summarizePod(pod: V1Pod): V1Pod {
           ]
         : [],
       ...(pod.spec.nodeName ? { nodeName: pod.spec.nodeName } : {}),
+      ...(requiredHostname(pod) ? { affinity: requiredHostnameAffinity(requiredHostname(pod)) } : {}),
       ...(pod.spec.serviceAccountName ? { serviceAccountName: pod.spec.serviceAccountName } : {}),
       ...(pod.spec.nodeSelector
         ? {

@@ -7,6 +7,7 @@
 import {
   Annotations,
   CONDITION_CONFLICT,
+  CONDITION_DELETE_FAILING,
   CONDITION_PROBE_FAILING,
   CONDITION_READY,
   LifecycleStates,
@@ -407,6 +408,19 @@ export function probeFailingPatch(
   nowMs: number,
 ): StatusPatch | null {
   return ownConditionPatch(cr, CONDITION_PROBE_FAILING, 'RegistryError', message, nowMs);
+}
+
+/**
+ * The SnapshotDeleteFailing condition this port adds (not in the reference, which logs the failed DELETE and
+ * goes Active with the tag still there): True with the error while a wake's DELETE of the spent tag fails,
+ * removed by the DELETE that succeeds. Null when nothing changes.
+ */
+export function deleteFailingPatch(
+  cr: CRView,
+  message: string | undefined,
+  nowMs: number,
+): StatusPatch | null {
+  return ownConditionPatch(cr, CONDITION_DELETE_FAILING, 'RegistryError', message, nowMs);
 }
 
 /** The CR has this port's DesireConflict condition set (it lost the VM to another CR's desire). */

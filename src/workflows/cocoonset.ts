@@ -483,6 +483,8 @@ async function drive(
     releaseSkipsUnbound: on(io, 'release-skips-unbound'),
     waitsForTerminatingMain: on(io, 'waits-for-terminating-main'),
     migrationWaitsForQuiesce: on(io, 'migration-waits-for-quiesce'),
+    migrationFailureKeepsPhase: on(io, 'migration-failure-keeps-phase'),
+    migrationFollowsPin: on(io, 'migration-follows-pin'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,

@@ -38,6 +38,7 @@ import {
   conflictWaitPatch,
   deadlineExceeded,
   deadlineOf,
+  deleteFailingPatch,
   goDuration,
   goQuote,
   HIBERNATE_TIMEOUT_MS,
@@ -529,7 +530,9 @@ async function setDesirePass(state: VMState, io: VMIO): Promise<void> {
  * After an un-suspend, once the VM runs again: drops the `:hibernate` tag the suspend left, unless a live
  * CocoonHibernation targets the pod or recorded the VM. vk-cocoon looks for that tag on every create of the
  * pod, so a leftover would bring back the suspend-time state on a later recreate (or fail a sub-agent's
- * clone); the reference leaves it. Best effort: a failed delete is logged (a later suspend overwrites it).
+ * clone); the reference leaves it. A failed delete is logged and (patch `tag-drop-retries`) throws: the
+ * desire is then not spent and the next look (SET_WAKE_POLL_MS) tries again; before the patch it was
+ * best effort.
  */
 async function dropLeftoverTag(state: VMState, pod: PodObservation, io: VMIO): Promise<void> {
   const vmName = pod.annotations?.[Annotations.vmName] ?? '';
@@ -540,6 +543,8 @@ async function dropLeftoverTag(state: VMState, pod: PodObservation, io: VMIO): P
     await io.registry.deleteManifest({ vmName, tag: Tags.hibernate });
   } catch (err) {
     log.error(`delete leftover hibernate snapshot ${vmName}`, { error: errorMessage(err) });
+    if (on(io, 'tag-drop-retries'))
+      throw new Error(`delete leftover hibernate snapshot ${vmName}: ${errorMessage(err)}`);
   }
 }
 
@@ -1028,7 +1033,16 @@ async function wakePath(state: VMState, name: string, vmName: string, io: VMIO):
       await io.registry.deleteManifest({ vmName, tag: Tags.hibernate });
     } catch (err) {
       log.error(`delete hibernation snapshot ${vmName}`, { error: errorMessage(err) });
+      if (on(io, 'tag-drop-retries')) {
+        // Ours (the reference goes Active): a tag left behind would bring this snapshot back on the pod's
+        // next create, rolling the VM back. The CR stays Waking, says why, and the failed pass retries.
+        const error = `delete hibernation snapshot ${vmName}: ${errorMessage(err)}`;
+        const why = `${error}; the VM runs, the wake completes once the spent tag is gone`;
+        await writeStatus(io, state, cr, deleteFailingPatch(cr, why, Date.now()));
+        throw new Error(error);
+      }
     }
+    cr = await writeStatus(io, state, cr, deleteFailingPatch(cr, undefined, Date.now()));
     const event = announcement(
       cr,
       'wake',

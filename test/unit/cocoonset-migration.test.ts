@@ -31,6 +31,8 @@
  * | (ours, deliberate difference)                   | a tag the set's own hibernate request made is not stale       |
  * | (ours, deliberate difference)                   | a live CocoonHibernation keeps the tag (stale / completion)   |
  * | (ours)                                          | a pinned released set: migration restores, the wake cleans up |
+ * | (ours, deliberate difference)                   | a failed tag drop keeps Migrating; the next pass retries it   |
+ * | (ours, deliberate difference)                   | an unscheduled restore follows a moved or cleared pin         |
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
@@ -224,6 +226,61 @@ describe('migration', () => {
     expect(w.pods.has('demo-0')).toBe(true);
     expect([w.ids('deletePod'), w.droppedTags, w.asks]).toEqual([[], [], []]);
     expect(w.cs.status?.phase).toBe('Migrating');
+  });
+
+  it('the completion drop failing (registry 503) keeps the set Migrating with the error, and the next pass drops the tag (deliberate difference: the reference writes the derived phase, a main live on the pin no longer engages the migration, and the tag stays for a later recreate to restore)', async () => {
+    const cs = migSet('node-b', phase('Migrating'));
+    const w = new PlanWorld(cs, [migMain(cs, 'node-b', 'vmid-new', true)]);
+    w.tags.add(TAG);
+    w.failures.set(`drop-tag:${VM}`, 'registry answered 503');
+    const end = done(await w.pass());
+    expect(end.result.error).toBe(`migrate: drop hibernate snapshot ${VM}: registry answered 503`);
+    expect(w.cs.status?.phase).toBe('Migrating');
+    const progressing = w.cs.status?.conditions?.find((c) => c.type === 'Progressing');
+    expect(progressing?.reason).toBe('ReconcileFailed');
+    expect(w.tags.has(TAG)).toBe(true);
+    w.failures.clear();
+    expect(done(await w.pass()).result).toEqual(OK_5S);
+    expect(w.tags.has(TAG)).toBe(false);
+    done(await w.pass());
+    expect(w.cs.status?.phase).toBe('Running');
+
+    // A run an older version started: the derived phase, and the migration never comes back for the tag.
+    const legacy = new PlanWorld(cs, [migMain(cs, 'node-b', 'vmid-new', true)]);
+    legacy.tags.add(TAG);
+    legacy.failures.set(`drop-tag:${VM}`, 'registry answered 503');
+    done(await legacy.pass({ migrationFailureKeepsPhase: false }));
+    expect(legacy.cs.status?.phase).toBe('Running');
+    legacy.failures.clear();
+    done(await legacy.pass({ migrationFailureKeepsPhase: false }));
+    expect(legacy.tags.has(TAG)).toBe(true);
+  });
+
+  it('a restore main no node took (unbound, pinned to a node that never takes it) after the pin moved: deleted, then rebuilt pinned to the new node, the tag kept; after the pin is cleared: rebuilt unpinned (deliberate difference: the reference leaves it Pending for ever)', async () => {
+    for (const next of ['node-b', '']) {
+      const cs = migSet('ghost-node', phase('Migrating'));
+      const w = new PlanWorld(cs, [restoreMarked(migMain(cs, '', '', false))]);
+      w.tags.add(TAG);
+      if (next === '') delete w.cs.spec.nodeName;
+      else w.cs.spec.nodeName = next;
+      expect(done(await w.pass()).result).toEqual(OK_5S);
+      expect(w.ids('deletePod')).toEqual(['delete:demo-0']);
+      expect([w.pods.has('demo-0'), w.tags.has(TAG), w.cs.status?.phase]).toEqual([false, true, 'Migrating']);
+      expect(done(await w.pass()).result).toEqual(OK_5S);
+      const rebuilt = w.pod('demo-0')!;
+      expect(rebuilt.metadata?.annotations?.[Annotations.restoreFromHibernate]).toBe('true');
+      expect(requiredHosts(rebuilt)).toEqual(next === '' ? undefined : pinTerm(next));
+      expect(w.droppedTags).toEqual([]);
+      // Unbound on its current pin: it waits (MigrationDoesNotDeleteRecreatedRestorePod).
+      expect(done(await w.pass()).result).toEqual(OK_5S);
+      expect(w.ids('deletePod')).toEqual(['delete:demo-0']);
+
+      const legacy = new PlanWorld(cs, [restoreMarked(migMain(cs, '', '', false))]);
+      legacy.tags.add(TAG);
+      legacy.cs.spec.nodeName = 'node-b';
+      done(await legacy.pass({ migrationFollowsPin: false }));
+      expect(legacy.ids('deletePod')).toEqual([]);
+    }
   });
 
   it('a probe error fails the pass with the migration prefix; nothing else done (MigrationProbeErrorIsHandled)', async () => {

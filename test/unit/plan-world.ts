@@ -146,6 +146,8 @@ export class PlanWorld {
       releaseSkipsUnbound?: boolean;
       waitsForTerminatingMain?: boolean;
       migrationWaitsForQuiesce?: boolean;
+      migrationFailureKeepsPhase?: boolean;
+      migrationFollowsPin?: boolean;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
     } = {},
@@ -166,6 +168,8 @@ export class PlanWorld {
       releaseSkipsUnbound: opts.releaseSkipsUnbound ?? true,
       waitsForTerminatingMain: opts.waitsForTerminatingMain ?? true,
       migrationWaitsForQuiesce: opts.migrationWaitsForQuiesce ?? true,
+      migrationFailureKeepsPhase: opts.migrationFailureKeepsPhase ?? true,
+      migrationFollowsPin: opts.migrationFollowsPin ?? true,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
     };

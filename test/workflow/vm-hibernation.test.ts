@@ -5,7 +5,13 @@
  */
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Annotations, CONDITION_READY, Finalizers, Labels } from '../../src/api/keys.js';
+import {
+  Annotations,
+  CONDITION_DELETE_FAILING,
+  CONDITION_READY,
+  Finalizers,
+  Labels,
+} from '../../src/api/keys.js';
 import { hibernatedPodAnnotations, vmPodAnnotations } from '../support/builders.js';
 import { waitFor } from '../support/wait.js';
 import { createEnv, skipUntil, timerDurations, withWorld } from './harness.js';
@@ -543,6 +549,37 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       );
       await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
       expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
+    });
+  });
+
+  it('a wake whose tag DELETE fails stays Waking with SnapshotDeleteFailing and retries; Active, the condition gone, once the DELETE succeeds (deliberate difference: the reference goes Active and leaves the tag, which a later create of the pod restores: a rollback)', async () => {
+    await withWorld(env, async (world) => {
+      await wakingVM(world);
+      world.deleteError = new Error('registry answered 503');
+      await world.annotatePod(
+        NS,
+        'demo-0',
+        { [Annotations.lifecycleState]: 'ready', [Annotations.vmID]: 'vmid-2' },
+        { containerRunning: true },
+      );
+      const failing = () =>
+        world.cr(NS, 'hib')?.status?.conditions?.find((c) => c.type === CONDITION_DELETE_FAILING);
+      await waitFor('SnapshotDeleteFailing', () => failing() !== undefined);
+      expect(failing()).toMatchObject({ status: 'True', reason: 'RegistryError' });
+      expect(failing()?.message).toContain(`delete hibernation snapshot ${VM}: registry answered 503`);
+      // The failed pass is retried with backoff, still Waking, the tag still there.
+      await skipUntil(
+        env,
+        'a second DELETE',
+        () => world.calls.filter((c) => c.startsWith('DELETE')).length >= 2,
+        60_000,
+        2_000,
+      );
+      expect([phase(world), world.tags.has(`${VM}:hibernate`)]).toEqual(['Waking', true]);
+      world.deleteError = undefined;
+      await skipUntil(env, 'Active', () => phase(world) === 'Active', 120_000);
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
+      expect(failing()).toBeUndefined();
     });
   });
 

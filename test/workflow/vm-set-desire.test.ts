@@ -90,6 +90,31 @@ describe('VM workflow: a CocoonSet desire', () => {
     });
   });
 
+  it('an un-suspend whose tag DELETE fails keeps its desire and tries again at its next look; the workflow completes once the DELETE succeeds (ours: a leftover tag would restore the suspend-time state on a later create of the pod)', async () => {
+    await withWorld(env, async (world) => {
+      await setPod(world);
+      await world.setDesire(NS, POD, 'Hibernate');
+      await waitFor('hibernate annotation', () => hibernate(world) === 'true');
+      await world.vkHibernated(NS, POD, VM);
+      world.deleteError = new Error('registry answered 503');
+      await world.setDesire(NS, POD, 'Wake');
+      await waitFor('annotation cleared', () => hibernate(world) === undefined);
+      await world.annotatePod(NS, POD, { [Annotations.vmID]: 'vm-2' }, { containerRunning: true });
+      await world.resync(NS, POD);
+      await waitFor('a DELETE', () => world.calls.some((c) => c.startsWith('DELETE')));
+      const s = await settled(world);
+      expect(s.setDesire?.desire).toBe('Wake');
+      const handle = env.client.workflow.getHandle(vmWorkflowId(NS, POD));
+      expect((await handle.describe()).status.name).toBe('RUNNING');
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+      world.deleteError = undefined;
+      await env.sleep(10_000);
+      await handle.result();
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
+      expect(world.calls.filter((c) => c.startsWith('DELETE')).length).toBeGreaterThanOrEqual(2);
+    });
+  });
+
   it('a Wake that leaves the tag to the set (a migration wakes in place and drops it itself): the VM workflow clears the annotation and sends no DELETE', async () => {
     await withWorld(env, async (world) => {
       await setPod(world);
