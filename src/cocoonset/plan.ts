@@ -186,6 +186,12 @@ export interface PassInput {
    * `patched()`.
    */
   migrationFollowsPin?: boolean;
+  /**
+   * A migration whose hibernate ask a CocoonHibernation refuses (it holds the VM awake: `desireConflicts`)
+   * says so on `Progressing` (reason `DesireConflict`), as the suspend does; before, it only said
+   * `Migrating`. The workflow sets it behind `patched()`.
+   */
+  migrationShowsConflict?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -1286,7 +1292,16 @@ async function migrate(st: PassState): Promise<void> {
     return fail(st, `migrate: probe hibernate snapshot ${vm}: ${errText(probe) ?? 'unexpected outcome'}`);
   if (!probe.present) {
     if (desired === '' || !main || node === '' || node === desired) return;
-    await writeStatus(st, 'Migrating', 'status-migrating');
+    const mainName = main.metadata?.name ?? '';
+    const conflict = st.input.migrationShowsConflict ? st.input.desireConflicts?.[mainName] : undefined;
+    await writeStatus(
+      st,
+      'Migrating',
+      'status-migrating',
+      conflict === undefined
+        ? undefined
+        : { reason: ConditionReasons.desireConflict, message: `pod ${mainName}: ${conflict}` },
+    );
     if (st.input.migrationFailureKeepsPhase) st.failPhase = 'Migrating';
     await askVMs(st, [main], 'Hibernate', 'migrate: ask the VM workflow to hibernate');
     return finish(st, { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });

@@ -485,6 +485,7 @@ async function drive(
     migrationWaitsForQuiesce: on(io, 'migration-waits-for-quiesce'),
     migrationFailureKeepsPhase: on(io, 'migration-failure-keeps-phase'),
     migrationFollowsPin: on(io, 'migration-follows-pin'),
+    migrationShowsConflict: on(io, 'migration-shows-conflict'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,

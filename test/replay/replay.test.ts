@@ -34,6 +34,10 @@ const ADDED_WITH_RUN_START_MARKER = new Set([
   'wake-waits-for-hibernate-round',
   'migration-waits-for-quiesce',
   'loser-phase-follows-holder',
+  'tag-drop-retries',
+  'migration-failure-keeps-phase',
+  'migration-follows-pin',
+  'migration-shows-conflict',
 ]);
 
 /** The ids the workflow code passes to `patched()`, directly or through entity.ts `on` (src/workflows/*.ts). */

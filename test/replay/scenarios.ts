@@ -101,6 +101,26 @@ export const scenarios: Scenario[] = [
       }),
   },
   {
+    name: 'vm-wake-delete-retries',
+    covers:
+      'a wake whose tag DELETE fails: Waking with SnapshotDeleteFailing, retried with backoff, then Active',
+    record: (env) =>
+      withWorld(env, async (world) => {
+        world.tags.add(`${VM}:hibernate`);
+        await hibernatedPod(world);
+        await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Wake' });
+        await waitFor('Waking', () => phase(world) === 'Waking');
+        world.deleteError = new Error('registry answered 503');
+        await vkRunning(world, 'vmid-new');
+        const deletes = () => world.calls.filter((c) => c.startsWith('DELETE')).length;
+        await skipUntil(env, 'a retried DELETE', () => deletes() >= 2, 60_000, 2_000);
+        world.deleteError = undefined;
+        await skipUntil(env, 'Active', () => phase(world) === 'Active', 120_000);
+        await world.settled(env, NS, POD);
+        return { 'vm-wake-delete-retries': await vmHistory(env) };
+      }),
+  },
+  {
     name: 'vm-reverse-desire',
     covers: 'a Wake edit while hibernating: the hibernate finishes first, then the wake starts',
     record: (env) =>

@@ -33,6 +33,7 @@
  * | (ours)                                          | a pinned released set: migration restores, the wake cleans up |
  * | (ours, deliberate difference)                   | a failed tag drop keeps Migrating; the next pass retries it   |
  * | (ours, deliberate difference)                   | an unscheduled restore follows a moved or cleared pin         |
+ * | (ours)                                          | a CR holding the main awake shows on Progressing              |
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
@@ -118,6 +119,29 @@ describe('migration', () => {
     expect(w.asks).toEqual([{ pod: 'demo-0', desire: 'Hibernate' }]);
     expect(w.ids()).toEqual([`migrate-probe:${VM}`, 'status-migrating', 'ask:Hibernate:demo-0']);
     expect([w.droppedTags, w.ids('deletePod'), w.ids('createPod')]).toEqual([[], [], []]);
+  });
+
+  it('a CocoonHibernation holding the main awake (the VM workflow reported the conflict): Migrating with Progressing=False DesireConflict naming it; gone once the conflict is (ours: the reference says only Migrating)', async () => {
+    const cs = migSet('node-b', phase('Migrating'));
+    const w = new PlanWorld(cs, [migMain(cs, 'node-a', 'vmid-1', true)]);
+    const held = 'VM vk-ns-demo-0 is held by cocoonhibernation keep (desire Wake, older)';
+    expect(done(await w.pass({ desireConflicts: { 'demo-0': held } })).result).toEqual(OK_5S);
+    const progressing = () => w.cs.status?.conditions?.find((c) => c.type === 'Progressing');
+    expect([
+      w.cs.status?.phase,
+      progressing()?.status,
+      progressing()?.reason,
+      progressing()?.message,
+    ]).toEqual(['Migrating', 'False', 'DesireConflict', `pod demo-0: ${held}`]);
+    expect(w.asks).toEqual([{ pod: 'demo-0', desire: 'Hibernate' }]);
+    done(await w.pass());
+    expect([w.cs.status?.phase, progressing()?.reason]).not.toContain('DesireConflict');
+
+    const legacy = new PlanWorld(cs, [migMain(cs, 'node-a', 'vmid-1', true)]);
+    done(await legacy.pass({ desireConflicts: { 'demo-0': held }, migrationShowsConflict: false }));
+    expect(legacy.cs.status?.conditions?.find((c) => c.type === 'Progressing')?.reason).not.toBe(
+      'DesireConflict',
+    );
   });
 
   it('the snapshot landed (old main hibernating, vk reports it hibernated, tag present): deletes the old main, keeps the tag; Migrating (MigrationDeletesOldPodAfterSnapshotLands)', async () => {

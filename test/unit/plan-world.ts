@@ -148,6 +148,7 @@ export class PlanWorld {
       migrationWaitsForQuiesce?: boolean;
       migrationFailureKeepsPhase?: boolean;
       migrationFollowsPin?: boolean;
+      migrationShowsConflict?: boolean;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
     } = {},
@@ -170,6 +171,7 @@ export class PlanWorld {
       migrationWaitsForQuiesce: opts.migrationWaitsForQuiesce ?? true,
       migrationFailureKeepsPhase: opts.migrationFailureKeepsPhase ?? true,
       migrationFollowsPin: opts.migrationFollowsPin ?? true,
+      migrationShowsConflict: opts.migrationShowsConflict ?? true,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
     };
