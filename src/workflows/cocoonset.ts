@@ -608,6 +608,7 @@ async function execute(
         }
       case 'dropHibernateTag':
         await registry.deleteManifest({ vmName: a.vmName, tag: Tags.hibernate });
+        log.info(`cocoonset ${namespace}/${state.name}: deleted ${a.vmName}:${Tags.hibernate}`);
         if (a.wokenPod) state.tagDroppedFor = { ...(state.tagDroppedFor ?? {}), [a.wokenPod]: true };
         return { kind: 'ok' };
       case 'listHibernations':
@@ -620,9 +621,14 @@ async function execute(
           kind: 'probe',
           present: await registry.hasManifest({ vmName: a.vmName, tag: Tags.hibernate }),
         };
-      case 'patchStatus':
+      case 'patchStatus': {
         await kube.cocoonSetPatchStatus({ namespace, name: state.name, body: a.body });
+        const [from, to] = [cs.status?.phase || '(none)', a.status.phase || '(none)'];
+        // Logged only: the Kubernetes Event stream has no phase change, and an operator log without the
+        // flows' steps (a migration, a suspend) left users guessing (found by a new-user run).
+        if (to !== from) log.info(`cocoonset ${namespace}/${state.name}: ${from} → ${to}`);
         return { kind: 'ok' };
+      }
       case 'event':
         // Fire and forget (a lost event never fails the pass). The key names this emit uniquely across
         // runs (a fresh run after a terminate or reset restarts `passes`), so only a retried activity
