@@ -250,4 +250,9 @@ export const ConditionReasons = {
    * waits to recreate it (the reference fails the create with AlreadyExists and retries with backoff).
    */
   mainTerminating: 'MainTerminating',
+  /**
+   * Ours, on `Progressing=False` of a migrating set: the restore main no node takes; the message is the
+   * scheduler's (change or clear `spec.nodeName` to move it).
+   */
+  unschedulable: 'Unschedulable',
 } as const;

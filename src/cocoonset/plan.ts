@@ -1357,7 +1357,14 @@ async function migrate(st: PassState): Promise<void> {
   }
   if (!vmAwake(st, main)) {
     if (cs.status?.phase !== 'Migrating') return;
-    return markMigrating(st);
+    // Ours: a restore no node takes says why (the scheduler's message) and how to get out of it.
+    const unschedulable = st.input.migrationFollowsPin && node === '' ? podUnschedulable(main) : '';
+    if (unschedulable === '') return markMigrating(st);
+    const status = await writeStatus(st, 'Migrating', 'status', {
+      reason: ConditionReasons.unschedulable,
+      message: `main pod ${main.metadata?.name} unschedulable: ${unschedulable} (change or clear spec.nodeName to move it)`,
+    });
+    return finish(st, { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS }, status);
   }
   await dropTagUnlessHeld(st, vm, 'migrate: drop hibernate snapshot', main.metadata?.name);
   return markMigrating(st);

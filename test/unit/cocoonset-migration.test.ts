@@ -280,11 +280,32 @@ describe('migration', () => {
     expect(legacy.tags.has(TAG)).toBe(true);
   });
 
-  it('a restore main no node took (unbound, pinned to a node that never takes it) after the pin moved: deleted, then rebuilt pinned to the new node, the tag kept; after the pin is cleared: rebuilt unpinned (deliberate difference: the reference leaves it Pending for ever)', async () => {
+  it('a restore main no node took (unbound, pinned to a node that never takes it): Migrating with Progressing=False Unschedulable and the scheduler message; after the pin moved: deleted, then rebuilt pinned to the new node, the tag kept; after the pin is cleared: rebuilt unpinned (deliberate difference: the reference leaves it Pending for ever)', async () => {
     for (const next of ['node-b', '']) {
       const cs = migSet('ghost-node', phase('Migrating'));
-      const w = new PlanWorld(cs, [restoreMarked(migMain(cs, '', '', false))]);
+      const stuck = restoreMarked(migMain(cs, '', '', false));
+      stuck.status = {
+        conditions: [
+          {
+            type: 'PodScheduled',
+            status: 'False',
+            reason: 'Unschedulable',
+            message: '0/1 nodes are available',
+          },
+        ],
+      };
+      const w = new PlanWorld(cs, [stuck]);
       w.tags.add(TAG);
+      // On its pin it waits, and says why and how to get out of it.
+      expect(done(await w.pass()).result).toEqual(OK_5S);
+      const progressing = w.cs.status?.conditions?.find((c) => c.type === 'Progressing');
+      expect([w.cs.status?.phase, progressing?.status, progressing?.reason, progressing?.message]).toEqual([
+        'Migrating',
+        'False',
+        'Unschedulable',
+        'main pod demo-0 unschedulable: 0/1 nodes are available (change or clear spec.nodeName to move it)',
+      ]);
+      expect(w.ids('deletePod')).toEqual([]);
       if (next === '') delete w.cs.spec.nodeName;
       else w.cs.spec.nodeName = next;
       expect(done(await w.pass()).result).toEqual(OK_5S);
