@@ -9,6 +9,7 @@ import { Watch } from '@kubernetes/client-node';
 import type { Client } from '@temporalio/client';
 import {
   Annotations,
+  CONDITION_PROGRESSING,
   EVENT_SOURCE,
   GROUP,
   KIND_COCOONHIBERNATION,
@@ -37,6 +38,8 @@ export interface CRSnapshot {
   message: string;
   finalizers: string[];
   deleting: boolean;
+  /** Every status condition (Ready and this operator's own), without their timestamps. */
+  conditions: { type: string; status: string; reason: string; message: string }[];
 }
 
 /** One version of a pod as the watch delivered it (the fields these tests reason about). */
@@ -71,6 +74,8 @@ export interface CocoonSetSnapshot {
   finalizers: string[];
   deleting: boolean;
   annotations: Record<string, string>;
+  /** The `Progressing` condition's status, reason and message ('' when absent). */
+  progressing: { status: string; reason: string; message: string };
 }
 
 /**
@@ -197,6 +202,12 @@ function crSnapshot(type: string, cr: CocoonHibernation): CRSnapshot {
     message: readyOf(cr)?.message ?? '',
     finalizers: cr.metadata?.finalizers ?? [],
     deleting: cr.metadata?.deletionTimestamp != null,
+    conditions: (cr.status?.conditions ?? []).map((c) => ({
+      type: c.type,
+      status: c.status,
+      reason: c.reason ?? '',
+      message: c.message ?? '',
+    })),
   };
 }
 
@@ -220,6 +231,7 @@ function podSnapshot(type: string, pod: V1Pod): PodSnapshot {
 }
 
 function cocoonSetSnapshot(type: string, cs: CocoonSet): CocoonSetSnapshot {
+  const progressing = cs.status?.conditions?.find((c) => c.type === CONDITION_PROGRESSING);
   return {
     at: Date.now(),
     type,
@@ -232,6 +244,11 @@ function cocoonSetSnapshot(type: string, cs: CocoonSet): CocoonSetSnapshot {
     finalizers: cs.metadata?.finalizers ?? [],
     deleting: cs.metadata?.deletionTimestamp != null,
     annotations: { ...(cs.metadata?.annotations ?? {}) },
+    progressing: {
+      status: progressing?.status ?? '',
+      reason: progressing?.reason ?? '',
+      message: progressing?.message ?? '',
+    },
   };
 }
 

@@ -25,6 +25,7 @@ import { vmWorkflowId } from '../../src/api/ids.js';
 import {
   Annotations,
   CONDITION_CONFLICT,
+  CONDITION_DELETE_FAILING,
   EventReasons,
   Finalizers,
   LifecycleStates,
@@ -284,6 +285,64 @@ describe('CocoonHibernation end to end (operator process, local stack)', () => {
     expect(events[0]).toMatchObject({ type: 'Normal', message: `pod ${ns}/t2 is running` });
     expect(await eventCount('t2', EventReasons.hibernated)).toBe(1);
   });
+
+  it('wake whose tag DELETE keeps failing (the registry resets every DELETE of the tag): the VM runs again, the CR stays Waking with SnapshotDeleteFailing (True, RegistryError, the error) and retries by itself; once the registry answers the tag goes, the condition is removed, Active with one WokenActive (fails without tag-drop-retries: Active with the tag left)', async () => {
+    const { vm, id: firstId } = await runningVM('t2f');
+    await crs.create('t2f', 't2f', 'Hibernate');
+    await crs.waitPhase('t2f', 'Hibernated', QUICK_MS);
+    let registryDown = true;
+    let refused = 0;
+    proxy.intercept = (req) => {
+      if (req.method !== 'DELETE' || req.path !== `/v2/${vm}/manifests/${Tags.hibernate}`) return undefined;
+      if (!registryDown) return 'forward';
+      refused++;
+      return 'drop';
+    };
+    // A slow pull: the VM runs only after the operator wrote Waking (vk finishing the wake during the
+    // annotation patch would skip Waking, as in the wake test).
+    await sim.addFault({ vm: `^${vm}$`, op: 'wake.pull.delay', delayMs: 1_000, count: 1 });
+    await crs.setDesire('t2f', 'Wake');
+
+    // The wake's DELETE fails once its activity's retries are spent; the first version after that says so
+    // (without the rule: Active, no condition). Read from the watch: every version of the CR.
+    const deleteFailing = (x: { conditions: { type: string }[] }) =>
+      x.conditions.find((c) => c.type === CONDITION_DELETE_FAILING);
+    const failed = await waitFor(
+      'the wake reports its failed tag DELETE (or goes Active)',
+      () => rec.crHistory('t2f').find((x) => deleteFailing(x) || x.phase === 'Active'),
+      QUICK_MS,
+      { describe: () => rec.crHistory('t2f').slice(-2) },
+    );
+    expect({ phase: failed.phase, condition: deleteFailing(failed) }).toEqual({
+      phase: 'Waking',
+      condition: {
+        type: CONDITION_DELETE_FAILING,
+        status: 'True',
+        reason: 'RegistryError',
+        message: expect.stringContaining(`delete hibernation snapshot ${vm}: `),
+      },
+    });
+    expect(refused).toBeGreaterThanOrEqual(3);
+    const woken = await readPod('t2f');
+    expect(containerRunning(woken)).toBe(true);
+    expect(vmIDOf(woken)).not.toBe('');
+    expect(vmIDOf(woken)).not.toBe(firstId);
+    expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
+    // The failed pass is retried with nothing else changing: another DELETE arrives, the CR still Waking.
+    const refusedAtFailure = refused;
+    await waitFor('the DELETE retried', () => refused > refusedAtFailure, QUICK_MS);
+    expect((await crs.get('t2f'))?.status?.phase).toBe('Waking');
+
+    registryDown = false;
+    const cr = await crs.waitPhase('t2f', 'Active', QUICK_MS);
+    expect(cr.status?.conditions?.map((c) => c.type)).not.toContain(CONDITION_DELETE_FAILING);
+    expect(readyOf(cr)).toMatchObject({ status: 'True', reason: 'Done', message: 'Active' });
+    expect(await headTag(registry, vm, Tags.hibernate)).toBe(404);
+    await rec.waitSeen('cocoonhibernation', cr);
+    expect(rec.phases('t2f')).toEqual(['', 'Hibernating', 'Hibernated', 'Waking', 'Active']);
+    await settle(temporal, vmWorkflowId(ns, 't2f'));
+    expect(await eventCount('t2f', EventReasons.wokenActive)).toBe(1);
+  }, 90_000);
 
   it('desire reversed mid-hibernate: Hibernated first (tag present), then Active; the tag goes only after the VM runs', async () => {
     const { vm, id: firstId } = await runningVM('t3');
