@@ -1038,6 +1038,9 @@ async function wakePath(state: VMState, name: string, vmName: string, io: VMIO):
         // next create, rolling the VM back. The CR stays Waking, says why, and the failed pass retries.
         const error = `delete hibernation snapshot ${vmName}: ${errorMessage(err)}`;
         const why = `${error}; the VM runs, the wake completes once the spent tag is gone`;
+        // A wake vk finished during the annotation patch never wrote Waking: it is in flight until the tag goes.
+        if (cr.status?.phase !== 'Waking')
+          cr = await writeStatus(io, state, cr, setPhasePatch(cr, 'Waking', vmName, Date.now()));
         await writeStatus(io, state, cr, deleteFailingPatch(cr, why, Date.now()));
         throw new Error(error);
       }

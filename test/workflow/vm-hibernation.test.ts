@@ -242,6 +242,30 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     });
   });
 
+  it('a wake vk finishes while the annotation patch is in flight, whose tag DELETE fails: Waking with SnapshotDeleteFailing (not the old phase on a running VM), then Active once the DELETE succeeds', async () => {
+    await withWorld(env, async (world) => {
+      world.tags.add(`${VM}:hibernate`);
+      world.deleteError = new Error('registry answered 503');
+      await world.putPod(NS, 'demo-0', { annotations: hibernatedPodAnnotations(VM) });
+      world.duringPodPatch = async (patched) => {
+        world.duringPodPatch = undefined;
+        await world.putPod(NS, patched.name, {
+          annotations: { ...patched.annotations, [Annotations.vmID]: 'vmid-new' },
+          containerRunning: true,
+        });
+      };
+      await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
+      const failing = () =>
+        world.cr(NS, 'hib')?.status?.conditions?.find((c) => c.type === CONDITION_DELETE_FAILING);
+      await waitFor('SnapshotDeleteFailing', () => failing() !== undefined);
+      expect(phase(world)).toBe('Waking');
+      world.deleteError = undefined;
+      await skipUntil(env, 'Active', () => phase(world) === 'Active', 120_000);
+      expect([world.tags.has(`${VM}:hibernate`), failing()]).toEqual([false, undefined]);
+      expect(world.events.filter((e) => e.reason === 'WokenActive')).toHaveLength(1);
+    });
+  });
+
   it('fails a wake after 5m0s (test 28)', async () => {
     await withWorld(env, async (world) => {
       await world.putPod(NS, 'demo-0', {
