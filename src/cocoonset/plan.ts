@@ -57,6 +57,7 @@ import {
 } from './classify.js';
 import { podSpecMatchesAgent, podSpecMatchesToolbox } from './drift.js';
 import {
+  agentPodName,
   buildAgentPod,
   buildToolboxPod,
   preferredHostnameAffinity,
@@ -72,7 +73,7 @@ import {
   vmsHeldByCR,
 } from './restore.js';
 import { buildStatus, type CocoonSetStatus, planStatusWrite } from './status.js';
-import { invalidSpecReason } from './validate.js';
+import { invalidSpecReason, nodePinReason } from './validate.js';
 import { hibernatePolicyOf, replicasOf } from './vmspec.js';
 
 /** Requeue delay while waiting for the main / for a terminating predecessor (`requeueWaitForMain`). */
@@ -192,6 +193,12 @@ export interface PassInput {
    * `Migrating`. The workflow sets it behind `patched()`.
    */
   migrationShowsConflict?: boolean;
+  /**
+   * The validation gate also checks `spec.nodeName` as the label value the main's required affinity makes
+   * of it (`nodePinReason`): before, a migration to an invalid pin deleted the old main and then failed to
+   * create the new one. The workflow sets it behind `patched()`.
+   */
+  validatesPin?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -1504,7 +1511,9 @@ async function reconcile(st: PassState): Promise<never> {
   // Validation gate (ours): nothing below touches a pod while the spec builds pods the apiserver rejects.
   // Toolbox names that break the toolbox name rules keep failing at their own step, as in the reference.
   const tbNamesOK = validateToolboxes(cs.spec.toolboxes ?? []) === undefined;
-  const invalid = invalidSpecReason(cs, vmNameOf(c.main), tbNamesOK);
+  const invalid =
+    invalidSpecReason(cs, vmNameOf(c.main), tbNamesOK) ??
+    (st.input.validatesPin ? nodePinReason(cs, agentPodName(cs, 0)) : undefined);
   if (invalid !== undefined) return blockInvalidSpec(st, invalid);
   // 6. Generation stamp on every classified pod, in name order.
   const generation = cs.metadata.generation ?? 0;

@@ -196,6 +196,22 @@ export function validatePod(pod: V1Pod, sourcePath: string): PodFieldError[] {
 }
 
 /**
+ * Why `spec.nodeName` (the main's pin) would make the main be rejected, or undefined: the pin goes into a
+ * required hostname affinity, whose values the apiserver checks as label values (at most 63 characters,
+ * alphanumeric at both ends, `-_.` inside). One line, as `invalidSpecReason`. The CRD does not check it; a
+ * migration to such a pin would otherwise delete the old main before its replacement's create fails (422).
+ */
+export function nodePinReason(cs: CocoonSet, mainPod: string): string | undefined {
+  const pin = cs.spec.nodeName ?? '';
+  if (pin === '') return undefined;
+  const field =
+    'spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0].values[0]';
+  const errs = labelValueErrors(field, pin).map((e) => ({ ...e, source: 'spec.nodeName' }));
+  if (errs.length === 0) return undefined;
+  return `pod ${mainPod} would be rejected: ${errs.map(formatFieldError).join('; ')}`;
+}
+
+/**
  * Why the pods the current spec builds would be rejected, or undefined when they would all pass: one line,
  * `pod <name> would be rejected: <field error>[; <field error>…]` for the first invalid pod. Checks the
  * main, the first and the last sub-agent slot (sub-agents differ only in their slot number, and the last

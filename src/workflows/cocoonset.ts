@@ -486,6 +486,7 @@ async function drive(
     migrationFailureKeepsPhase: on(io, 'migration-failure-keeps-phase'),
     migrationFollowsPin: on(io, 'migration-follows-pin'),
     migrationShowsConflict: on(io, 'migration-shows-conflict'),
+    validatesPin: on(io, 'validates-pin'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,
@@ -568,6 +569,9 @@ async function pool<T, R>(items: T[], limit: number, fn: (t: T) => Promise<R>): 
  * Executes one planner action as an activity and turns its answer into the outcome the planner reads;
  * `kube`: the Kubernetes activities of its round (see kubeForRound).
  */
+/** The phase each run's last status write set (for the phase-change log line only; not workflow state). */
+const phaseWritten = new WeakMap<CocoonSetState, string>();
+
 async function execute(
   state: CocoonSetState,
   cs: CocoonSet,
@@ -623,9 +627,12 @@ async function execute(
         };
       case 'patchStatus': {
         await kube.cocoonSetPatchStatus({ namespace, name: state.name, body: a.body });
-        const [from, to] = [cs.status?.phase || '(none)', a.status.phase || '(none)'];
         // Logged only: the Kubernetes Event stream has no phase change, and an operator log without the
-        // flows' steps (a migration, a suspend) left users guessing (found by a new-user run).
+        // flows' steps (a migration, a suspend) left users guessing (found by a new-user run). Against the
+        // pass's own earlier write too: a pass may write the status twice.
+        const from = phaseWritten.get(state) ?? (cs.status?.phase || '(none)');
+        const to = a.status.phase || '(none)';
+        phaseWritten.set(state, to);
         if (to !== from) log.info(`cocoonset ${namespace}/${state.name}: ${from} → ${to}`);
         return { kind: 'ok' };
       }

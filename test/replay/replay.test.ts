@@ -38,6 +38,7 @@ const ADDED_WITH_RUN_START_MARKER = new Set([
   'migration-failure-keeps-phase',
   'migration-follows-pin',
   'migration-shows-conflict',
+  'validates-pin',
 ]);
 
 /** The ids the workflow code passes to `patched()`, directly or through entity.ts `on` (src/workflows/*.ts). */

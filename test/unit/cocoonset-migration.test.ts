@@ -34,6 +34,7 @@
  * | (ours, deliberate difference)                   | a failed tag drop keeps Migrating; the next pass retries it   |
  * | (ours, deliberate difference)                   | an unscheduled restore follows a moved or cleared pin         |
  * | (ours)                                          | a CR holding the main awake shows on Progressing              |
+ * | (ours, deliberate difference)                   | an invalid pin is InvalidSpec; the live main is untouched     |
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
@@ -142,6 +143,22 @@ describe('migration', () => {
     expect(legacy.cs.status?.conditions?.find((c) => c.type === 'Progressing')?.reason).not.toBe(
       'DesireConflict',
     );
+  });
+
+  it('a pin no node can have (not a label value, e.g. Bad_Node!): InvalidSpec on Progressing, no probe, no ask, the live main untouched (deliberate difference: the CRD accepts it and the reference deletes the old main before the new one’s create fails with 422)', async () => {
+    const cs = migSet('Bad_Node!');
+    const w = new PlanWorld(cs, [migMain(cs, 'node-a', 'vmid-1', true)]);
+    done(await w.pass());
+    const progressing = w.cs.status?.conditions?.find((c) => c.type === 'Progressing');
+    expect([progressing?.status, progressing?.reason]).toEqual(['False', 'InvalidSpec']);
+    expect(progressing?.message).toContain('Invalid value: "Bad_Node!"');
+    expect(progressing?.message).toContain('(from spec.nodeName)');
+    expect([w.probes, w.asks, w.ids('deletePod'), w.ids('createPod')]).toEqual([[], [], [], []]);
+    expect(w.pods.has('demo-0')).toBe(true);
+
+    const legacy = new PlanWorld(cs, [migMain(cs, 'node-a', 'vmid-1', true)]);
+    done(await legacy.pass({ validatesPin: false }));
+    expect(legacy.asks).toEqual([{ pod: 'demo-0', desire: 'Hibernate' }]);
   });
 
   it('the snapshot landed (old main hibernating, vk reports it hibernated, tag present): deletes the old main, keeps the tag; Migrating (MigrationDeletesOldPodAfterSnapshotLands)', async () => {

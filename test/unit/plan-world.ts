@@ -149,6 +149,7 @@ export class PlanWorld {
       migrationFailureKeepsPhase?: boolean;
       migrationFollowsPin?: boolean;
       migrationShowsConflict?: boolean;
+      validatesPin?: boolean;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
     } = {},
@@ -172,6 +173,7 @@ export class PlanWorld {
       migrationFailureKeepsPhase: opts.migrationFailureKeepsPhase ?? true,
       migrationFollowsPin: opts.migrationFollowsPin ?? true,
       migrationShowsConflict: opts.migrationShowsConflict ?? true,
+      validatesPin: opts.validatesPin ?? true,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
     };
