@@ -4,6 +4,7 @@
  * workflow's state and workflow time (deterministic).
  */
 
+import { EventReasons } from '../api/keys.js';
 import { deadlineExceeded, deadlineOf, HIBERNATE_TIMEOUT_MS, WAKE_TIMEOUT_MS } from '../hibernation/rules.js';
 import { backoffDelay } from './entity.js';
 import type { TrackedCR, VMState } from './vm.js';
@@ -29,6 +30,27 @@ export const DELETE_WAKE_WAIT_MS = HIBERNATE_TIMEOUT_MS + WAKE_TIMEOUT_MS;
 export const SET_DESIRE_RECHECK_MS = 10 * 60_000;
 /** While an un-suspend waits for its VM to run again (to drop the leftover tag), re-read the pod this often. */
 export const SET_WAKE_POLL_MS = 5_000;
+
+/**
+ * The two transitions' deadlines (docs/hibernation.md#hibernate, docs/hibernation.md#wake): the in-flight
+ * phase whose lastTransitionTime starts the clock, how long it may take (ms), and the Event reason when it
+ * does not finish in time.
+ */
+export const TRANSITIONS = {
+  hibernate: {
+    phase: 'Hibernating',
+    timeoutMs: HIBERNATE_TIMEOUT_MS,
+    timedOut: EventReasons.hibernateTimedOut,
+  },
+  wake: { phase: 'Waking', timeoutMs: WAKE_TIMEOUT_MS, timedOut: EventReasons.wakeTimedOut },
+} as const;
+export type TransitionKind = keyof typeof TRANSITIONS;
+
+/** True when `cr`'s `kind` transition is in flight past its deadline at `nowMs` (strictly after, as the reference). */
+export function pastDeadline(cr: TrackedCR, kind: TransitionKind, nowMs: number): boolean {
+  const { phase, timeoutMs } = TRANSITIONS[kind];
+  return deadlineExceeded(cr.status, phase, timeoutMs, nowMs);
+}
 
 /** How often a set's desire without a watch re-reads the pod (ms). */
 export function setDesireRecheckMs(state: VMState): number {
@@ -61,8 +83,8 @@ export function nextWake(state: VMState): number | undefined {
     const floor = cr.backoffUntil ?? Number.NEGATIVE_INFINITY;
     consider(cr.backoffUntil);
     consider(cr.retryAt, floor);
-    consider(after(deadlineOf(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS)));
-    consider(after(deadlineOf(cr.status, 'Waking', WAKE_TIMEOUT_MS)));
+    for (const { phase, timeoutMs } of Object.values(TRANSITIONS))
+      consider(after(deadlineOf(cr.status, phase, timeoutMs)));
   }
   if (state.needResync) consider(state.resyncAt);
   if (inFlight(state)) consider((state.lastResyncAt ?? Date.now()) + FALLBACK_RESYNC_MS);
@@ -75,10 +97,7 @@ export function nextWake(state: VMState): number | undefined {
 
 /** The in-flight phase's deadline has passed: a pass is due whatever the error backoff says. */
 export function deadlineDue(cr: TrackedCR, nowMs: number): boolean {
-  return (
-    deadlineExceeded(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS, nowMs) ||
-    deadlineExceeded(cr.status, 'Waking', WAKE_TIMEOUT_MS, nowMs)
-  );
+  return pastDeadline(cr, 'hibernate', nowMs) || pastDeadline(cr, 'wake', nowMs);
 }
 
 /** Counts a failed pass of `cr` and backs it off: BACKOFF_BASE_MS doubling to BACKOFF_MAX_MS. */
@@ -91,4 +110,63 @@ export function backoff(cr: TrackedCR): void {
 export function backoffResync(state: VMState): void {
   state.resyncFailures = (state.resyncFailures ?? 0) + 1;
   state.resyncAt = Date.now() + backoffDelay(state.resyncFailures, BACKOFF_BASE_MS, BACKOFF_MAX_MS);
+}
+
+/**
+ * The workflow's timer fired without a signal: the coming pass re-reads the world first when the last
+ * re-read is older than the fallback period (FALLBACK_RESYNC_MS while a transition or deletion is in flight,
+ * setDesireRecheckMs under a set's desire). Never clears a pending re-read (a NotFound asked for one): only a
+ * successful re-read does (`resynced`).
+ */
+export function timerFired(state: VMState): void {
+  const every = state.setDesire
+    ? Math.min(FALLBACK_RESYNC_MS, setDesireRecheckMs(state))
+    : FALLBACK_RESYNC_MS;
+  if (state.lastResyncAt === undefined || Date.now() - state.lastResyncAt >= every)
+    state.needResync = state.needResync || inFlight(state) || state.setDesire !== undefined;
+}
+
+/** A re-read of the world succeeded: the fallback period restarts and the re-read backoff ends. */
+export function resynced(state: VMState): void {
+  state.needResync = false;
+  state.resyncFailures = 0;
+  state.resyncAt = undefined;
+  state.lastResyncAt = Date.now();
+}
+
+/**
+ * At the start of a round, whether `cr` gets a pass: not while it backs off after a failed pass, unless
+ * its deadline fell due meanwhile. When it does, the backoff is over, and a retry time that has come is
+ * spent (this pass is the retry; left set, nextWake would return it for ever and the workflow would wake
+ * on a timer every second after a Failed transition recovered).
+ */
+export function passDue(cr: TrackedCR, nowMs: number): boolean {
+  if ((cr.backoffUntil ?? 0) > nowMs && !deadlineDue(cr, nowMs)) return false;
+  cr.backoffUntil = undefined;
+  if (cr.retryAt !== undefined && cr.retryAt <= nowMs) cr.retryAt = undefined;
+  return true;
+}
+
+/** The user's own action (a spec edit, a deletion) waits out neither a Failed transition's retry time nor a backoff. */
+export function userActed(cr: TrackedCR): void {
+  cr.retryAt = undefined;
+  cr.backoffUntil = undefined;
+}
+
+/** A Failed transition whose retry time has not come: its path does nothing yet (a spec edit clears the wait). */
+export function waitingOutFailure(cr: TrackedCR): boolean {
+  return cr.status?.phase === 'Failed' && (cr.retryAt ?? 0) > Date.now();
+}
+
+/** A transition just went Failed at its deadline: it retries FAILED_RETRY_MS from now (or at once on a spec edit). */
+export function retryAfterFailure(cr: TrackedCR): void {
+  cr.retryAt = Date.now() + FAILED_RETRY_MS;
+}
+
+/**
+ * A deleting CR waits on vk until `untilMs` (epoch ms): it looks again then, or at the fallback re-read if
+ * that comes sooner.
+ */
+export function lookAgainBy(cr: TrackedCR, untilMs: number): void {
+  cr.retryAt = Math.min(untilMs, Date.now() + FALLBACK_RESYNC_MS);
 }

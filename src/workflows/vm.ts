@@ -36,7 +36,6 @@ import {
   conflicting,
   conflictPatch,
   conflictWaitPatch,
-  deadlineExceeded,
   deadlineOf,
   deleteFailingPatch,
   goDuration,
@@ -85,11 +84,17 @@ import {
   DELETE_ROUND_WAIT_MS,
   DELETE_WAKE_WAIT_MS,
   deadlineDue,
-  FAILED_RETRY_MS,
-  FALLBACK_RESYNC_MS,
-  inFlight,
+  lookAgainBy,
   nextWake,
-  setDesireRecheckMs,
+  passDue,
+  pastDeadline,
+  resynced,
+  retryAfterFailure,
+  TRANSITIONS,
+  type TransitionKind,
+  timerFired,
+  userActed,
+  waitingOutFailure,
 } from './vm-schedule.js';
 
 /** Continue as new past this many history events (well under Temporal's 51,200 limit). */
@@ -278,13 +283,7 @@ export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
     // (Read as a timeout, a signal reaching an idle workflow reset needResync and lost a `resync`.)
     if (signalled === false) {
       dirty = true;
-      const every = state.setDesire
-        ? Math.min(FALLBACK_RESYNC_MS, setDesireRecheckMs(state))
-        : FALLBACK_RESYNC_MS;
-      if (state.lastResyncAt === undefined || Date.now() - state.lastResyncAt >= every) {
-        // Never clears a pending re-read (a NotFound asked for one): only a successful resync does.
-        state.needResync = state.needResync || inFlight(state) || state.setDesire !== undefined;
-      }
+      timerFired(state);
     }
   }
 }
@@ -402,11 +401,8 @@ async function resync(state: VMState, io: VMIO): Promise<void> {
     if (a.pod) observePodSignal(state, a.pod);
     if (a.cr) observeHibernationSignal(state, a.cr);
   }
-  state.needResync = false;
   state.reads = (state.reads ?? 0) + 1;
-  state.resyncFailures = 0;
-  state.resyncAt = undefined;
-  state.lastResyncAt = Date.now();
+  resynced(state);
 }
 
 async function reconcileAll(state: VMState, io: VMIO): Promise<void> {
@@ -426,11 +422,7 @@ async function reconcileAll(state: VMState, io: VMIO): Promise<void> {
   const now = Date.now();
   for (const cr of ordered(state)) {
     if (!state.crs[cr.name]) continue; // removed by an earlier pass this round
-    if ((cr.backoffUntil ?? 0) > now && !deadlineDue(cr, now)) continue;
-    cr.backoffUntil = undefined;
-    // A retry time that has come is spent (this pass is the retry); left set, nextWake would return it
-    // for ever and the workflow would wake on a timer every second after a Failed transition recovered.
-    if (cr.retryAt !== undefined && cr.retryAt <= now) cr.retryAt = undefined;
+    if (!passDue(cr, now)) continue;
     try {
       await passUntilSettled(state, cr.name, io);
       const tracked = state.crs[cr.name];
@@ -587,8 +579,7 @@ async function passUntilSettled(state: VMState, name: string, io: VMIO): Promise
       continue;
     }
     // As for the signal (observeHibernationSignal): the user's own action does not wait out a retry time.
-    now.retryAt = undefined;
-    now.backoffUntil = undefined;
+    userActed(now);
   }
 }
 
@@ -653,17 +644,15 @@ async function pass(state: VMState, name: string, io: VMIO): Promise<boolean> {
     const vmName = cr.status?.vmName ?? '';
     const podName = `${cr.namespace}/${cr.podRef}`;
     if (cr.status?.phase === 'Hibernating') {
-      const limit = goDuration(HIBERNATE_TIMEOUT_MS);
-      await failAtDeadline(io, state, cr, 'hibernate', EventReasons.hibernateTimedOut, {
+      await failAtDeadline(io, state, cr, 'hibernate', (limit) => ({
         event: `snapshot ${vmName} not confirmed in the registry within ${limit}; pod ${podName} ${absent}`,
         status: `hibernate not confirmed within ${limit}; pod ${podName} ${absent}`,
-      });
+      }));
     } else {
-      const limit = goDuration(WAKE_TIMEOUT_MS);
-      await failAtDeadline(io, state, cr, 'wake', EventReasons.wakeTimedOut, {
+      await failAtDeadline(io, state, cr, 'wake', (limit) => ({
         event: `pod ${podName} ${absent}; vk-cocoon did not report the container running within ${limit}`,
         status: `wake timed out after ${limit}; pod ${podName} ${absent}`,
-      });
+      }));
     }
     return false;
   }
@@ -924,25 +913,43 @@ function steady(cr: TrackedCR, phase: HibernationPhase, vmName: string): boolean
 /**
  * A transition past its deadline (docs/hibernation.md#hibernate, docs/hibernation.md#wake): the timeout
  * announcement (event + histogram), then Failed with the attempt's start kept as lastTransitionTime; the
- * retry comes FAILED_RETRY_MS later (or at once on a spec edit).
+ * retry comes FAILED_RETRY_MS later (or at once on a spec edit). `messages` gets the limit as Go prints it
+ * ("3m0s") and returns the Event's and the status's message.
  */
 async function failAtDeadline(
   io: VMIO,
   state: VMState,
   cr: TrackedCR,
-  kind: 'hibernate' | 'wake',
-  reason: string,
-  messages: { event: string; status: string },
+  kind: TransitionKind,
+  messages: (limit: string) => { event: string; status: string },
 ): Promise<void> {
-  const event = announcement(cr, kind, 'timeout', reason, 'Warning', messages.event);
-  const failed = await writeAnnounced(io, state, cr, event, markFailedPatch(cr, messages.status, Date.now()));
-  failed.retryAt = Date.now() + FAILED_RETRY_MS;
+  const { timeoutMs, timedOut } = TRANSITIONS[kind];
+  const text = messages(goDuration(timeoutMs));
+  const event = announcement(cr, kind, 'timeout', timedOut, 'Warning', text.event);
+  retryAfterFailure(await writeAnnounced(io, state, cr, event, markFailedPatch(cr, text.status, Date.now())));
+}
+
+/**
+ * How a path whose gate has not opened ends its pass: Failed when the in-flight phase's deadline has passed
+ * (`failAtDeadline`), else that phase (written when it is not the CR's phase already, with the attempt's
+ * start as lastTransitionTime).
+ */
+async function inFlightUntilDeadline(
+  io: VMIO,
+  state: VMState,
+  cr: TrackedCR,
+  kind: TransitionKind,
+  vmName: string,
+  messages: (limit: string) => { event: string; status: string },
+): Promise<void> {
+  if (pastDeadline(cr, kind, Date.now())) return failAtDeadline(io, state, cr, kind, messages);
+  await writeStatus(io, state, cr, setPhasePatch(cr, TRANSITIONS[kind].phase, vmName, Date.now()));
 }
 
 /** HIBERNATE path (docs/hibernation.md#hibernate). */
 async function hibernatePath(state: VMState, name: string, vmName: string, io: VMIO): Promise<void> {
   let cr = state.crs[name]!;
-  if (cr.status?.phase === 'Failed' && (cr.retryAt ?? 0) > Date.now()) return; // waiting out FAILED_RETRY_MS
+  if (waitingOutFailure(cr)) return;
   await retryRequested(io, cr, 'Hibernate');
   const startedMs = hibernateAnnotated(state.podObs!) ? undefined : Date.now();
   const pod = startedMs === undefined ? state.podObs! : await patchHibernate(io, state, 'true');
@@ -957,7 +964,7 @@ async function hibernatePath(state: VMState, name: string, vmName: string, io: V
     } catch (err) {
       probeError = `probe hibernate snapshot ${vmName}: ${errorMessage(err)}`;
     }
-    if (probeError && !deadlineExceeded(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS, Date.now())) {
+    if (probeError && !pastDeadline(cr, 'hibernate', Date.now())) {
       // Deliberate fix: the reference returns before setting Hibernating, so a CR whose first probe
       // fails never starts its deadline clock and retries forever without ever reaching Failed.
       cr = await writeStatus(io, state, cr, setPhasePatch(cr, 'Hibernating', vmName, Date.now()));
@@ -983,15 +990,10 @@ async function hibernatePath(state: VMState, name: string, vmName: string, io: V
       return;
     }
   }
-  if (deadlineExceeded(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS, Date.now())) {
-    const limit = goDuration(HIBERNATE_TIMEOUT_MS);
-    await failAtDeadline(io, state, cr, 'hibernate', EventReasons.hibernateTimedOut, {
-      event: `snapshot ${vmName} not confirmed in the registry within ${limit}`,
-      status: `hibernate not confirmed within ${limit}`,
-    });
-    return;
-  }
-  await writeStatus(io, state, cr, setPhasePatch(cr, 'Hibernating', vmName, Date.now()));
+  await inFlightUntilDeadline(io, state, cr, 'hibernate', vmName, (limit) => ({
+    event: `snapshot ${vmName} not confirmed in the registry within ${limit}`,
+    status: `hibernate not confirmed within ${limit}`,
+  }));
 }
 
 /**
@@ -1008,7 +1010,7 @@ async function probeUntilDeadline(io: VMIO, cr: TrackedCR, vmName: string): Prom
   try {
     return await CancellationScope.withTimeout(remaining, probe);
   } catch (err) {
-    if (deadlineExceeded(cr.status, 'Hibernating', HIBERNATE_TIMEOUT_MS, Date.now())) {
+    if (pastDeadline(cr, 'hibernate', Date.now())) {
       throw new Error(
         `no answer before the ${goDuration(HIBERNATE_TIMEOUT_MS)} deadline (${errorMessage(err)})`,
       );
@@ -1020,7 +1022,7 @@ async function probeUntilDeadline(io: VMIO, cr: TrackedCR, vmName: string): Prom
 /** WAKE path (docs/hibernation.md#wake). */
 async function wakePath(state: VMState, name: string, vmName: string, io: VMIO): Promise<void> {
   let cr = state.crs[name]!;
-  if (cr.status?.phase === 'Failed' && (cr.retryAt ?? 0) > Date.now()) return; // waiting out FAILED_RETRY_MS
+  if (waitingOutFailure(cr)) return;
   await retryRequested(io, cr, 'Wake');
   cr = await writeStatus(io, state, cr, probeFailingPatch(cr, undefined, Date.now())); // a hibernate's leftover
   const startedMs = hibernateAnnotated(state.podObs!) ? Date.now() : undefined;
@@ -1058,25 +1060,20 @@ async function wakePath(state: VMState, name: string, vmName: string, io: VMIO):
     await writeAnnounced(io, state, cr, event, setPhasePatch(cr, 'Active', vmName, Date.now()));
     return;
   }
-  if (deadlineExceeded(cr.status, 'Waking', WAKE_TIMEOUT_MS, Date.now())) {
-    const limit = goDuration(WAKE_TIMEOUT_MS);
-    // vk-cocoon's own reason, when it reported the wake failed (e.g. the tag missing from the registry), says
-    // more than "never running" (found by a new-user run). Only the messages differ: replay-safe.
-    const vkFailed =
-      pod.annotations?.[Annotations.lifecycleState] === LifecycleStates.failed
-        ? pod.annotations?.[Annotations.lifecycleStateMessage] || 'no message'
-        : undefined;
-    const [why, reported] =
-      vkFailed === undefined
-        ? ['vk-cocoon never reported the container running', '']
-        : [`vk-cocoon reported the wake failed: ${vkFailed}`, ` (it reported: ${vkFailed})`];
-    await failAtDeadline(io, state, cr, 'wake', EventReasons.wakeTimedOut, {
-      event: `vk-cocoon did not report the container running within ${limit}${reported}`,
-      status: `wake timed out after ${limit}; ${why}`,
-    });
-    return;
-  }
-  await writeStatus(io, state, cr, setPhasePatch(cr, 'Waking', vmName, Date.now()));
+  // vk-cocoon's own reason, when it reported the wake failed (e.g. the tag missing from the registry), says
+  // more than "never running" (found by a new-user run).
+  const vkFailed =
+    pod.annotations?.[Annotations.lifecycleState] === LifecycleStates.failed
+      ? pod.annotations?.[Annotations.lifecycleStateMessage] || 'no message'
+      : undefined;
+  const [why, reported] =
+    vkFailed === undefined
+      ? ['vk-cocoon never reported the container running', '']
+      : [`vk-cocoon reported the wake failed: ${vkFailed}`, ` (it reported: ${vkFailed})`];
+  await inFlightUntilDeadline(io, state, cr, 'wake', vmName, (limit) => ({
+    event: `vk-cocoon did not report the container running within ${limit}${reported}`,
+    status: `wake timed out after ${limit}; ${why}`,
+  }));
 }
 
 /**
@@ -1183,11 +1180,11 @@ async function deletionFlow(state: VMState, cr: TrackedCR, io: VMIO): Promise<vo
       (pod.annotations?.[Annotations.vmName] ?? '') === vmName;
     const since = cr.deletionTimestamp ? Date.parse(cr.deletionTimestamp) : Date.now();
     if (roundInFlight && Date.now() - since < DELETE_ROUND_WAIT_MS) {
-      cr.retryAt = Math.min(since + DELETE_ROUND_WAIT_MS, Date.now() + FALLBACK_RESYNC_MS);
+      lookAgainBy(cr, since + DELETE_ROUND_WAIT_MS);
       return;
     }
     const waitForWake = () => {
-      cr.retryAt = Math.min(since + DELETE_WAKE_WAIT_MS, Date.now() + FALLBACK_RESYNC_MS);
+      lookAgainBy(cr, since + DELETE_WAKE_WAIT_MS);
     };
     // The pod's CocoonSet is suspended (its Hibernate desire): the VM stays hibernated and its tag is kept,
     // whatever the CocoonHibernations say (docs/cocoonset.md#suspend).
