@@ -21,6 +21,7 @@ import {
   COCOONSET_WORKFLOW_TYPE,
   hibernationObservedSignal,
   podObservedSignal,
+  RUN_MODES,
   VM_WORKFLOW_TYPE,
   type VMWorldObservation,
   vmWorkflowInput,
@@ -268,13 +269,7 @@ export function vmStart(namespace: string, pod: string, world?: VMWorldObservati
  * runs its Kubernetes I/O as local activities.
  */
 export function cocoonSetStart(namespace: string, name: string): WorkflowStart {
-  const input: CocoonSetWorkflowStart = {
-    namespace,
-    name,
-    kubeIO: 'local',
-    searchAttributes: 'identity',
-    patches: 'all',
-  };
+  const input: CocoonSetWorkflowStart = { namespace, name, ...RUN_MODES };
   return {
     workflowType: COCOONSET_WORKFLOW_TYPE,
     args: [input],

@@ -50,6 +50,7 @@ import type { CocoonSetObservation } from '../watcher/cocoonset-signals.js';
 import { cocoonSetObservedSignal, ownedPodObservedSignal } from '../watcher/cocoonset-signals.js';
 import {
   backoffDelay,
+  countSignal,
   errorMessage,
   historyFull,
   isNotFound,
@@ -58,7 +59,7 @@ import {
   on,
   registryActivityOptions,
 } from './entity.js';
-import { vmDesireConflictSignal } from './messages.js';
+import { RUN_MODES, vmDesireConflictSignal } from './messages.js';
 import { publishSearchAttributes, type SearchAttributeMode } from './search-attributes.js';
 
 /** Start argument. `carried` is the state handed over by continue-as-new. */
@@ -265,13 +266,6 @@ function kubeForRound(io: CocoonSetIO, calls: number): CocoonSetActivities {
   return calls > LOCAL_ROUND_MAX ? io.bulk : io.kube;
 }
 
-/** Counts a handled signal and keeps the newest resourceVersion signals carried (the query's barrier). */
-function countSignal(state: CocoonSetState, resourceVersion: string | undefined): void {
-  state.signals = (state.signals ?? 0) + 1;
-  if (resourceVersion && (state.lastSignalRV === undefined || olderThan(state.lastSignalRV, resourceVersion)))
-    state.lastSignalRV = resourceVersion;
-}
-
 /** Entity workflow for one CocoonSet. See the module comment. */
 export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<void> {
   const state: CocoonSetState = (input.carried as CocoonSetState | undefined) ?? {
@@ -346,20 +340,11 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
       // A signal not yet acted on does not hold the continue-as-new back (it is carried as `pendingPass`):
       // waiting for a quiet moment starved it while a large pass's own writes kept echoing back, and the
       // history grew past 20,000 events (a 1000-pod scale-down), too long to replay under load.
-      if (!dirty)
-        await continueAsNew<typeof cocoonSetWorkflow>({
-          ...input,
-          kubeIO: 'local',
-          searchAttributes: 'identity',
-          patches: 'all',
-          carried: state,
-        });
+      if (!dirty) await continueAsNew<typeof cocoonSetWorkflow>({ ...input, ...RUN_MODES, carried: state });
       else if (on(io, 'continue-as-new-while-dirty'))
         await continueAsNew<typeof cocoonSetWorkflow>({
           ...input,
-          kubeIO: 'local',
-          searchAttributes: 'identity',
-          patches: 'all',
+          ...RUN_MODES,
           carried: { ...state, pendingPass: true },
         });
     }

@@ -75,6 +75,19 @@ export function historyFull(maxEvents: number, maxBytes = Number.POSITIVE_INFINI
   return info.continueAsNewSuggested || info.historyLength > maxEvents || info.historySize > maxBytes;
 }
 
+/**
+ * Counts a handled signal in an entity workflow's state and keeps the newest resourceVersion signals
+ * carried: the `state` query's barrier (tests wait until the count and the version reach what they sent).
+ */
+export function countSignal(
+  state: { signals?: number; lastSignalRV?: string },
+  resourceVersion: string | undefined,
+): void {
+  state.signals = (state.signals ?? 0) + 1;
+  if (resourceVersion && (state.lastSignalRV === undefined || olderThan(state.lastSignalRV, resourceVersion)))
+    state.lastSignalRV = resourceVersion;
+}
+
 /** Error backoff after `failures` consecutive failures (≥ 1): `baseMs` doubling, capped at `maxMs`. */
 export function backoffDelay(failures: number, baseMs: number, maxMs: number): number {
   return Math.min(baseMs * 2 ** Math.min(Math.max(failures, 1) - 1, 30), maxMs);

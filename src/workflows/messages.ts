@@ -10,6 +10,13 @@ export const VM_WORKFLOW_TYPE = 'vmWorkflow';
 /** Workflow type name of the per-CocoonSet entity workflow (id: cocoonSetWorkflowId(ns, name)). */
 export const COCOONSET_WORKFLOW_TYPE = 'cocoonSetWorkflow';
 
+/**
+ * The run modes every start and continue-as-new of this version sets, for both entity workflows (each is
+ * described on VMWorkflowInput): Kubernetes I/O as local activities, identity search attributes set at the
+ * start, every patched branch taken without asking `patched()`.
+ */
+export const RUN_MODES = { kubeIO: 'local', searchAttributes: 'identity', patches: 'all' } as const;
+
 /** Start argument of the VM workflow. `carried` is the state handed over by continue-as-new. */
 export interface VMWorkflowInput {
   namespace: string;
@@ -54,13 +61,7 @@ export interface VMWorldObservation {
 
 /** The start argument of a VM workflow this version starts for pod `<namespace>/<pod>`. */
 export function vmWorkflowInput(namespace: string, pod: string, world?: VMWorldObservation): VMWorkflowInput {
-  const input: VMWorkflowInput = {
-    namespace,
-    pod,
-    kubeIO: 'local',
-    searchAttributes: 'identity',
-    patches: 'all',
-  };
+  const input: VMWorkflowInput = { namespace, pod, ...RUN_MODES };
   return world ? { ...input, world } : input;
 }
 

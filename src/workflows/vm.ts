@@ -59,6 +59,7 @@ import {
 } from '../hibernation/rules.js';
 import {
   compareResourceVersions,
+  countSignal,
   errorMessage,
   historyFull,
   isNotFound,
@@ -70,6 +71,7 @@ import {
 import {
   hibernationObservedSignal,
   podObservedSignal,
+  RUN_MODES,
   resyncSignal,
   type SetDesire,
   setDesireSignal,
@@ -267,10 +269,8 @@ export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
       if (!dirty || on(io, 'continue-as-new-while-dirty'))
         await continueAsNew<typeof vmWorkflow>({
           ...input,
+          ...RUN_MODES,
           world: undefined,
-          kubeIO: 'local',
-          searchAttributes: 'identity',
-          patches: 'all',
           carried: { ...state, needResync: true },
         });
     }
@@ -286,13 +286,6 @@ export async function vmWorkflow(input: VMWorkflowInput): Promise<void> {
       timerFired(state);
     }
   }
-}
-
-/** Counts a handled signal and keeps the newest resourceVersion signals carried (the query's barrier). */
-function countSignal(state: VMState, resourceVersion: string | undefined): void {
-  state.signals = (state.signals ?? 0) + 1;
-  if (resourceVersion && (state.lastSignalRV === undefined || olderThan(state.lastSignalRV, resourceVersion)))
-    state.lastSignalRV = resourceVersion;
 }
 
 /** Applies a watcher's pod observation; false when it is older than, or the same as, what is known. */
