@@ -255,4 +255,11 @@ export const ConditionReasons = {
    * scheduler's (change or clear `spec.nodeName` to move it).
    */
   unschedulable: 'Unschedulable',
+  /**
+   * Ours, on `Progressing=False`: a pod the set would create is held back while its VM's `:hibernate` tag
+   * is spent (a CocoonHibernation woke the VM and the registry keeps refusing the tag's DELETE): vk-cocoon
+   * restores any create of a VM whose tag exists, which would roll the VM back. The message names the pod,
+   * the VM and the CocoonHibernation.
+   */
+  spentSnapshotTag: 'SpentSnapshotTag',
 } as const;

@@ -69,6 +69,8 @@ import {
   markRestoreIfHibernated,
   podsHibernatedByCR,
   podsRestorableByCR,
+  podsWithSpentTagByCR,
+  type SpentTag,
   stashedVMNames,
   vmsHeldByCR,
 } from './restore.js';
@@ -199,6 +201,13 @@ export interface PassInput {
    * create the new one. The workflow sets it behind `patched()`.
    */
   validatesPin?: boolean;
+  /**
+   * A pod to create whose VM's `:hibernate` tag is spent (`podsWithSpentTagByCR`: a CR woke the VM and the
+   * tag's DELETE keeps failing) is not created until the tag is gone; the pass says why on `Progressing`
+   * (reason `SpentSnapshotTag`) and looks again in 5 s. Before, the set created it and vk-cocoon restored
+   * the VM from that tag, rolling it back to the hibernate. The workflow sets it behind `patched()`.
+   */
+  createWaitsForSpentTag?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -473,6 +482,8 @@ interface PassState {
   failing?: boolean;
   /** The phase a failing pass writes instead of the derived one (a migration under way keeps `Migrating`). */
   failPhase?: CocoonSetPhase;
+  /** Pods this pass did not create because their VM's `:hibernate` tag is spent (`createWaitsForSpentTag`). */
+  spentWaits?: SpentTag[];
 }
 
 function finish(st: PassState, result: Partial<PassResult>, status?: CocoonSetStatus): never {
@@ -672,6 +683,30 @@ async function restoreMarks(
   });
 }
 
+/**
+ * The pods among `podNames` a pass must not create yet because their VM's `:hibernate` tag is spent
+ * (`podsWithSpentTagByCR`; PassInput `createWaitsForSpentTag`): recorded in `st.spentWaits` for the status
+ * (`spentBlock`), and returned by name. Empty without the patch.
+ */
+function holdSpent(st: PassState, crs: readonly CocoonHibernation[], podNames: string[]): Set<string> {
+  if (!st.input.createWaitsForSpentTag) return new Set();
+  const spent = podsWithSpentTagByCR(crs);
+  const held = podNames.flatMap((name) => spent.get(name) ?? []);
+  if (held.length > 0) st.spentWaits = [...(st.spentWaits ?? []), ...held];
+  return new Set(held.map((h) => h.pod));
+}
+
+/** `Progressing=False` reason `SpentSnapshotTag` naming the pods this pass held back (`holdSpent`), if any. */
+function spentBlock(st: PassState): { reason: string; message: string } | undefined {
+  const held = st.spentWaits ?? [];
+  if (held.length === 0) return undefined;
+  const pods = held.map((h) => `pod ${st.ns}/${h.pod} (VM ${h.vmName}, cocoonhibernation ${h.cr})`);
+  return {
+    reason: ConditionReasons.spentSnapshotTag,
+    message: `${pods.join('; ')}: created once the VM's spent :hibernate tag is deleted (the wake ran the VM and the registry refuses the tag's DELETE; vk-cocoon would restore the VM from that tag, rolling it back)`,
+  };
+}
+
 /** `createMainAgent` (docs/cocoonset.md#a-pass-in-order). */
 async function createMain(st: PassState): Promise<never> {
   const pod = await build(st, 'build main agent', () => buildAgentPod(st.cs, 0, '', ''));
@@ -680,6 +715,10 @@ async function createMain(st: PassState): Promise<never> {
     return waitForTerminatingMain(st, 'Pending', podName);
   const crs = await hibernations(st);
   if ('error' in crs) return fail(st, crs.error);
+  if (holdSpent(st, crs.items, [podName]).size > 0) {
+    const status = await writeStatus(st, 'Pending', 'status', spentBlock(st));
+    return finish(st, { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS }, status);
+  }
   const [probeErr] = await restoreMarks(st, [pod], podsRestorableByCR(crs.items));
   if (probeErr !== undefined) return fail(st, probeErr);
   const o = await st.r.run({ id: `create:${pod.metadata!.name}`, type: 'createPod', pod });
@@ -815,6 +854,20 @@ async function ensureSubAgents(
       requeueAfterMs =
         requeueAfterMs === 0 ? REQUEUE_WAIT_FOR_MAIN_MS : Math.min(requeueAfterMs, REQUEUE_WAIT_FOR_MAIN_MS);
       missing.length = 0;
+    }
+  }
+  if (missing.length > 0) {
+    const crs = await hibernations(st);
+    if ('error' in crs) return fail(st, crs.error);
+    const held = holdSpent(
+      st,
+      crs.items,
+      missing.map((slot) => agentPodName(st.cs, slot)),
+    );
+    if (held.size > 0) {
+      const creatable = missing.filter((slot) => !held.has(agentPodName(st.cs, slot)));
+      missing.length = 0;
+      missing.push(...creatable);
     }
   }
   if (missing.length > 0) {
@@ -962,6 +1015,7 @@ async function ensureToolboxes(st: PassState): Promise<boolean> {
     const pod = await build(st, `build toolbox ${tb.name}`, () => buildToolboxPod(st.cs, tb));
     const crs = await hibernations(st);
     if ('error' in crs) return fail(st, crs.error);
+    if (holdSpent(st, crs.items, [podName]).size > 0) continue;
     const [probeErr] = await restoreMarks(st, [pod], podsRestorableByCR(crs.items));
     if (probeErr !== undefined) return fail(st, `mark restore toolbox ${tb.name}: ${probeErr}`);
     const o = await st.r.run({ id: `create:${podName}`, type: 'createPod', pod });
@@ -1604,6 +1658,15 @@ async function reconcile(st: PassState): Promise<never> {
   const tbChanged = await ensureToolboxes(st);
   // 19. Any create/delete: requeue without a status write.
   if (sub.changed || tbChanged) return finish(st, { requeue: true });
+  // Ours: pods held back while their VM's tag is spent say so, and are looked at again in 5 s.
+  const spent = spentBlock(st);
+  if (spent) {
+    const status = await writeStatus(st, '', 'status', spent);
+    const after = sub.requeueAfterMs
+      ? Math.min(sub.requeueAfterMs, REQUEUE_WAIT_FOR_MAIN_MS)
+      : REQUEUE_WAIT_FOR_MAIN_MS;
+    return finish(st, { requeueAfterMs: after }, status);
+  }
   // 20–21. Derived status; requeue only for rebuild backoff.
   return writeStatusAndFinish(st, '', { requeueAfterMs: sub.requeueAfterMs });
 }

@@ -10,6 +10,7 @@ import type { V1Pod } from '@kubernetes/client-node';
 import { Annotations } from '../api/keys.js';
 import { vmNameForPod, vmNameOf } from '../api/pod.js';
 import type { CocoonHibernation, CocoonSet } from '../api/types.js';
+import { tagSpent } from '../hibernation/rules.js';
 
 /**
  * `podsRestorableByCR` (docs/cocoonset.md#restore-from-hibernation): pod names (`spec.podRef.name`,
@@ -22,6 +23,30 @@ export function podsRestorableByCR(crs: readonly CocoonHibernation[]): Set<strin
     const name = cr.spec?.podRef?.name ?? '';
     const phase = cr.status?.phase;
     if (name !== '' && (phase === 'Hibernated' || phase === 'Waking')) out.add(name);
+  }
+  return out;
+}
+
+/** A pod whose VM's `:hibernate` tag is spent, and the CocoonHibernation that says so. */
+export interface SpentTag {
+  pod: string;
+  vmName: string;
+  cr: string;
+}
+
+/**
+ * Pods whose VM's `:hibernate` tag is spent (ours, docs/cocoonset.md#restore-from-hibernation), by pod name
+ * (`spec.podRef.name`): a CocoonHibernation not being deleted says so (src/hibernation/rules.ts `tagSpent`:
+ * its wake ran the VM and the tag's DELETE failed). vk-cocoon restores any create of a VM whose `:hibernate`
+ * tag exists (its evidence check, marked or not): a pod created now would bring the VM back as it was at
+ * the hibernate. `vmName` is the CR's recorded `status.vmName`.
+ */
+export function podsWithSpentTagByCR(crs: readonly CocoonHibernation[]): Map<string, SpentTag> {
+  const out = new Map<string, SpentTag>();
+  for (const cr of crs) {
+    const pod = cr.spec?.podRef?.name ?? '';
+    if (pod === '' || cr.metadata?.deletionTimestamp || !tagSpent(cr.status) || out.has(pod)) continue;
+    out.set(pod, { pod, vmName: cr.status?.vmName ?? '', cr: cr.metadata?.name ?? '' });
   }
   return out;
 }

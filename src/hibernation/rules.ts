@@ -428,6 +428,19 @@ export function conflicting(cr: CRView): boolean {
   return (cr.status?.conditions ?? []).some((c) => c.type === CONDITION_CONFLICT && c.status === 'True');
 }
 
+/**
+ * The CR's `:hibernate` tag is spent (ours): its wake ran the VM and the DELETE of the tag failed (phase
+ * `Waking` with `SnapshotDeleteFailing` True, which only that failure writes). vk-cocoon restores any new pod
+ * of the VM from a tag that exists, so until the DELETE succeeds a re-created pod would roll the VM back:
+ * the VM workflow keeps retrying the DELETE even with the pod gone, and a CocoonSet holds the re-create back.
+ */
+export function tagSpent(status: Pick<Status, 'phase' | 'conditions'> | undefined): boolean {
+  return (
+    status?.phase === 'Waking' &&
+    (status.conditions ?? []).some((c) => c.type === CONDITION_DELETE_FAILING && c.status === 'True')
+  );
+}
+
 /** Applies a status patch to a CR view locally (what the apiserver's merge would produce). */
 export function applyStatusPatch<T extends CRView>(cr: T, patch: StatusPatch): T {
   return { ...cr, status: { ...(cr.status ?? {}), ...patch.status } };

@@ -472,6 +472,7 @@ async function drive(
     migrationFollowsPin: on(io, 'migration-follows-pin'),
     migrationShowsConflict: on(io, 'migration-shows-conflict'),
     validatesPin: on(io, 'validates-pin'),
+    createWaitsForSpentTag: on(io, 'create-waits-for-spent-tag'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,

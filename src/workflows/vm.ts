@@ -54,6 +54,7 @@ import {
   route,
   type StatusPatch,
   setPhasePatch,
+  tagSpent,
   WAKE_TIMEOUT_MS,
   wakeGateOpen,
 } from '../hibernation/rules.js';
@@ -626,6 +627,25 @@ async function pass(state: VMState, name: string, io: VMIO): Promise<boolean> {
   const deleting = pod?.deleting === true && startsNoTransition(cr, io);
   const absent = deleting ? 'is being deleted' : 'is gone';
   if (
+    (!pod?.exists || pod.deleting === true) &&
+    tagSpent(cr.status) &&
+    on(io, 'spent-tag-drop-without-pod')
+  ) {
+    // Ours: a wake whose VM ran and whose tag DELETE keeps failing goes on retrying it with the pod gone.
+    // vk-cocoon restores any new pod of this VM from a `:hibernate` tag that exists, so the pod's CocoonSet
+    // holds its re-create back until the tag is gone (docs/cocoonset.md#restore-from-hibernation); without
+    // the retry here the two waited for each other until the wake deadline.
+    const vmName = cr.status?.vmName ?? '';
+    await dropWakeTag(
+      io,
+      state,
+      cr,
+      vmName,
+      `pod ${cr.namespace}/${cr.podRef} ran the woken VM; the pod ${absent}`,
+    );
+    return true; // the wake is done: the next pass finds the pod gone (Pending)
+  }
+  if (
     (!pod?.exists || deleting) &&
     deadlineDue(cr, Date.now()) &&
     on(io, 'transition-without-pod-times-out')
@@ -1024,33 +1044,7 @@ async function wakePath(state: VMState, name: string, vmName: string, io: VMIO):
     // A steady Active CR does not DELETE the tag on every pod event (the reference does;
     // docs/hibernation.md#wake).
     if (steady(cr, 'Active', vmName)) return;
-    try {
-      await io.registry.deleteManifest({ vmName, tag: Tags.hibernate });
-    } catch (err) {
-      log.error(`delete hibernation snapshot ${vmName}`, { error: errorMessage(err) });
-      if (on(io, 'tag-drop-retries')) {
-        // Ours (the reference goes Active): a tag left behind would bring this snapshot back on the pod's
-        // next create, rolling the VM back. The CR stays Waking, says why, and the failed pass retries.
-        const error = `delete hibernation snapshot ${vmName}: ${errorMessage(err)}`;
-        const why = `${error}; the VM runs, the wake completes once the spent tag is gone`;
-        // A wake vk finished during the annotation patch never wrote Waking: it is in flight until the tag goes.
-        if (cr.status?.phase !== 'Waking')
-          cr = await writeStatus(io, state, cr, setPhasePatch(cr, 'Waking', vmName, Date.now()));
-        await writeStatus(io, state, cr, deleteFailingPatch(cr, why, Date.now()));
-        throw new Error(error);
-      }
-    }
-    cr = await writeStatus(io, state, cr, deleteFailingPatch(cr, undefined, Date.now()));
-    const event = announcement(
-      cr,
-      'wake',
-      'ok',
-      EventReasons.wokenActive,
-      'Normal',
-      `pod ${cr.namespace}/${pod.name} is running`,
-      startedMs,
-    );
-    await writeAnnounced(io, state, cr, event, setPhasePatch(cr, 'Active', vmName, Date.now()));
+    await dropWakeTag(io, state, cr, vmName, `pod ${cr.namespace}/${pod.name} is running`, startedMs);
     return;
   }
   // vk-cocoon's own reason, when it reported the wake failed (e.g. the tag missing from the registry), says
@@ -1067,6 +1061,40 @@ async function wakePath(state: VMState, name: string, vmName: string, io: VMIO):
     event: `vk-cocoon did not report the container running within ${limit}${reported}`,
     status: `wake timed out after ${limit}; ${why}`,
   }));
+}
+
+/**
+ * The end of a wake whose VM runs: DELETE the spent `<vmName>:hibernate` tag, then Active with the wake's
+ * announcement (`running` is its Event message; `startedMs` the attempt's start when this pass started it).
+ * A failed DELETE (patch `tag-drop-retries`; the reference logs it and goes Active) keeps the CR `Waking`
+ * with `SnapshotDeleteFailing` True saying why, and throws: the pass backs off and retries. Left behind,
+ * the tag would bring this snapshot back on the pod's next create, rolling the VM back.
+ */
+async function dropWakeTag(
+  io: VMIO,
+  state: VMState,
+  cr: TrackedCR,
+  vmName: string,
+  running: string,
+  startedMs?: number,
+): Promise<void> {
+  try {
+    await io.registry.deleteManifest({ vmName, tag: Tags.hibernate });
+  } catch (err) {
+    log.error(`delete hibernation snapshot ${vmName}`, { error: errorMessage(err) });
+    if (on(io, 'tag-drop-retries')) {
+      const error = `delete hibernation snapshot ${vmName}: ${errorMessage(err)}`;
+      const why = `${error}; the VM runs, the wake completes once the spent tag is gone`;
+      // A wake vk finished during the annotation patch never wrote Waking: it is in flight until the tag goes.
+      if (cr.status?.phase !== 'Waking')
+        cr = await writeStatus(io, state, cr, setPhasePatch(cr, 'Waking', vmName, Date.now()));
+      await writeStatus(io, state, cr, deleteFailingPatch(cr, why, Date.now()));
+      throw new Error(error);
+    }
+  }
+  cr = await writeStatus(io, state, cr, deleteFailingPatch(cr, undefined, Date.now()));
+  const event = announcement(cr, 'wake', 'ok', EventReasons.wokenActive, 'Normal', running, startedMs);
+  await writeAnnounced(io, state, cr, event, setPhasePatch(cr, 'Active', vmName, Date.now()));
 }
 
 /**

@@ -39,6 +39,8 @@ const ADDED_WITH_RUN_START_MARKER = new Set([
   'migration-follows-pin',
   'migration-shows-conflict',
   'validates-pin',
+  'create-waits-for-spent-tag',
+  'spent-tag-drop-without-pod',
 ]);
 
 /** The ids the workflow code passes to `patched()`, directly or through entity.ts `on` (src/workflows/*.ts). */

@@ -8,7 +8,7 @@
 import type { History } from '@temporalio/common/lib/proto-utils.js';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { vmWorkflowId } from '../../src/api/ids.js';
-import { Annotations, EventReasons, Labels } from '../../src/api/keys.js';
+import { Annotations, CONDITION_DELETE_FAILING, EventReasons, Labels } from '../../src/api/keys.js';
 import {
   hibernatedPodAnnotations,
   liveOn,
@@ -118,6 +118,31 @@ export const scenarios: Scenario[] = [
         await skipUntil(env, 'Active', () => phase(world) === 'Active', 120_000);
         await world.settled(env, NS, POD);
         return { 'vm-wake-delete-retries': await vmHistory(env) };
+      }),
+  },
+  {
+    name: 'vm-spent-tag-pod-gone',
+    covers:
+      'a wake whose tag DELETE fails, its pod then deleted: the DELETE retried without the pod, then Active, then Pending',
+    record: (env) =>
+      withWorld(env, async (world) => {
+        world.tags.add(`${VM}:hibernate`);
+        await hibernatedPod(world);
+        await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Wake' });
+        await waitFor('Waking', () => phase(world) === 'Waking');
+        world.deleteError = new Error('registry answered 503');
+        await vkRunning(world, 'vmid-new');
+        const deletes = () => world.calls.filter((c) => c.startsWith('DELETE')).length;
+        await waitFor('SnapshotDeleteFailing', () =>
+          world.cr(NS, 'hib')?.status?.conditions?.some((c) => c.type === CONDITION_DELETE_FAILING),
+        );
+        await world.deletePod(NS, POD);
+        const atDelete = deletes();
+        await skipUntil(env, 'a DELETE with the pod gone', () => deletes() > atDelete, 120_000, 2_000);
+        world.deleteError = undefined;
+        await skipUntil(env, 'Pending', () => phase(world) === 'Pending', 180_000, 2_000);
+        await world.settled(env, NS, POD);
+        return { 'vm-spent-tag-pod-gone': await vmHistory(env) };
       }),
   },
   {

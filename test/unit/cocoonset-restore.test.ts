@@ -3,13 +3,19 @@
  * docs/cocoonset.md#restore-from-hibernation).
  */
 import { describe, expect, it } from 'vitest';
-import { Annotations } from '../../src/api/keys.js';
+import {
+  Annotations,
+  CONDITION_DELETE_FAILING,
+  CONDITION_PROGRESSING,
+  ConditionReasons,
+} from '../../src/api/keys.js';
 import { buildAgentPod, buildToolboxPod } from '../../src/cocoonset/pods.js';
 import {
   lazyOnce,
   markRestoreIfHibernated,
   podsHibernatedByCR,
   podsRestorableByCR,
+  podsWithSpentTagByCR,
 } from '../../src/cocoonset/restore.js';
 import { hibernation, newCocoonSet, readyPod, withFinalizer } from '../support/builders.js';
 import { done, PlanWorld } from './plan-world.js';
@@ -139,6 +145,81 @@ describe('restore through the pass planner', () => {
     done(await w.pass());
     expect(w.pod('demo-0')!.metadata!.annotations![Annotations.restoreFromHibernate]).toBeUndefined();
     expect(w.probes).toEqual([]);
+  });
+
+  /** A CR whose wake ran its VM and keeps failing to DELETE the tag (`Waking`, SnapshotDeleteFailing True). */
+  const spentCR = (pod: string) => {
+    const cr = hibernation(pod, 'Wake', 'Waking');
+    cr.status!.vmName = `vk-ns-${pod}`;
+    cr.status!.conditions = [
+      {
+        type: CONDITION_DELETE_FAILING,
+        status: 'True',
+        reason: 'RegistryError',
+        message: 'delete hibernation snapshot: 503',
+        lastTransitionTime: '2026-12-04T00:00:00Z',
+      },
+    ];
+    return cr;
+  };
+  const progressing = (w: PlanWorld) =>
+    w.cs.status?.conditions?.find((c) => c.type === CONDITION_PROGRESSING);
+
+  it('deviation: a main whose VM tag is spent (its CR woke it, the DELETE keeps failing) is not created; Pending, Progressing=False SpentSnapshotTag, a look in 5 s; created fresh once the CR is done (without createWaitsForSpentTag: created restore-marked, a rollback)', async () => {
+    const cs = newCocoonSet('demo', withFinalizer);
+    const w = new PlanWorld(cs);
+    w.crs = [spentCR('demo-0')];
+    w.tags.add('vk-ns-demo-0:hibernate');
+    const end = done(await w.pass({ createWaitsForSpentTag: true }));
+    expect(end.result.requeueAfterMs).toBe(5_000);
+    expect(w.pods.size).toBe(0);
+    expect(w.cs.status?.phase).toBe('Pending');
+    expect(progressing(w)).toMatchObject({ status: 'False', reason: ConditionReasons.spentSnapshotTag });
+    expect(progressing(w)?.message).toContain('pod ns/demo-0 (VM vk-ns-demo-0, cocoonhibernation h-demo-0)');
+
+    w.crs = [hibernation('demo-0', 'Wake', 'Active')];
+    w.tags.delete('vk-ns-demo-0:hibernate');
+    done(await w.pass({ createWaitsForSpentTag: true }));
+    expect(w.pod('demo-0')!.metadata!.annotations![Annotations.restoreFromHibernate]).toBeUndefined();
+
+    const before = new PlanWorld(cs);
+    before.crs = [spentCR('demo-0')];
+    before.tags.add('vk-ns-demo-0:hibernate');
+    done(await before.pass({ createWaitsForSpentTag: false }));
+    expect(before.pod('demo-0')!.metadata!.annotations![Annotations.restoreFromHibernate]).toBe('true');
+  });
+
+  it('deviation: a sub-agent and a toolbox whose tags are spent are held back, the others created; the set says which and looks again in 5 s', async () => {
+    const cs = newCocoonSet('demo', withFinalizer, (c) => {
+      c.spec.agent.replicas = 2;
+      c.spec.toolboxes = [
+        { name: 'a', mode: 'run' },
+        { name: 'b', mode: 'run' },
+      ];
+    });
+    const main = readyPod(buildAgentPod(cs, 0, '', ''));
+    const w = new PlanWorld(cs, [main]);
+    w.crs = [spentCR('demo-1'), spentCR('demo-b')];
+    let end = done(await w.pass({ createWaitsForSpentTag: true }));
+    expect([...w.pods.keys()].sort()).toEqual(['demo-0', 'demo-2', 'demo-a']);
+    expect(end.result.requeue).toBe(true);
+    end = done(await w.pass({ createWaitsForSpentTag: true }));
+    expect(end.result.requeueAfterMs).toBe(5_000);
+    expect(progressing(w)).toMatchObject({ status: 'False', reason: ConditionReasons.spentSnapshotTag });
+    expect(progressing(w)?.message).toMatch(/^pod ns\/demo-1 .*; pod ns\/demo-b /);
+  });
+
+  it('who has a spent tag: only a Waking CR, not being deleted, with SnapshotDeleteFailing True', async () => {
+    const cleared = spentCR('cleared');
+    cleared.status!.conditions![0]!.status = 'False';
+    const deleting = spentCR('deleting');
+    deleting.metadata.deletionTimestamp = new Date('2026-12-04T00:00:00Z');
+    const hibernated = spentCR('hibernated');
+    hibernated.status!.phase = 'Hibernated';
+    const crs = [spentCR('spent'), cleared, deleting, hibernated, hibernation('waking', 'Wake', 'Waking')];
+    expect([...podsWithSpentTagByCR(crs).values()]).toEqual([
+      { pod: 'spent', vmName: 'vk-ns-spent', cr: 'h-spent' },
+    ]);
   });
 
   it('builds the static toolbox pod for a restore like any other (probe only with intent)', async () => {

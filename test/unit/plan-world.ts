@@ -150,6 +150,7 @@ export class PlanWorld {
       migrationFollowsPin?: boolean;
       migrationShowsConflict?: boolean;
       validatesPin?: boolean;
+      createWaitsForSpentTag?: boolean;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
     } = {},
@@ -174,6 +175,7 @@ export class PlanWorld {
       migrationFollowsPin: opts.migrationFollowsPin ?? true,
       migrationShowsConflict: opts.migrationShowsConflict ?? true,
       validatesPin: opts.validatesPin ?? true,
+      createWaitsForSpentTag: opts.createWaitsForSpentTag ?? true,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
     };

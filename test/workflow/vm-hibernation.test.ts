@@ -607,6 +607,36 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     });
   });
 
+  it('a woken VM whose tag DELETE keeps failing, its pod then deleted: the DELETE goes on being retried without the pod (the set holds the re-create back meanwhile); once it succeeds the wake ends Active, then Pending for the missing pod (fails without spent-tag-drop-without-pod: the CR waited for a pod the set waits to create)', async () => {
+    await withWorld(env, async (world) => {
+      await wakingVM(world);
+      world.deleteError = new Error('registry answered 503');
+      await world.annotatePod(
+        NS,
+        'demo-0',
+        { [Annotations.lifecycleState]: 'ready', [Annotations.vmID]: 'vmid-2' },
+        { containerRunning: true },
+      );
+      const failing = () =>
+        world.cr(NS, 'hib')?.status?.conditions?.find((c) => c.type === CONDITION_DELETE_FAILING);
+      await waitFor('SnapshotDeleteFailing', () => failing() !== undefined);
+      await world.deletePod(NS, 'demo-0');
+      const deletes = () => world.calls.filter((c) => c.startsWith('DELETE')).length;
+      const atDelete = deletes();
+      await skipUntil(env, 'a DELETE with the pod gone', () => deletes() > atDelete, 120_000, 2_000);
+      expect([phase(world), failing()?.status, world.tags.has(`${VM}:hibernate`)]).toEqual([
+        'Waking',
+        'True',
+        true,
+      ]);
+      world.deleteError = undefined;
+      await skipUntil(env, 'Pending', () => phase(world) === 'Pending', 180_000, 2_000);
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
+      expect(failing()).toBeUndefined();
+      expect(world.events.filter((e) => e.reason === 'WokenActive')).toHaveLength(1);
+    });
+  });
+
   it("a CR deleted mid-hibernate of a CocoonSet's VM wakes the VM after the round, then drops the tag (deliberate fix: the reference drops it and the set's un-suspend wakes from nothing)", async () => {
     await withWorld(env, async (world) => {
       await world.putPod(NS, 'demo-0', {
