@@ -859,16 +859,14 @@ async function ensureSubAgents(
   if (missing.length > 0) {
     const crs = await hibernations(st);
     if ('error' in crs) return fail(st, crs.error);
+    // Ours: slots whose VM's tag is spent wait (`holdSpent`); the others are created.
     const held = holdSpent(
       st,
       crs.items,
       missing.map((slot) => agentPodName(st.cs, slot)),
     );
-    if (held.size > 0) {
-      const creatable = missing.filter((slot) => !held.has(agentPodName(st.cs, slot)));
-      missing.length = 0;
-      missing.push(...creatable);
-    }
+    const creatable = missing.filter((slot) => !held.has(agentPodName(st.cs, slot)));
+    missing.splice(0, missing.length, ...creatable);
   }
   if (missing.length > 0) {
     const crs = await hibernations(st);

@@ -248,6 +248,21 @@ function migrationNodes(tag: string) {
 }
 
 /** Deletes set `name` and waits until it is gone (a test's cleanup: errors ignored). */
+/**
+ * Makes the registry proxy reset every DELETE of `<vm>:hibernate` (counted in `refused`) while `down` is
+ * true, and forward them once the caller sets it false; other requests pass.
+ */
+function refuseTagDeletes(vm: string): { refused: number; down: boolean } {
+  const deletes = { refused: 0, down: true };
+  proxy.intercept = (req) => {
+    if (req.method !== 'DELETE' || req.path !== `/v2/${vm}/manifests/${Tags.hibernate}`) return undefined;
+    if (!deletes.down) return 'forward';
+    deletes.refused++;
+    return 'drop';
+  };
+  return deletes;
+}
+
 async function dropSet(name: string): Promise<void> {
   await sets.delete(name).catch(() => undefined);
   await sets.waitUntil(name, 'gone', (x) => x === undefined, QUICK_MS).catch(() => undefined);
@@ -1220,18 +1235,11 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     const name = 'mig-del';
     const mainPod = `${name}-0`;
     const vm = vmOf(name, 0);
-    let registryDown = true;
-    let refused = 0;
     try {
       await mig.start();
       await createSet(name, mig.spec(nodeA));
       await sets.waitPhase(name, 'Running', BRING_UP_MS);
-      proxy.intercept = (req) => {
-        if (req.method !== 'DELETE' || req.path !== `/v2/${vm}/manifests/${Tags.hibernate}`) return undefined;
-        if (!registryDown) return 'forward';
-        refused++;
-        return 'drop';
-      };
+      const deletes = refuseTagDeletes(vm);
 
       const edited = await sets.patchSpec(name, { nodeName: nodeB });
       const dropError = `migrate: drop hibernate snapshot ${vm}: `;
@@ -1259,12 +1267,12 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
         reason: ConditionReasons.reconcileFailed,
       });
       // Every attempt of the DELETE activity (3) was refused.
-      expect(refused).toBeGreaterThanOrEqual(3);
+      expect(deletes.refused).toBeGreaterThanOrEqual(3);
       const main = (await podsOf(name)).get(mainPod)!;
       expect({ node: main.spec?.nodeName, vmID: vmIDOf(main) !== '' }).toEqual({ node: nodeB, vmID: true });
       expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
 
-      registryDown = false;
+      deletes.down = false;
       await waitFor(
         'the tag dropped once the registry answers',
         async () => ((await headTag(registry, vm, Tags.hibernate)) === 404 ? true : undefined),
@@ -1413,19 +1421,13 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     const name = 'spent';
     const mainPod = `${name}-0`;
     const vm = vmOf(name, 0);
-    let registryDown = true;
-    let refused = 0;
+    let deletes: { refused: number; down: boolean } | undefined;
     try {
       await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
       await waitRunning(name);
       await crs.create('spent-main', mainPod, 'Hibernate');
       await crs.waitPhase('spent-main', 'Hibernated', QUICK_MS);
-      proxy.intercept = (req) => {
-        if (req.method !== 'DELETE' || req.path !== `/v2/${vm}/manifests/${Tags.hibernate}`) return undefined;
-        if (!registryDown) return 'forward';
-        refused++;
-        return 'drop';
-      };
+      deletes = refuseTagDeletes(vm);
       await crs.setDesire('spent-main', 'Wake');
       const spent = await waitFor(
         'the wake reports its failed tag DELETE',
@@ -1467,12 +1469,12 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
       expect(held.message).toContain(`pod ${ns}/${mainPod} (VM ${vm}, cocoonhibernation spent-main)`);
       expect((await podsOf(name)).has(mainPod)).toBe(false);
       // The CR's wake goes on retrying the DELETE with the pod gone.
-      const refusedAtDelete = refused;
-      await waitFor('a DELETE retried with the pod gone', () => refused > refusedAtDelete, QUICK_MS);
+      const refusedAtDelete = deletes.refused;
+      await waitFor('a DELETE retried with the pod gone', () => deletes!.refused > refusedAtDelete, QUICK_MS);
       expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
       expect(startedSince()).toEqual([]);
 
-      registryDown = false;
+      deletes.down = false;
       // The failed pass retries on its error backoff (1 s doubling to 60 s), then the set's 5 s look.
       const recreated = await waitFor(
         'main recreated',
@@ -1492,7 +1494,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
       expect(cr.status?.conditions?.map((c) => c.type)).not.toContain(CONDITION_DELETE_FAILING);
       await waitRunning(name);
     } finally {
-      registryDown = false;
+      if (deletes) deletes.down = false;
       await crs.delete('spent-main').catch(() => undefined);
       await crs.waitGone('spent-main', QUICK_MS).catch(() => undefined);
       await dropSet(name);

@@ -45,6 +45,20 @@ const phase = (world: VMWorld, name = 'hib') => world.cr(NS, name)?.status?.phas
 
 const podAnnotations = (extra: Record<string, string> = {}) => vmPodAnnotations(VM, extra);
 
+/**
+ * A wake of the hibernated VM that vk finishes while the registry answers every DELETE with 503; resolves a
+ * counter of the DELETEs the workflow sent so far.
+ */
+async function wokenWithFailingDelete(world: VMWorld): Promise<() => number> {
+  world.tags.add(`${VM}:hibernate`);
+  await hibernatedPod(world);
+  await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Wake' });
+  await waitFor('Waking', () => phase(world) === 'Waking');
+  world.deleteError = new Error('registry answered 503');
+  await vkRunning(world, 'vmid-new');
+  return () => world.calls.filter((c) => c.startsWith('DELETE')).length;
+}
+
 /** The pod as vk-cocoon leaves it once a hibernate round is done. */
 async function hibernatedPod(world: VMWorld): Promise<void> {
   await world.putPod(NS, POD, { annotations: hibernatedPodAnnotations(VM) });
@@ -106,13 +120,7 @@ export const scenarios: Scenario[] = [
       'a wake whose tag DELETE fails: Waking with SnapshotDeleteFailing, retried with backoff, then Active',
     record: (env) =>
       withWorld(env, async (world) => {
-        world.tags.add(`${VM}:hibernate`);
-        await hibernatedPod(world);
-        await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Wake' });
-        await waitFor('Waking', () => phase(world) === 'Waking');
-        world.deleteError = new Error('registry answered 503');
-        await vkRunning(world, 'vmid-new');
-        const deletes = () => world.calls.filter((c) => c.startsWith('DELETE')).length;
+        const deletes = await wokenWithFailingDelete(world);
         await skipUntil(env, 'a retried DELETE', () => deletes() >= 2, 60_000, 2_000);
         world.deleteError = undefined;
         await skipUntil(env, 'Active', () => phase(world) === 'Active', 120_000);
@@ -126,13 +134,7 @@ export const scenarios: Scenario[] = [
       'a wake whose tag DELETE fails, its pod then deleted: the DELETE retried without the pod, then Active, then Pending',
     record: (env) =>
       withWorld(env, async (world) => {
-        world.tags.add(`${VM}:hibernate`);
-        await hibernatedPod(world);
-        await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Wake' });
-        await waitFor('Waking', () => phase(world) === 'Waking');
-        world.deleteError = new Error('registry answered 503');
-        await vkRunning(world, 'vmid-new');
-        const deletes = () => world.calls.filter((c) => c.startsWith('DELETE')).length;
+        const deletes = await wokenWithFailingDelete(world);
         await waitFor('SnapshotDeleteFailing', () =>
           world.cr(NS, 'hib')?.status?.conditions?.some((c) => c.type === CONDITION_DELETE_FAILING),
         );

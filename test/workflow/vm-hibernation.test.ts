@@ -556,6 +556,25 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     await world.annotatePod(NS, 'demo-0', { [Annotations.lifecycleState]: 'creating' });
   }
 
+  /**
+   * A wake vk finishes while the registry answers every DELETE with 503, up to the CR's SnapshotDeleteFailing
+   * condition; resolves a reader of that condition.
+   */
+  async function wokenWithFailingDelete(world: VMWorld) {
+    await wakingVM(world);
+    world.deleteError = new Error('registry answered 503');
+    await world.annotatePod(
+      NS,
+      'demo-0',
+      { [Annotations.lifecycleState]: 'ready', [Annotations.vmID]: 'vmid-2' },
+      { containerRunning: true },
+    );
+    const failing = () =>
+      world.cr(NS, 'hib')?.status?.conditions?.find((c) => c.type === CONDITION_DELETE_FAILING);
+    await waitFor('SnapshotDeleteFailing', () => failing() !== undefined);
+    return failing;
+  }
+
   it('a CR deleted while vk wakes its VM keeps the tag until the VM runs, then drops it (deliberate fix: the reference deletes it under the pull and the VM is lost)', async () => {
     await withWorld(env, async (world) => {
       await wakingVM(world);
@@ -578,17 +597,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
 
   it('a wake whose tag DELETE fails stays Waking with SnapshotDeleteFailing and retries; Active, the condition gone, once the DELETE succeeds (deliberate difference: the reference goes Active and leaves the tag, which a later create of the pod restores: a rollback)', async () => {
     await withWorld(env, async (world) => {
-      await wakingVM(world);
-      world.deleteError = new Error('registry answered 503');
-      await world.annotatePod(
-        NS,
-        'demo-0',
-        { [Annotations.lifecycleState]: 'ready', [Annotations.vmID]: 'vmid-2' },
-        { containerRunning: true },
-      );
-      const failing = () =>
-        world.cr(NS, 'hib')?.status?.conditions?.find((c) => c.type === CONDITION_DELETE_FAILING);
-      await waitFor('SnapshotDeleteFailing', () => failing() !== undefined);
+      const failing = await wokenWithFailingDelete(world);
       expect(failing()).toMatchObject({ status: 'True', reason: 'RegistryError' });
       expect(failing()?.message).toContain(`delete hibernation snapshot ${VM}: registry answered 503`);
       // The failed pass is retried with backoff, still Waking, the tag still there.
@@ -609,17 +618,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
 
   it('a woken VM whose tag DELETE keeps failing, its pod then deleted: the DELETE goes on being retried without the pod (the set holds the re-create back meanwhile); once it succeeds the wake ends Active, then Pending for the missing pod (fails without spent-tag-drop-without-pod: the CR waited for a pod the set waits to create)', async () => {
     await withWorld(env, async (world) => {
-      await wakingVM(world);
-      world.deleteError = new Error('registry answered 503');
-      await world.annotatePod(
-        NS,
-        'demo-0',
-        { [Annotations.lifecycleState]: 'ready', [Annotations.vmID]: 'vmid-2' },
-        { containerRunning: true },
-      );
-      const failing = () =>
-        world.cr(NS, 'hib')?.status?.conditions?.find((c) => c.type === CONDITION_DELETE_FAILING);
-      await waitFor('SnapshotDeleteFailing', () => failing() !== undefined);
+      const failing = await wokenWithFailingDelete(world);
       await world.deletePod(NS, 'demo-0');
       const deletes = () => world.calls.filter((c) => c.startsWith('DELETE')).length;
       const atDelete = deletes();
