@@ -208,6 +208,12 @@ export interface PassInput {
    * the VM from that tag, rolling it back to the hibernate. The workflow sets it behind `patched()`.
    */
   createWaitsForSpentTag?: boolean;
+  /**
+   * The same hold for the main's other creates, which restore it from its `:hibernate` tag on purpose: the
+   * retain suspend's, the migration's and the released-seat wake's (`holdMainWhileSpent`). Before, each
+   * restored the VM from a spent tag. The workflow sets it behind `patched()`.
+   */
+  mainRestoresWaitForSpentTag?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -685,11 +691,16 @@ async function restoreMarks(
 
 /**
  * The pods among `podNames` a pass must not create yet because their VM's `:hibernate` tag is spent
- * (`podsWithSpentTagByCR`; PassInput `createWaitsForSpentTag`): recorded in `st.spentWaits` for the status
- * (`spentBlock`), and returned by name. Empty without the patch.
+ * (`podsWithSpentTagByCR`): recorded in `st.spentWaits` for the status (`spentBlock`), and returned by name.
+ * Empty unless `enabled` (default PassInput `createWaitsForSpentTag`).
  */
-function holdSpent(st: PassState, crs: readonly CocoonHibernation[], podNames: string[]): Set<string> {
-  if (!st.input.createWaitsForSpentTag) return new Set();
+function holdSpent(
+  st: PassState,
+  crs: readonly CocoonHibernation[],
+  podNames: string[],
+  enabled = st.input.createWaitsForSpentTag,
+): Set<string> {
+  if (!enabled) return new Set();
   const spent = podsWithSpentTagByCR(crs);
   const held = podNames.flatMap((name) => spent.get(name) ?? []);
   if (held.length > 0) st.spentWaits = [...(st.spentWaits ?? []), ...held];
@@ -707,18 +718,38 @@ function spentBlock(st: PassState): { reason: string; message: string } | undefi
   };
 }
 
+/**
+ * Ends the pass while the set's main `podName` must not be created because its VM's `:hibernate` tag is
+ * spent (`holdSpent`): status `phase` with `Progressing=False` reason `SpentSnapshotTag`, a look again in 5 s.
+ * Every create of the main passes here first, whether it restores on purpose (retain suspend, migration,
+ * released-seat wake) or by restore intent (`createMain`). Returns when the main may be created, and at once
+ * when `enabled` is false (runs recorded before the patch: no List). A failed CocoonHibernation List fails the
+ * pass, its message after `prefix`.
+ */
+async function holdMainWhileSpent(
+  st: PassState,
+  podName: string,
+  phase: 'Pending' | 'Suspending' | 'Migrating' | 'Waking',
+  enabled: boolean | undefined,
+  prefix: string,
+): Promise<void> {
+  if (!enabled) return;
+  const crs = await hibernations(st);
+  if ('error' in crs) return fail(st, `${prefix}${crs.error}`);
+  if (holdSpent(st, crs.items, [podName], enabled).size === 0) return;
+  const status = await writeStatus(st, phase, 'status', spentBlock(st));
+  return finish(st, { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS }, status);
+}
+
 /** `createMainAgent` (docs/cocoonset.md#a-pass-in-order). */
 async function createMain(st: PassState): Promise<never> {
   const pod = await build(st, 'build main agent', () => buildAgentPod(st.cs, 0, '', ''));
   const podName = pod.metadata?.name ?? '';
   if (st.input.waitsForTerminatingMain && terminatingOwnedPod(st, podName))
     return waitForTerminatingMain(st, 'Pending', podName);
+  await holdMainWhileSpent(st, podName, 'Pending', st.input.createWaitsForSpentTag, '');
   const crs = await hibernations(st);
   if ('error' in crs) return fail(st, crs.error);
-  if (holdSpent(st, crs.items, [podName]).size > 0) {
-    const status = await writeStatus(st, 'Pending', 'status', spentBlock(st));
-    return finish(st, { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS }, status);
-  }
   const [probeErr] = await restoreMarks(st, [pod], podsRestorableByCR(crs.items));
   if (probeErr !== undefined) return fail(st, probeErr);
   const o = await st.r.run({ id: `create:${pod.metadata!.name}`, type: 'createPod', pod });
@@ -1114,7 +1145,8 @@ async function suspendGate(st: PassState, pods: V1Pod[]): Promise<string | undef
 /**
  * Suspend with the retain policy (reference `reconcileSuspend`; docs/cocoonset.md#suspend):
  * 1. No main: create it (restoring from its `:hibernate` tag when one exists; a probe error creates nothing)
- *    and requeue at once: a retain set always keeps its main's seat. Sub-agents and toolboxes are not
+ *    and requeue at once; ours (`mainRestoresWaitForSpentTag`): not while that tag is spent
+ *    (`holdMainWhileSpent`, `Suspending`): a retain set always keeps its main's seat. Sub-agents and toolboxes are not
  *    created while suspended. Any create error fails the pass (AlreadyExists too, as the reference). Ours
  *    (`waitsForTerminatingMain`): while the pass sees the set's main pod terminating, it creates
  *    nothing and waits (`waitForTerminatingMain`); the reference's create fails with AlreadyExists on every
@@ -1130,6 +1162,7 @@ async function suspendRetain(st: PassState): Promise<never> {
     const podName = pod.metadata?.name ?? '';
     if (st.input.waitsForTerminatingMain && terminatingOwnedPod(st, podName))
       return waitForTerminatingMain(st, 'Suspending', podName);
+    await holdMainWhileSpent(st, podName, 'Suspending', st.input.mainRestoresWaitForSpentTag, '');
     const [probeErr] = await restoreMarks(st, [pod], new Set([podName]));
     if (probeErr !== undefined) return fail(st, probeErr);
     const o = await st.r.run({ id: `create:${podName}`, type: 'createPod', pod });
@@ -1384,6 +1417,13 @@ async function migrate(st: PassState): Promise<void> {
   }
   if (!main) {
     const pod = await build(st, `migrate: build main`, () => buildAgentPod(st.cs, 0, '', ''));
+    await holdMainWhileSpent(
+      st,
+      agentPodName(cs, 0),
+      'Migrating',
+      st.input.mainRestoresWaitForSpentTag,
+      'migrate: ',
+    );
     pod.metadata!.annotations = {
       ...(pod.metadata!.annotations ?? {}),
       [Annotations.restoreFromHibernate]: 'true',
@@ -1508,7 +1548,8 @@ async function releasedWake(st: PassState): Promise<void> {
 /**
  * `startReleasedWake` (docs/cocoonset.md#seat-release): probe the main's `:hibernate` tag (an error fails
  * closed: falling through would boot fresh over the snapshot); absent → not handled (never booted: the
- * normal flow boots it). Else persist `Waking` first, then create the main restoring from the tag, with the
+ * normal flow boots it). Spent (a CocoonHibernation woke the VM and cannot DELETE the tag; ours,
+ * `holdMainWhileSpent`) → `Waking` with `SpentSnapshotTag`, 5 s. Else persist `Waking` first, then create the main restoring from the tag, with the
  * weight-100 preferred affinity to the hint unless the pod has an affinity already (the pin wins; the pool
  * and CPU-class selectors always apply; the wake pod never gets a `spec.nodeName`); 5 s to look again
  * (also on AlreadyExists: the old pod is still terminating).
@@ -1519,6 +1560,13 @@ async function startReleasedWake(st: PassState, hint: string): Promise<void> {
   if (probe.kind !== 'probe')
     return fail(st, `wake: probe hibernate snapshot ${vm}: ${errText(probe) ?? 'unexpected outcome'}`);
   if (!probe.present) return;
+  await holdMainWhileSpent(
+    st,
+    agentPodName(st.cs, 0),
+    'Waking',
+    st.input.mainRestoresWaitForSpentTag,
+    'wake: ',
+  );
   await writeStatus(st, 'Waking', 'status-waking');
   const pod = await build(st, 'wake: build main', () => buildAgentPod(st.cs, 0, '', ''));
   pod.metadata!.annotations = {

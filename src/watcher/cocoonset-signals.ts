@@ -41,15 +41,16 @@ export interface OwnedPodObservation {
 /**
  * Start argument of the CocoonSet workflow as the watcher starts it (a subset of CocoonSetWorkflowInput in
  * src/workflows/cocoonset.ts). `kubeIO: 'local'`: the run's Kubernetes I/O runs as local activities;
- * `searchAttributes: 'identity'`: the start sets the identity search attributes; `patches: 'all'`: the run
- * takes every patched branch without asking `patched()`.
+ * `searchAttributes: 'identity'`: the start sets the identity search attributes; `patches`: the count of
+ * patched branches added since runs stopped asking `patched()` that the run takes (messages.ts
+ * `LEVELED_PATCHES`).
  */
 export interface CocoonSetWorkflowStart {
   namespace: string;
   name: string;
   kubeIO: 'local';
   searchAttributes: 'identity';
-  patches: 'all';
+  patches: number;
 }
 
 /** The CocoonSet's generation changed, it started deleting, or it is gone (`exists: false`). */

@@ -87,13 +87,8 @@ export interface CocoonSetWorkflowInput {
    * version started, which upserts all four, CocoonPhase at every change, until it continues as new.
    */
   searchAttributes?: 'identity';
-  /**
-   * `all`: the run takes every patched branch without asking `patched()` (entity.ts `on`). Every run this
-   * version starts says so (the watcher's `cocoonSetStart`, continue-as-new); a run an older version started
-   * (absent) asks `patched()` where each branch is, as its recorded history has the markers there, until it
-   * continues as new.
-   */
-  patches?: 'all';
+  /** Which patched branches the run takes without asking `patched()`: as VMWorkflowInput `patches`. */
+  patches?: 'all' | number;
 }
 
 /** Current state of a CocoonSet workflow, for `temporal workflow query --type state`. */
@@ -190,8 +185,8 @@ interface CocoonSetIO {
   kube: CocoonSetActivities;
   bulk: CocoonSetActivities;
   registry: RegistryActivities;
-  /** The run started with `patches: 'all'` (see entity.ts `on`). */
-  allPatches: boolean;
+  /** The run's start argument `patches` (see entity.ts `on`). */
+  patches: 'all' | number | undefined;
 }
 
 /**
@@ -208,7 +203,7 @@ const LOCAL_ROUND_MAX = 4;
 
 function cocoonSetIO(input: CocoonSetWorkflowInput): CocoonSetIO {
   return {
-    allPatches: input.patches === 'all',
+    patches: input.patches,
     kube: kubeActivities<CocoonSetActivities>(input.kubeIO, 3),
     bulk: kubeActivities<CocoonSetActivities>(undefined, 3),
     registry: proxyActivities<RegistryActivities>(
@@ -473,6 +468,7 @@ async function drive(
     migrationShowsConflict: on(io, 'migration-shows-conflict'),
     validatesPin: on(io, 'validates-pin'),
     createWaitsForSpentTag: on(io, 'create-waits-for-spent-tag'),
+    mainRestoresWaitForSpentTag: on(io, 'main-restores-wait-for-spent-tag'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,

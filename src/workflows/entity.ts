@@ -13,6 +13,7 @@ import {
   proxyLocalActivities,
   workflowInfo,
 } from '@temporalio/workflow';
+import { patchDecision } from './messages.js';
 
 /**
  * True when `incoming` is an older resourceVersion than `current`. Resource versions are etcd revisions in
@@ -54,16 +55,18 @@ export function isNotFound(err: unknown): boolean {
 }
 
 /**
- * Whether the behaviour behind patch `id` applies in this run. `io.allPatches` is true in a run this version
- * started (start argument `patches: 'all'`, set at every start and continue-as-new): it takes every patched
- * branch and records no marker. A run an older version started asks `patched(id)` where the branch is, as it
- * always did (its history has the markers there). Why: a `patched()` first called right after a local
+ * Whether the behaviour behind patch `id` applies in this run (messages.ts `patchDecision`). A run this
+ * version started (start argument `patches`, set at every start and continue-as-new) takes every patched
+ * branch its version knew and records no marker; a branch added later (LEVELED_PATCHES) waits for its next
+ * continue-as-new. A run started before `patches` existed asks `patched(id)` where the branch is, as it
+ * always did (its history has the markers there). Why no `patched()`: one first called right after a local
  * activity does not replay when a query was answered while that activity ran (the SDK then completes the
  * workflow task early and hands the result over in a new one; a replay hands it over in the first), and a
  * workflow task that fails replay fails on every retry. Found recording a golden history, then seen in CI.
  */
-export function on(io: { allPatches: boolean }, id: string): boolean {
-  return io.allPatches || patched(id);
+export function on(io: { patches: 'all' | number | undefined }, id: string): boolean {
+  const d = patchDecision(io.patches, id);
+  return d === 'ask' ? patched(id) : d;
 }
 
 /**

@@ -11,11 +11,36 @@ export const VM_WORKFLOW_TYPE = 'vmWorkflow';
 export const COCOONSET_WORKFLOW_TYPE = 'cocoonSetWorkflow';
 
 /**
+ * Patch ids added since runs stopped asking `patched()` (start argument `patches`, VMWorkflowInput), oldest
+ * first; append only, never reorder or remove. A run started with `patches: N` takes the first N of them,
+ * one started with `patches: 'all'` (versions of 2026-12-03 to 2026-12-04b) none: the others wait for the
+ * run's next continue-as-new, which starts it with this version's count. A run in flight that took a branch
+ * its recorded history did not take would fail its replay on every workflow task.
+ */
+export const LEVELED_PATCHES: readonly string[] = ['main-restores-wait-for-spent-tag'];
+
+/**
  * The run modes every start and continue-as-new of this version sets, for both entity workflows (each is
  * described on VMWorkflowInput): Kubernetes I/O as local activities, identity search attributes set at the
- * start, every patched branch taken without asking `patched()`.
+ * start, every patched branch of this version taken without asking `patched()` (`patches`: the count of
+ * LEVELED_PATCHES).
  */
-export const RUN_MODES = { kubeIO: 'local', searchAttributes: 'identity', patches: 'all' } as const;
+export const RUN_MODES = {
+  kubeIO: 'local',
+  searchAttributes: 'identity',
+  patches: LEVELED_PATCHES.length,
+} as const;
+
+/**
+ * Whether a run started with start argument `patches` takes the branch behind patch `id`: `true`/`false`, or
+ * `'ask'` when only `patched(id)` can say (a run started before `patches` existed: its history holds the
+ * markers where it asked). Pure; entity.ts `on` is the workflow-side caller.
+ */
+export function patchDecision(patches: 'all' | number | undefined, id: string): boolean | 'ask' {
+  if (patches === undefined) return 'ask';
+  const i = LEVELED_PATCHES.indexOf(id);
+  return i < 0 || i < (patches === 'all' ? 0 : patches);
+}
 
 /** Start argument of the VM workflow. `carried` is the state handed over by continue-as-new. */
 export interface VMWorkflowInput {
@@ -39,12 +64,13 @@ export interface VMWorkflowInput {
    */
   searchAttributes?: 'identity';
   /**
-   * `all`: the run takes every patched branch of the VM workflow without asking `patched()` (vm.ts `on`).
-   * Every run this version starts says so, continue-as-new too; a run an older version started (absent)
-   * asks `patched()` where each branch is, as its recorded history has the markers there, until it
-   * continues as new.
+   * The run takes patched branches without asking `patched()` (entity.ts `on`, `patchDecision`): a number
+   * N, every branch but those of LEVELED_PATCHES after the first N; `all` (runs started 2026-12-03 to
+   * 2026-12-04b), every branch but those of LEVELED_PATCHES. Every run this version starts sets N to this
+   * version's count, continue-as-new too. Absent (a run an older version started): it asks `patched()` where
+   * each branch is, as its recorded history has the markers there, until it continues as new.
    */
-  patches?: 'all';
+  patches?: 'all' | number;
   /**
    * The VM's world as the watcher's caches hold it when it starts the workflow: the pod and every
    * CocoonHibernation targeting it. With it the first round acts without a re-read; without it (a start by

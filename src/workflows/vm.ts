@@ -174,13 +174,13 @@ interface VMIO {
   registry: RegistryActivities;
   /** The Kubernetes activities are local (the run started with `kubeIO: 'local'`). */
   local: boolean;
-  /** The run started with `patches: 'all'` (see entity.ts `on`). */
-  allPatches: boolean;
+  /** The run's start argument `patches` (see entity.ts `on`). */
+  patches: 'all' | number | undefined;
 }
 
 function vmIO(input: VMWorkflowInput): VMIO {
   return {
-    allPatches: input.patches === 'all',
+    patches: input.patches,
     kube: kubeActivities<KubeActivities>(input.kubeIO, 5),
     registry: proxyActivities<RegistryActivities>(
       registryActivityOptions(taskQueues(workflowInfo().taskQueue).hibernationRegistry),

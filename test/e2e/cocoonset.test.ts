@@ -1417,89 +1417,124 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     expect(incarnation.every((s) => s.restore)).toBe(true);
   });
 
-  it('a main woken by a CocoonHibernation whose spent :hibernate tag the registry will not DELETE (Waking, SnapshotDeleteFailing), then deleted: not recreated while the tag is there (vk-cocoon would restore from it), the set says why (Progressing=False SpentSnapshotTag) and the CR keeps retrying the DELETE without the pod; once the registry answers the main is recreated and boots fresh, the CR ends Active (deviation, fails without create-waits-for-spent-tag: the VM came back as it was at the hibernate)', async () => {
-    const name = 'spent';
-    const mainPod = `${name}-0`;
-    const vm = vmOf(name, 0);
-    let deletes: { refused: number; down: boolean } | undefined;
-    try {
-      await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
-      await waitRunning(name);
-      await crs.create('spent-main', mainPod, 'Hibernate');
-      await crs.waitPhase('spent-main', 'Hibernated', QUICK_MS);
-      deletes = refuseTagDeletes(vm);
-      await crs.setDesire('spent-main', 'Wake');
-      const spent = await waitFor(
-        'the wake reports its failed tag DELETE',
-        async () => {
-          const cr = await crs.get('spent-main');
-          const failing = cr?.status?.conditions?.find((c) => c.type === CONDITION_DELETE_FAILING);
-          return failing?.status === 'True' ? cr : undefined;
-        },
-        QUICK_MS,
-      );
-      expect(spent.status?.phase).toBe('Waking');
-
-      const startedBefore = sim.state().started.length;
-      const startedSince = () =>
-        sim
-          .state()
-          .started.slice(startedBefore)
-          .filter((v) => v.name === vm);
-      const woken = (await podsOf(name)).get(mainPod)!;
-      await kube.core.deleteNamespacedPod({ name: mainPod, namespace: ns });
-      await waitFor(
-        'the old main gone',
-        async () => ((await podsOf(name)).has(mainPod) ? undefined : true),
-        QUICK_MS,
-      );
-      // The set's pass that found the main missing says why it does not create it.
-      const spentCondition = (cs: CocoonSet | undefined) =>
-        cs?.status?.conditions?.find(
-          (c) => c.type === CONDITION_PROGRESSING && c.reason === ConditionReasons.spentSnapshotTag,
+  it.each([
+    {
+      name: 'spent',
+      flow: 'unpinned (the main create)',
+      patch: 'create-waits-for-spent-tag',
+      phase: undefined,
+    },
+    {
+      name: 'spent-pin',
+      flow: 'pinned (the migration restores)',
+      patch: 'main-restores-wait-for-spent-tag',
+      phase: 'Migrating',
+    },
+    {
+      name: 'spent-susp',
+      flow: 'retain-suspended (the suspend restores)',
+      patch: 'main-restores-wait-for-spent-tag',
+      phase: 'Suspending',
+    },
+  ] as const)(
+    'a main woken by a CocoonHibernation whose spent :hibernate tag the registry will not DELETE (Waking, SnapshotDeleteFailing), then deleted, the set $flow: not recreated while the tag is there (vk-cocoon would restore from it), the set says why (Progressing=False SpentSnapshotTag) and the CR keeps retrying the DELETE without the pod; once the registry answers the main is recreated and boots fresh, the CR ends Active (deviation, fails without that patch: the VM came back as it was at the hibernate)',
+    async ({ name, phase }) => {
+      const mainPod = `${name}-0`;
+      const vm = vmOf(name, 0);
+      const cr = `${name}-main`;
+      let deletes: { refused: number; down: boolean } | undefined;
+      try {
+        const spec = realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place);
+        await createSet(name, phase === 'Migrating' ? { ...spec, nodeName } : spec);
+        await waitRunning(name);
+        await crs.create(cr, mainPod, 'Hibernate');
+        await crs.waitPhase(cr, 'Hibernated', QUICK_MS);
+        deletes = refuseTagDeletes(vm);
+        await crs.setDesire(cr, 'Wake');
+        const spent = await waitFor(
+          'the wake reports its failed tag DELETE',
+          async () => {
+            const got = await crs.get(cr);
+            const failing = got?.status?.conditions?.find((c) => c.type === CONDITION_DELETE_FAILING);
+            return failing?.status === 'True' ? got : undefined;
+          },
+          QUICK_MS,
         );
-      const heldSet = await sets.waitUntil(
-        name,
-        'Progressing=False SpentSnapshotTag',
-        (cs) => spentCondition(cs) !== undefined,
-        QUICK_MS,
-      );
-      const held = spentCondition(heldSet)!;
-      expect(held.status).toBe('False');
-      expect(held.message).toContain(`pod ${ns}/${mainPod} (VM ${vm}, cocoonhibernation spent-main)`);
-      expect((await podsOf(name)).has(mainPod)).toBe(false);
-      // The CR's wake goes on retrying the DELETE with the pod gone.
-      const refusedAtDelete = deletes.refused;
-      await waitFor('a DELETE retried with the pod gone', () => deletes!.refused > refusedAtDelete, QUICK_MS);
-      expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
-      expect(startedSince()).toEqual([]);
+        expect(spent.status?.phase).toBe('Waking');
+        if (phase === 'Suspending') {
+          // The CR holds the VM awake: the set's hibernate request loses, the set stays Suspending.
+          await sets.patchSpec(name, { suspend: true });
+          await sets.waitUntil(name, 'Suspending', (cs) => cs?.status?.phase === 'Suspending', QUICK_MS);
+        }
 
-      deletes.down = false;
-      // The failed pass retries on its error backoff (1 s doubling to 60 s), then the set's 5 s look.
-      const recreated = await waitFor(
-        'main recreated',
-        async () => {
-          const p = (await podsOf(name)).get(mainPod);
-          return p && p.metadata?.uid !== woken.metadata?.uid ? p : undefined;
-        },
-        2 * QUICK_MS,
-      );
-      expect(await headTag(registry, vm, Tags.hibernate)).toBe(404);
-      expect(recreated.metadata?.annotations?.[Annotations.restoreFromHibernate]).toBeUndefined();
-      await waitFor('the VM brought up again in the simulator', () => startedSince().length > 0, QUICK_MS);
-      const started = startedSince();
-      expect(started).toHaveLength(1);
-      expect(started[0]!.source).not.toMatch(/^restore /);
-      const cr = await crs.waitPhase('spent-main', 'Active', QUICK_MS);
-      expect(cr.status?.conditions?.map((c) => c.type)).not.toContain(CONDITION_DELETE_FAILING);
-      await waitRunning(name);
-    } finally {
-      if (deletes) deletes.down = false;
-      await crs.delete('spent-main').catch(() => undefined);
-      await crs.waitGone('spent-main', QUICK_MS).catch(() => undefined);
-      await dropSet(name);
-    }
-  }, 300_000);
+        const startedBefore = sim.state().started.length;
+        const startedSince = () =>
+          sim
+            .state()
+            .started.slice(startedBefore)
+            .filter((v) => v.name === vm);
+        const woken = (await podsOf(name)).get(mainPod)!;
+        await kube.core.deleteNamespacedPod({ name: mainPod, namespace: ns });
+        await waitFor(
+          'the old main gone',
+          async () => ((await podsOf(name)).has(mainPod) ? undefined : true),
+          QUICK_MS,
+        );
+        // The set's pass that found the main missing says why it does not create it.
+        const spentCondition = (cs: CocoonSet | undefined) =>
+          cs?.status?.conditions?.find(
+            (c) => c.type === CONDITION_PROGRESSING && c.reason === ConditionReasons.spentSnapshotTag,
+          );
+        const heldSet = await sets.waitUntil(
+          name,
+          'Progressing=False SpentSnapshotTag',
+          (cs) => spentCondition(cs) !== undefined,
+          QUICK_MS,
+        );
+        const held = spentCondition(heldSet)!;
+        expect(held.status).toBe('False');
+        expect(held.message).toContain(`pod ${ns}/${mainPod} (VM ${vm}, cocoonhibernation ${cr})`);
+        expect(heldSet?.status?.phase).toBe(phase ?? 'Pending');
+        expect((await podsOf(name)).has(mainPod)).toBe(false);
+        // The CR's wake goes on retrying the DELETE with the pod gone.
+        const refusedAtDelete = deletes.refused;
+        await waitFor(
+          'a DELETE retried with the pod gone',
+          () => deletes!.refused > refusedAtDelete,
+          QUICK_MS,
+        );
+        expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
+        expect(startedSince()).toEqual([]);
+
+        deletes.down = false;
+        // The failed pass retries on its error backoff (1 s doubling to 60 s), then the set's 5 s look.
+        const recreated = await waitFor(
+          'main recreated',
+          async () => {
+            const p = (await podsOf(name)).get(mainPod);
+            return p && p.metadata?.uid !== woken.metadata?.uid ? p : undefined;
+          },
+          2 * QUICK_MS,
+        );
+        expect(await headTag(registry, vm, Tags.hibernate)).toBe(404);
+        expect(recreated.metadata?.annotations?.[Annotations.restoreFromHibernate]).toBeUndefined();
+        await waitFor('the VM brought up again in the simulator', () => startedSince().length > 0, QUICK_MS);
+        const started = startedSince();
+        expect(started).toHaveLength(1);
+        expect(started[0]!.source).not.toMatch(/^restore /);
+        const done = await crs.waitPhase(cr, 'Active', QUICK_MS);
+        expect(done.status?.conditions?.map((c) => c.type)).not.toContain(CONDITION_DELETE_FAILING);
+        if (phase === 'Suspending') await sets.patchSpec(name, { suspend: false });
+        await waitRunning(name);
+      } finally {
+        if (deletes) deletes.down = false;
+        await crs.delete(cr).catch(() => undefined);
+        await crs.waitGone(cr, QUICK_MS).catch(() => undefined);
+        await dropSet(name);
+      }
+    },
+    300_000,
+  );
 
   /**
    * Deletes the main pod of set `name` and CocoonHibernation `cr` at once, then expects the set's

@@ -268,7 +268,12 @@ describe('released-seat wake', () => {
       },
     ]);
     expect(w.cs.status?.phase).toBe('Waking');
-    expect(w.ids()).toEqual(['wake-probe:vk-ns-demo-0', 'status-waking', 'create:demo-0']);
+    expect(w.ids()).toEqual([
+      'wake-probe:vk-ns-demo-0',
+      'list-hibernations',
+      'status-waking',
+      'create:demo-0',
+    ]);
     expect([w.droppedTags, w.tags.has(TAG)]).toEqual([[], true]);
   });
 

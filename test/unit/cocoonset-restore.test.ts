@@ -9,6 +9,7 @@ import {
   CONDITION_PROGRESSING,
   ConditionReasons,
 } from '../../src/api/keys.js';
+import type { CocoonSet } from '../../src/api/types.js';
 import { buildAgentPod, buildToolboxPod } from '../../src/cocoonset/pods.js';
 import {
   lazyOnce,
@@ -208,6 +209,60 @@ describe('restore through the pass planner', () => {
     expect(progressing(w)).toMatchObject({ status: 'False', reason: ConditionReasons.spentSnapshotTag });
     expect(progressing(w)?.message).toMatch(/^pod ns\/demo-1 .*; pod ns\/demo-b /);
   });
+
+  it.each([
+    {
+      flow: 'retain suspend',
+      phase: 'Suspending',
+      set: (c: CocoonSet) => {
+        c.spec.suspend = true;
+      },
+    },
+    {
+      flow: 'migration (a pinned set)',
+      phase: 'Migrating',
+      set: (c: CocoonSet) => {
+        c.spec.nodeName = 'node-b';
+      },
+    },
+    {
+      flow: 'released-seat wake',
+      phase: 'Waking',
+      set: (c: CocoonSet) => {
+        c.spec.hibernatePolicy = 'release';
+        c.status = { phase: 'Suspended' } as CocoonSet['status'];
+        c.metadata.annotations = { ...c.metadata.annotations, [Annotations.hibernatedOnNode]: 'node-a' };
+      },
+    },
+  ])(
+    'deviation: the $flow, which restores a missing main from its tag on purpose, does not while the tag is spent: $phase, Progressing=False SpentSnapshotTag, 5 s; once the CR is done the main is created fresh (without mainRestoresWaitForSpentTag: created restore-marked, a rollback)',
+    async ({ phase, set }) => {
+      const cs = newCocoonSet('demo', withFinalizer, set);
+      const w = new PlanWorld(cs);
+      w.crs = [spentCR('demo-0')];
+      w.tags.add('vk-ns-demo-0:hibernate');
+      const end = done(await w.pass());
+      expect(end.result.requeueAfterMs).toBe(5_000);
+      expect(w.pods.size).toBe(0);
+      expect(w.cs.status?.phase).toBe(phase);
+      expect(progressing(w)).toMatchObject({ status: 'False', reason: ConditionReasons.spentSnapshotTag });
+      expect(progressing(w)?.message).toContain(
+        'pod ns/demo-0 (VM vk-ns-demo-0, cocoonhibernation h-demo-0)',
+      );
+      expect(w.tags.has('vk-ns-demo-0:hibernate')).toBe(true);
+
+      w.crs = [hibernation('demo-0', 'Wake', 'Active')];
+      w.tags.delete('vk-ns-demo-0:hibernate');
+      done(await w.pass());
+      expect(w.pod('demo-0')!.metadata!.annotations![Annotations.restoreFromHibernate]).toBeUndefined();
+
+      const before = new PlanWorld(cs);
+      before.crs = [spentCR('demo-0')];
+      before.tags.add('vk-ns-demo-0:hibernate');
+      done(await before.pass({ mainRestoresWaitForSpentTag: false }));
+      expect(before.pod('demo-0')!.metadata!.annotations![Annotations.restoreFromHibernate]).toBe('true');
+    },
+  );
 
   it('who has a spent tag: only a Waking CR, not being deleted, with SnapshotDeleteFailing True', async () => {
     const cleared = spentCR('cleared');

@@ -151,6 +151,7 @@ export class PlanWorld {
       migrationShowsConflict?: boolean;
       validatesPin?: boolean;
       createWaitsForSpentTag?: boolean;
+      mainRestoresWaitForSpentTag?: boolean;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
     } = {},
@@ -176,6 +177,7 @@ export class PlanWorld {
       migrationShowsConflict: opts.migrationShowsConflict ?? true,
       validatesPin: opts.validatesPin ?? true,
       createWaitsForSpentTag: opts.createWaitsForSpentTag ?? true,
+      mainRestoresWaitForSpentTag: opts.mainRestoresWaitForSpentTag ?? true,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
     };

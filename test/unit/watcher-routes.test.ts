@@ -12,6 +12,10 @@ import {
   relevanceFingerprint,
   type WorkflowStart,
 } from '../../src/watcher/routes.js';
+import { LEVELED_PATCHES } from '../../src/workflows/messages.js';
+
+/** The run modes of every start this version makes (every patched branch it knows: LEVELED_PATCHES). */
+const startModes = { kubeIO: 'local', searchAttributes: 'identity', patches: LEVELED_PATCHES.length };
 
 let rv = 100;
 const nextRV = () => String(++rv);
@@ -139,9 +143,7 @@ describe('HibernationRoute', () => {
     expect(sig?.workflowId).toBe('vm/ns1/p1');
     expect(sig?.signalName).toBe('hibernationObserved');
     expect(sig?.start.workflowType).toBe('vmWorkflow');
-    expect(sig?.start.args).toEqual([
-      { namespace: 'ns1', pod: 'p1', kubeIO: 'local', searchAttributes: 'identity', patches: 'all' },
-    ]);
+    expect(sig?.start.args).toEqual([{ namespace: 'ns1', pod: 'p1', ...startModes }]);
     // No pod known yet: the VM name is left for the workflow to set when it learns it.
     expect(startAttributes(sig?.start)).toEqual({ CocoonNamespace: 'ns1', CocoonKind: 'VM' });
     expect(sig?.payload).toMatchObject({
@@ -175,9 +177,7 @@ describe('HibernationRoute', () => {
     const unlisted = setup({ listed: false });
     unlisted.podEvent('add', pod('p1'));
     const [before] = unlisted.crEvent('add', cr('h1', 'p1'));
-    expect(before?.start.args).toEqual([
-      { namespace: 'ns1', pod: 'p1', kubeIO: 'local', searchAttributes: 'identity', patches: 'all' },
-    ]);
+    expect(before?.start.args).toEqual([{ namespace: 'ns1', pod: 'p1', ...startModes }]);
 
     const { podEvent, crEvent } = setup({ listed: true });
     podEvent('add', pod('p1'));
@@ -397,9 +397,7 @@ describe('CocoonSetRoute', () => {
     expect(first?.workflowId).toBe('cocoonset/ns1/s1');
     expect(first?.signalName).toBe('cocoonSetObserved');
     expect(first?.start.workflowType).toBe('cocoonSetWorkflow');
-    expect(first?.start.args).toEqual([
-      { namespace: 'ns1', name: 's1', kubeIO: 'local', searchAttributes: 'identity', patches: 'all' },
-    ]);
+    expect(first?.start.args).toEqual([{ namespace: 'ns1', name: 's1', ...startModes }]);
     expect(startAttributes(first?.start)).toEqual({ CocoonNamespace: 'ns1', CocoonKind: 'CocoonSet' });
     expect(ev('update', cs('s1', 1, 'Running'))).toEqual([]);
     expect(ev('update', cs('s1', 2, 'Running'))).toHaveLength(1);
