@@ -5,7 +5,12 @@
  * see docs/observability.md#logs). The Temporal runtime (core, worker, workflow and activity loggers) is
  * routed into the same logger through {@link temporalLogger}.
  */
-import type { LogMetadata, Logger as TemporalLogger, LogLevel as TemporalLogLevel } from '@temporalio/common';
+import {
+  ApplicationFailure,
+  type LogMetadata,
+  type Logger as TemporalLogger,
+  type LogLevel as TemporalLogLevel,
+} from '@temporalio/common';
 import { type DestinationStream, type Logger as PinoLogger, pino } from 'pino';
 import type { LogFormat, LogLevelName } from './config.js';
 
@@ -100,6 +105,17 @@ export function temporalLevelFor(level: LogLevelName): TemporalLogLevel {
 const WORKFLOW_CONTEXT = new Set(['sdkComponent', 'taskQueue', 'namespace', 'runId', 'workflowType']);
 
 /**
+ * An activity failure our code raised on purpose (an ApplicationFailure: a registry or Kubernetes error
+ * whose message says everything) as the string `<type>: <message>`: its stack only shows where it was
+ * wrapped, and repeated on every attempt it buried the operator log (found by a new-user run). Any other
+ * error (a bug) keeps its stack.
+ */
+function stackless(err: unknown): unknown {
+  if (!(err instanceof ApplicationFailure)) return err;
+  return `${err.type ?? 'ApplicationFailure'}: ${err.message}`;
+}
+
+/**
  * Adapts a pino logger to Temporal's Logger interface (Runtime.install({logger})). Metadata becomes
  * fields of the JSON line; Temporal's `sdkComponent` field tells core/worker/workflow/activity apart.
  */
@@ -119,7 +135,8 @@ export function temporalLogger(log: Logger, opts: { quietSdk?: boolean } = {}): 
         // Read by a person, a workflow's line names its workflow id; the rest of the SDK's context is noise.
         if (opts.quietSdk && WORKFLOW_CONTEXT.has(k)) continue;
         // Core log records carry a bigint `timestampNanos`; JSON cannot hold bigints.
-        fields[k === 'error' ? 'err' : k] = typeof v === 'bigint' ? v.toString() : v;
+        fields[k === 'error' ? 'err' : k] =
+          typeof v === 'bigint' ? v.toString() : k === 'error' ? stackless(v) : v;
       }
     }
     log[method](fields, message);

@@ -828,11 +828,8 @@ function rollUp(
   pods: PassInput['pods'],
   phase: string | undefined,
 ): void {
-  const before = state.phase;
+  // The phase change is logged where the status write runs (`patchStatus` in `execute`), once.
   state.phase = phase ?? cs.status?.phase ?? state.phase;
-  if (state.phase && state.phase !== before) {
-    log.info(`cocoonset ${state.namespace}/${state.name}: ${before || '(none)'} → ${state.phase}`);
-  }
   const main = classifyPods(ownedPods(cs, pods)).main;
   if (main && vmNameOf(main) !== '') state.mainVM = vmNameOf(main);
 }

@@ -1,4 +1,6 @@
 /** Log formats: JSON lines by default, readable lines with LOG_FORMAT=pretty (src/log.ts). */
+
+import { ApplicationFailure } from '@temporalio/common';
 import { describe, expect, it } from 'vitest';
 import { createLogger, prettyLine, temporalLogger } from '../../src/log.js';
 
@@ -41,6 +43,17 @@ describe('log formats', () => {
     sdk.warn('No workflows registered, not polling', { sdkComponent: 'worker' });
     sdk.warn('Activity heartbeat timed out', { sdkComponent: 'worker' });
     expect(lines.map((l) => JSON.parse(l).msg)).toEqual(['Activity heartbeat timed out']);
+  });
+
+  it("an activity's own failure (ApplicationFailure) is logged without its stack, any other error with it", () => {
+    const { log, lines } = capture('json');
+    const sdk = temporalLogger(log);
+    const failure = ApplicationFailure.create({ type: 'RegistryError', message: 'delete vm:hibernate: 503' });
+    sdk.warn('Activity failed', { sdkComponent: 'worker', error: failure });
+    sdk.warn('Activity failed', { sdkComponent: 'worker', error: new TypeError('x is undefined') });
+    const [own, bug] = lines.map((l) => JSON.parse(l).err);
+    expect(own).toBe('RegistryError: delete vm:hibernate: 503');
+    expect(bug.stack).toMatch(/^TypeError: x is undefined\n +at /);
   });
 
   it("with quietSdk (pretty at info) drops the SDK's own info lines but keeps the workflows' (their transitions)", () => {
