@@ -135,6 +135,11 @@ export const EventReasons = {
   wakeNoCapacity: 'WakeNoCapacity',
   /** Ours (not in the reference): the spec builds pods the apiserver would reject; no pod was touched. */
   invalidSpec: 'InvalidSpec',
+  /**
+   * Ours: a wake ran the VM but the registry refuses the DELETE of its spent `:hibernate` tag (Warning, with
+   * the CocoonHibernation's condition `SnapshotDeleteFailing`).
+   */
+  snapshotDeleteFailing: 'SnapshotDeleteFailing',
 } as const;
 
 /**

@@ -17,7 +17,10 @@ export const COCOONSET_WORKFLOW_TYPE = 'cocoonSetWorkflow';
  * run's next continue-as-new, which starts it with this version's count. A run in flight that took a branch
  * its recorded history did not take would fail its replay on every workflow task.
  */
-export const LEVELED_PATCHES: readonly string[] = ['main-restores-wait-for-spent-tag'];
+export const LEVELED_PATCHES: readonly string[] = [
+  'main-restores-wait-for-spent-tag',
+  'spent-tag-warning-event',
+];
 
 /**
  * The run modes every start and continue-as-new of this version sets, for both entity workflows (each is

@@ -1088,13 +1088,29 @@ async function dropWakeTag(
       // A wake vk finished during the annotation patch never wrote Waking: it is in flight until the tag goes.
       if (cr.status?.phase !== 'Waking')
         cr = await writeStatus(io, state, cr, setPhasePatch(cr, 'Waking', vmName, Date.now()));
-      await writeStatus(io, state, cr, deleteFailingPatch(cr, why, Date.now()));
+      const failing = deleteFailingPatch(cr, why, Date.now());
+      // Ours (leveled patch `spent-tag-warning-event`): the condition's change comes with a Warning Event,
+      // so `kubectl get events` shows a wake stuck on the registry (only a change is written: once per error).
+      if (failing && on(io, 'spent-tag-warning-event'))
+        await writeAnnounced(io, state, cr, deleteFailingEvent(cr, why), failing);
+      else await writeStatus(io, state, cr, failing);
       throw new Error(error);
     }
   }
   cr = await writeStatus(io, state, cr, deleteFailingPatch(cr, undefined, Date.now()));
   const event = announcement(cr, 'wake', 'ok', EventReasons.wokenActive, 'Normal', running, startedMs);
   await writeAnnounced(io, state, cr, event, setPhasePatch(cr, 'Active', vmName, Date.now()));
+}
+
+/** The Warning Event announcing `SnapshotDeleteFailing` True with message `why` (one occurrence per write). */
+function deleteFailingEvent(cr: TrackedCR, why: string): EventInput {
+  return {
+    ...eventBase(cr),
+    type: 'Warning',
+    reason: EventReasons.snapshotDeleteFailing,
+    message: why,
+    key: `${cr.uid}/${EventReasons.snapshotDeleteFailing}/${Date.now()}`,
+  };
 }
 
 /**

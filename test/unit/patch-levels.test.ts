@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { LEVELED_PATCHES, patchDecision, RUN_MODES } from '../../src/workflows/messages.js';
 
-const first = LEVELED_PATCHES[0]!;
+const [first, second] = LEVELED_PATCHES as [string, string];
 
 describe('patchDecision', () => {
   it('a run started with patches: all (2026-12-03 to 2026-12-04b) takes the branches of its day, none added since', () => {
@@ -17,6 +17,8 @@ describe('patchDecision', () => {
   it('a run started with patches: N takes the first N added since, not the later ones', () => {
     expect(patchDecision(0, first)).toBe(false);
     expect(patchDecision(1, first)).toBe(true);
+    expect(patchDecision(1, second)).toBe(false);
+    expect(patchDecision(2, second)).toBe(true);
     expect(patchDecision(1, 'create-waits-for-spent-tag')).toBe(true);
   });
 

@@ -9,6 +9,7 @@ import {
   Annotations,
   CONDITION_DELETE_FAILING,
   CONDITION_READY,
+  EventReasons,
   Finalizers,
   Labels,
 } from '../../src/api/keys.js';
@@ -595,7 +596,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     });
   });
 
-  it('a wake whose tag DELETE fails stays Waking with SnapshotDeleteFailing and retries; Active, the condition gone, once the DELETE succeeds (deliberate difference: the reference goes Active and leaves the tag, which a later create of the pod restores: a rollback)', async () => {
+  it('a wake whose tag DELETE fails stays Waking with SnapshotDeleteFailing (and one Warning Event SnapshotDeleteFailing) and retries; Active, the condition gone, once the DELETE succeeds (deliberate difference: the reference goes Active and leaves the tag, which a later create of the pod restores: a rollback)', async () => {
     await withWorld(env, async (world) => {
       const failing = await wokenWithFailingDelete(world);
       expect(failing()).toMatchObject({ status: 'True', reason: 'RegistryError' });
@@ -609,6 +610,9 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
         2_000,
       );
       expect([phase(world), world.tags.has(`${VM}:hibernate`)]).toEqual(['Waking', true]);
+      // One Warning Event with the condition's change, not one per retry (spent-tag-warning-event).
+      const warnings = world.events.filter((e) => e.reason === EventReasons.snapshotDeleteFailing);
+      expect(warnings.map((e) => [e.type, e.message])).toEqual([['Warning', failing()?.message]]);
       world.deleteError = undefined;
       await skipUntil(env, 'Active', () => phase(world) === 'Active', 120_000);
       expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
