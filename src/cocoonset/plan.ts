@@ -214,6 +214,12 @@ export interface PassInput {
    * restored the VM from a spent tag. The workflow sets it behind `patched()`.
    */
   mainRestoresWaitForSpentTag?: boolean;
+  /**
+   * A CocoonHibernation being deleted still holds its pod back while its tag is spent: its deletion retries
+   * the tag's DELETE before it lets go (the VM workflow's `spent-tag-outlives-cr`). The workflow sets it
+   * behind `patched()`.
+   */
+  spentTagOutlivesCR?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -701,7 +707,7 @@ function holdSpent(
   enabled = st.input.createWaitsForSpentTag,
 ): Set<string> {
   if (!enabled) return new Set();
-  const spent = podsWithSpentTagByCR(crs);
+  const spent = podsWithSpentTagByCR(crs, st.input.spentTagOutlivesCR);
   const held = podNames.flatMap((name) => spent.get(name) ?? []);
   if (held.length > 0) st.spentWaits = [...(st.spentWaits ?? []), ...held];
   return new Set(held.map((h) => h.pod));

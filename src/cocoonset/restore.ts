@@ -36,16 +36,21 @@ export interface SpentTag {
 
 /**
  * Pods whose VM's `:hibernate` tag is spent (ours, docs/cocoonset.md#restore-from-hibernation), by pod name
- * (`spec.podRef.name`): a CocoonHibernation not being deleted says so (src/hibernation/rules.ts `tagSpent`:
- * its wake ran the VM and the tag's DELETE failed). vk-cocoon restores any create of a VM whose `:hibernate`
- * tag exists (its evidence check, marked or not): a pod created now would bring the VM back as it was at
- * the hibernate. `vmName` is the CR's recorded `status.vmName`.
+ * (`spec.podRef.name`): a CocoonHibernation says so (src/hibernation/rules.ts `tagSpent`: its wake ran the
+ * VM and the tag's DELETE failed), one being deleted only with `deleting` (its deletion retries that DELETE
+ * before it lets go). vk-cocoon restores any create of a VM whose `:hibernate` tag exists (its evidence
+ * check, marked or not): a pod created now would bring the VM back as it was at the hibernate. `vmName` is
+ * the CR's recorded `status.vmName`.
  */
-export function podsWithSpentTagByCR(crs: readonly CocoonHibernation[]): Map<string, SpentTag> {
+export function podsWithSpentTagByCR(
+  crs: readonly CocoonHibernation[],
+  deleting = false,
+): Map<string, SpentTag> {
   const out = new Map<string, SpentTag>();
   for (const cr of crs) {
     const pod = cr.spec?.podRef?.name ?? '';
-    if (pod === '' || cr.metadata?.deletionTimestamp || !tagSpent(cr.status) || out.has(pod)) continue;
+    const gone = cr.metadata?.deletionTimestamp != null && !deleting;
+    if (pod === '' || gone || !tagSpent(cr.status) || out.has(pod)) continue;
     out.set(pod, { pod, vmName: cr.status?.vmName ?? '', cr: cr.metadata?.name ?? '' });
   }
   return out;

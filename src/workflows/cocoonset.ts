@@ -469,6 +469,7 @@ async function drive(
     validatesPin: on(io, 'validates-pin'),
     createWaitsForSpentTag: on(io, 'create-waits-for-spent-tag'),
     mainRestoresWaitForSpentTag: on(io, 'main-restores-wait-for-spent-tag'),
+    spentTagOutlivesCR: on(io, 'spent-tag-outlives-cr'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,

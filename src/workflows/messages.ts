@@ -20,6 +20,7 @@ export const COCOONSET_WORKFLOW_TYPE = 'cocoonSetWorkflow';
 export const LEVELED_PATCHES: readonly string[] = [
   'main-restores-wait-for-spent-tag',
   'spent-tag-warning-event',
+  'spent-tag-outlives-cr',
 ];
 
 /**

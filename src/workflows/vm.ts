@@ -1178,7 +1178,11 @@ function wakeInFlight(pod: PodObservation, vmName: string): boolean {
  *   itself deleting or gone discards its VMs' state (docs/cocoonset.md#deletion-and-registry-gc): the tag
  *   goes. The reference drops it at once, and the recreated pod boots fresh;
  * - a recorded VM that is not this pod's (neither the VM this workflow acted on nor the pod's annotation: a
- *   status edited by hand) keeps its tag.
+ *   status edited by hand) keeps its tag;
+ * - a spent tag (`tagSpent`: the CR's wake ran the VM and the registry refused the DELETE; leveled patch
+ *   `spent-tag-outlives-cr`) is older than the VM that ran: no wait for the set's restore, and a failed
+ *   DELETE fails the pass (retried with backoff) until DELETE_WAKE_WAIT_MS after the deletion started, so
+ *   the CR, which holds its set's re-create of the pod back, stays until the tag is gone.
  */
 async function deletionFlow(state: VMState, cr: TrackedCR, io: VMIO): Promise<void> {
   const recorded = cr.status?.vmName ?? '';
@@ -1228,10 +1232,14 @@ async function deletionFlow(state: VMState, cr: TrackedCR, io: VMIO): Promise<vo
     const setSuspends = state.setDesire?.desire === 'Hibernate';
     let kept = `vk-cocoon has not finished waking it within ${goDuration(DELETE_WAKE_WAIT_MS)}`;
     const phase = cr.status?.phase;
+    // A spent tag (this CR's wake ran the VM, the registry refused the DELETE) holds an older VM than the one
+    // that ran: it is never the VM's only copy, and left behind it rolls the VM back at its pod's next create.
+    const spent = tagSpent(cr.status) && on(io, 'spent-tag-outlives-cr');
     if (
       (!pod?.exists || pod.deleting === true) &&
       state.podSet !== undefined &&
       !setSuspends &&
+      !spent &&
       on(io, 'deletion-waits-for-set-restore') &&
       // Hibernated or Waking: the VM lives in the tag. Otherwise a HEAD says: a hibernate round that ended
       // while the pod and the CR went (the CR then says Hibernating, or Pending once it saw the pod gone)
@@ -1284,6 +1292,11 @@ async function deletionFlow(state: VMState, cr: TrackedCR, io: VMIO): Promise<vo
         await io.registry.deleteManifest({ vmName, tag: Tags.hibernate });
       } catch (err) {
         log.error(`delete hibernate snapshot ${vmName}`, { error: errorMessage(err) });
+        // A spent tag is retried (the pass's error backoff) until DELETE_WAKE_WAIT_MS after the deletion
+        // started, the CR kept meanwhile: while it exists its CocoonSet holds the pod's re-create back
+        // (docs/cocoonset.md#restore-from-hibernation). Past that the deletion completes and the tag stays.
+        if (spent && Date.now() - since < DELETE_WAKE_WAIT_MS)
+          throw new Error(`delete spent hibernate snapshot ${vmName}: ${errorMessage(err)}`);
       }
     }
   }

@@ -1436,9 +1436,22 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
       patch: 'main-restores-wait-for-spent-tag',
       phase: 'Suspending',
     },
-  ] as const)(
-    'a main woken by a CocoonHibernation whose spent :hibernate tag the registry will not DELETE (Waking, SnapshotDeleteFailing), then deleted, the set $flow: not recreated while the tag is there (vk-cocoon would restore from it), the set says why (Progressing=False SpentSnapshotTag) and the CR keeps retrying the DELETE without the pod; once the registry answers the main is recreated and boots fresh, the CR ends Active (deviation, fails without that patch: the VM came back as it was at the hibernate)',
-    async ({ name, phase }) => {
+    {
+      name: 'spent-del',
+      flow: 'unpinned, the CR then deleted',
+      patch: 'spent-tag-outlives-cr',
+      phase: undefined,
+      deleteCR: true,
+    },
+  ] as {
+    name: string;
+    flow: string;
+    patch: string;
+    phase?: 'Migrating' | 'Suspending';
+    deleteCR?: true;
+  }[])(
+    'a main woken by a CocoonHibernation whose spent :hibernate tag the registry will not DELETE (Waking, SnapshotDeleteFailing), then deleted, the set $flow: not recreated while the tag is there (vk-cocoon would restore from it), the set says why (Progressing=False SpentSnapshotTag) and the CR keeps retrying the DELETE without the pod; once the registry answers the main is recreated and boots fresh (deviation, fails without $patch: the VM came back as it was at the hibernate)',
+    async ({ name, phase, deleteCR }) => {
       const mainPod = `${name}-0`;
       const vm = vmOf(name, 0);
       const cr = `${name}-main`;
@@ -1505,6 +1518,30 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
         );
         expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
         expect(startedSince()).toEqual([]);
+        if (deleteCR) {
+          // The CR's deletion retries the DELETE too, the CR kept and the main held meanwhile: two passes of
+          // the set that began after the deletion (it looks again every 5 s while it holds) created nothing.
+          await crs.delete(cr);
+          await waitFor(
+            'the CR being deleted',
+            async () => (await crs.get(cr))?.metadata?.deletionTimestamp !== undefined,
+            QUICK_MS,
+          );
+          const passesAtDelete = (await cocoonSetWorkflowState(temporal, ns, name)).passes;
+          await waitFor(
+            'two passes of the set since the CR deletion',
+            async () => {
+              const st = await cocoonSetWorkflowState(temporal, ns, name);
+              return st.passes >= passesAtDelete + 2 && !st.passing;
+            },
+            QUICK_MS,
+            { intervalMs: 250 },
+          );
+          expect((await crs.get(cr))?.metadata?.deletionTimestamp).toBeDefined();
+          expect((await podsOf(name)).has(mainPod)).toBe(false);
+          expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
+          expect(startedSince()).toEqual([]);
+        }
 
         deletes.down = false;
         // The failed pass retries on its error backoff (1 s doubling to 60 s), then the set's 5 s look.
@@ -1522,8 +1559,11 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
         const started = startedSince();
         expect(started).toHaveLength(1);
         expect(started[0]!.source).not.toMatch(/^restore /);
-        const done = await crs.waitPhase(cr, 'Active', QUICK_MS);
-        expect(done.status?.conditions?.map((c) => c.type)).not.toContain(CONDITION_DELETE_FAILING);
+        if (deleteCR) await crs.waitGone(cr, QUICK_MS);
+        else {
+          const done = await crs.waitPhase(cr, 'Active', QUICK_MS);
+          expect(done.status?.conditions?.map((c) => c.type)).not.toContain(CONDITION_DELETE_FAILING);
+        }
         if (phase === 'Suspending') await sets.patchSpec(name, { suspend: false });
         await waitRunning(name);
       } finally {

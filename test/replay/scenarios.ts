@@ -49,9 +49,9 @@ const podAnnotations = (extra: Record<string, string> = {}) => vmPodAnnotations(
  * A wake of the hibernated VM that vk finishes while the registry answers every DELETE with 503; resolves a
  * counter of the DELETEs the workflow sent so far.
  */
-async function wokenWithFailingDelete(world: VMWorld): Promise<() => number> {
+async function wokenWithFailingDelete(world: VMWorld, owner: PodOwner = {}): Promise<() => number> {
   world.tags.add(`${VM}:hibernate`);
-  await hibernatedPod(world);
+  await hibernatedPod(world, owner);
   await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Wake' });
   await waitFor('Waking', () => phase(world) === 'Waking');
   world.deleteError = new Error('registry answered 503');
@@ -59,9 +59,17 @@ async function wokenWithFailingDelete(world: VMWorld): Promise<() => number> {
   return () => world.calls.filter((c) => c.startsWith('DELETE')).length;
 }
 
+/** A pod's owner: none, or the CocoonSet `demo` (`SET_OWNED`). */
+type PodOwner = { labels?: Record<string, string>; ownerKind?: string; ownerUID?: string };
+const SET_OWNED: PodOwner = {
+  labels: { [Labels.cocoonSet]: 'demo' },
+  ownerKind: 'CocoonSet',
+  ownerUID: 'set-uid',
+};
+
 /** The pod as vk-cocoon leaves it once a hibernate round is done. */
-async function hibernatedPod(world: VMWorld): Promise<void> {
-  await world.putPod(NS, POD, { annotations: hibernatedPodAnnotations(VM) });
+async function hibernatedPod(world: VMWorld, owner: PodOwner = {}): Promise<void> {
+  await world.putPod(NS, POD, { annotations: hibernatedPodAnnotations(VM), ...owner });
 }
 
 /** vk-cocoon finishes a hibernate round: the tag is pushed, the VM stops. */
@@ -145,6 +153,27 @@ export const scenarios: Scenario[] = [
         await skipUntil(env, 'Pending', () => phase(world) === 'Pending', 180_000, 2_000);
         await world.settled(env, NS, POD);
         return { 'vm-spent-tag-pod-gone': await vmHistory(env) };
+      }),
+  },
+  {
+    name: 'vm-spent-tag-cr-deleted',
+    covers:
+      "a set's woken VM whose tag DELETE fails, its pod and then its CR deleted: the deletion retries the DELETE, then removes the finalizer",
+    record: (env) =>
+      withWorld(env, async (world) => {
+        world.sets.set(`${NS}/demo`, 'live');
+        const deletes = await wokenWithFailingDelete(world, SET_OWNED);
+        await waitFor('SnapshotDeleteFailing', () =>
+          world.cr(NS, 'hib')?.status?.conditions?.some((c) => c.type === CONDITION_DELETE_FAILING),
+        );
+        await world.deletePod(NS, POD);
+        await world.deleteCR(NS, 'hib');
+        const atDelete = deletes();
+        await skipUntil(env, 'a DELETE of the deletion', () => deletes() > atDelete, 120_000, 2_000);
+        world.deleteError = undefined;
+        await skipUntil(env, 'CR gone', () => world.cr(NS, 'hib') === undefined, 120_000, 2_000);
+        await world.settled(env, NS, POD);
+        return { 'vm-spent-tag-cr-deleted': await vmHistory(env) };
       }),
   },
   {
@@ -357,7 +386,7 @@ export const scenarios: Scenario[] = [
       withWorld(env, async (world) => {
         world.sets.set(`${NS}/demo`, 'live');
         world.tags.add(`${VM}:hibernate`);
-        const owned = { labels: { [Labels.cocoonSet]: 'demo' }, ownerKind: 'CocoonSet', ownerUID: 'set-uid' };
+        const owned = SET_OWNED;
         await world.putPod(NS, POD, { annotations: hibernatedPodAnnotations(VM), ...owned });
         await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
         await waitFor('Hibernated', () => phase(world) === 'Hibernated');
@@ -383,7 +412,7 @@ export const scenarios: Scenario[] = [
     record: (env) =>
       withWorld(env, async (world) => {
         world.sets.set(`${NS}/demo`, 'live');
-        const owned = { labels: { [Labels.cocoonSet]: 'demo' }, ownerKind: 'CocoonSet', ownerUID: 'set-uid' };
+        const owned = SET_OWNED;
         await world.putPod(NS, POD, {
           annotations: podAnnotations({ [Annotations.vmID]: 'vmid-1' }),
           containerRunning: true,

@@ -275,6 +275,26 @@ describe('restore through the pass planner', () => {
     expect([...podsWithSpentTagByCR(crs).values()]).toEqual([
       { pod: 'spent', vmName: 'vk-ns-spent', cr: 'h-spent' },
     ]);
+    // With `deleting` (spentTagOutlivesCR: its deletion retries the DELETE first) the one being deleted too.
+    expect([...podsWithSpentTagByCR(crs, true).keys()]).toEqual(['spent', 'deleting']);
+  });
+
+  it('deviation: a main whose spent-tag CR is being deleted stays held while that deletion retries the DELETE (without spentTagOutlivesCR: created restore-marked from the spent tag)', async () => {
+    const cs = newCocoonSet('demo', withFinalizer);
+    const deleting = spentCR('demo-0');
+    deleting.metadata.deletionTimestamp = new Date('2026-12-04T00:00:00Z');
+    const w = new PlanWorld(cs);
+    w.crs = [deleting];
+    w.tags.add('vk-ns-demo-0:hibernate');
+    done(await w.pass());
+    expect(w.pods.size).toBe(0);
+    expect(progressing(w)).toMatchObject({ status: 'False', reason: ConditionReasons.spentSnapshotTag });
+
+    const before = new PlanWorld(cs);
+    before.crs = [deleting];
+    before.tags.add('vk-ns-demo-0:hibernate');
+    done(await before.pass({ spentTagOutlivesCR: false }));
+    expect(before.pod('demo-0')!.metadata!.annotations![Annotations.restoreFromHibernate]).toBe('true');
   });
 
   it('builds the static toolbox pod for a restore like any other (probe only with intent)', async () => {

@@ -152,6 +152,7 @@ export class PlanWorld {
       validatesPin?: boolean;
       createWaitsForSpentTag?: boolean;
       mainRestoresWaitForSpentTag?: boolean;
+      spentTagOutlivesCR?: boolean;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
     } = {},
@@ -178,6 +179,7 @@ export class PlanWorld {
       validatesPin: opts.validatesPin ?? true,
       createWaitsForSpentTag: opts.createWaitsForSpentTag ?? true,
       mainRestoresWaitForSpentTag: opts.mainRestoresWaitForSpentTag ?? true,
+      spentTagOutlivesCR: opts.spentTagOutlivesCR ?? true,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
     };

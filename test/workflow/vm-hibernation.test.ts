@@ -547,9 +547,9 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
   });
 
   /** A hibernated VM with its tag, a Wake CR, and vk not yet done waking: the CR is Waking, the pod has no VM. */
-  async function wakingVM(world: VMWorld): Promise<void> {
+  async function wakingVM(world: VMWorld, owner: Partial<typeof SET_OWNED> = {}): Promise<void> {
     world.tags.add(`${VM}:hibernate`);
-    await world.putPod(NS, 'demo-0', { annotations: hibernatedPodAnnotations(VM) });
+    await world.putPod(NS, 'demo-0', { annotations: hibernatedPodAnnotations(VM), ...owner });
     await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
     await waitFor('Waking', () => phase(world) === 'Waking');
     expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBeUndefined();
@@ -561,8 +561,8 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
    * A wake vk finishes while the registry answers every DELETE with 503, up to the CR's SnapshotDeleteFailing
    * condition; resolves a reader of that condition.
    */
-  async function wokenWithFailingDelete(world: VMWorld) {
-    await wakingVM(world);
+  async function wokenWithFailingDelete(world: VMWorld, owner: Partial<typeof SET_OWNED> = {}) {
+    await wakingVM(world, owner);
     world.deleteError = new Error('registry answered 503');
     await world.annotatePod(
       NS,
@@ -637,6 +637,30 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
       expect(failing()).toBeUndefined();
       expect(world.events.filter((e) => e.reason === 'WokenActive')).toHaveLength(1);
+    });
+  });
+
+  it("a CR deleted while its set's pod is gone and its spent tag's DELETE fails: no wait for the set to restore from that tag (it is older than the VM that ran); the DELETE is retried, the CR kept (its set holds the pod back meanwhile), until it succeeds; then the finalizer goes (deviation, fails without spent-tag-outlives-cr: the deletion waited for the set to restore the VM from the spent tag, a rollback)", async () => {
+    await withWorld(env, async (world) => {
+      world.sets.set(`${NS}/demo`, 'live');
+      await wokenWithFailingDelete(world, SET_OWNED);
+      await world.deletePod(NS, 'demo-0');
+      await world.deleteCR(NS, 'hib');
+      const deletes = () => world.calls.filter((c) => c.startsWith('DELETE')).length;
+      const atDelete = deletes();
+      await skipUntil(
+        env,
+        'two DELETEs since the CR was deleted',
+        () => deletes() >= atDelete + 2,
+        120_000,
+        2_000,
+      );
+      expect((await settled(world)).hibernations[0]).toMatchObject({ deleting: true });
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+      world.deleteError = undefined;
+      await skipUntil(env, 'CR gone', () => world.cr(NS, 'hib') === undefined, 120_000, 2_000);
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
+      expect(world.pod(NS, 'demo-0')).toBeUndefined();
     });
   });
 
