@@ -220,6 +220,13 @@ export interface PassInput {
    * behind `patched()`.
    */
   spentTagOutlivesCR?: boolean;
+  /**
+   * A live pod whose spec drifted (main, sub-agent, toolbox) is not deleted for its re-create while its VM's
+   * tag is spent (`spentHeld`): the re-create would be held back (above), leaving the VM down for as long as
+   * the registry refuses the DELETE. Before, the drift deleted it anyway. The workflow sets it behind
+   * `patched()`.
+   */
+  driftWaitsForSpentTag?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -720,7 +727,7 @@ function spentBlock(st: PassState): { reason: string; message: string } | undefi
   const pods = held.map((h) => `pod ${st.ns}/${h.pod} (VM ${h.vmName}, cocoonhibernation ${h.cr})`);
   return {
     reason: ConditionReasons.spentSnapshotTag,
-    message: `${pods.join('; ')}: created once the VM's spent :hibernate tag is deleted (the wake ran the VM and the registry refuses the tag's DELETE; vk-cocoon would restore the VM from that tag, rolling it back)`,
+    message: `${pods.join('; ')}: created (or, after a spec change, replaced) once the VM's spent :hibernate tag is deleted (the wake ran the VM and the registry refuses the tag's DELETE; vk-cocoon would restore the VM from that tag, rolling it back)`,
   };
 }
 
@@ -735,7 +742,7 @@ function spentBlock(st: PassState): { reason: string; message: string } | undefi
 async function holdMainWhileSpent(
   st: PassState,
   podName: string,
-  phase: 'Pending' | 'Suspending' | 'Migrating' | 'Waking',
+  phase: 'Pending' | 'Suspending' | 'Migrating' | 'Waking' | '',
   enabled: boolean | undefined,
   prefix: string,
 ): Promise<void> {
@@ -745,6 +752,18 @@ async function holdMainWhileSpent(
   if (holdSpent(st, crs.items, [podName], enabled).size === 0) return;
   const status = await writeStatus(st, phase, 'status', spentBlock(st));
   return finish(st, { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS }, status);
+}
+
+/**
+ * Whether live pod `podName` must not be deleted for a re-create now, its VM's tag being spent (PassInput
+ * `driftWaitsForSpentTag`; recorded for the status as `holdSpent` does). A failed CocoonHibernation List
+ * fails the pass.
+ */
+async function spentHeld(st: PassState, podName: string): Promise<boolean> {
+  if (!st.input.driftWaitsForSpentTag) return false;
+  const crs = await hibernations(st);
+  if ('error' in crs) return fail(st, crs.error);
+  return holdSpent(st, crs.items, [podName], true).size > 0;
 }
 
 /** `createMainAgent` (docs/cocoonset.md#a-pass-in-order). */
@@ -869,7 +888,7 @@ async function ensureSubAgents(
         break;
       }
       case 'deleteDrifted':
-        if (inHibernateRound(st, pod)) break;
+        if (inHibernateRound(st, pod) || (await spentHeld(st, podName))) break;
         if (await deletePod(st, podName, `delete drifted sub-agent slot ${slot}`))
           await dropRemovedTags(st, [pod]);
         changed = true;
@@ -1039,7 +1058,8 @@ async function ensureToolboxes(st: PassState): Promise<boolean> {
     if (existing) {
       if (
         (isTerminal(existing) || !podSpecMatchesToolbox(existing, st.cs, tb)) &&
-        !inHibernateRound(st, existing)
+        !inHibernateRound(st, existing) &&
+        (isTerminal(existing) || !(await spentHeld(st, podName)))
       ) {
         if (await deletePod(st, existing.metadata!.name!, `delete toolbox ${tb.name} for recreate`))
           await dropRemovedTags(st, [existing]);
@@ -1696,6 +1716,8 @@ async function reconcile(st: PassState): Promise<never> {
   }
   // 12. Main drift: delete, requeue.
   if (main && !podSpecMatchesAgent(main, cs, 0) && !inHibernateRound(st, main)) {
+    // Ours: not while the main's tag is spent (`driftWaitsForSpentTag`): its re-create would wait for the tag.
+    await holdMainWhileSpent(st, main.metadata!.name!, '', st.input.driftWaitsForSpentTag, '');
     if (await deletePod(st, main.metadata!.name!, 'delete drifted main agent'))
       await dropRemovedTags(st, [main]);
     return finish(st, { requeue: true });

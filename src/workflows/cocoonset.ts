@@ -470,6 +470,7 @@ async function drive(
     createWaitsForSpentTag: on(io, 'create-waits-for-spent-tag'),
     mainRestoresWaitForSpentTag: on(io, 'main-restores-wait-for-spent-tag'),
     spentTagOutlivesCR: on(io, 'spent-tag-outlives-cr'),
+    driftWaitsForSpentTag: on(io, 'drift-waits-for-spent-tag'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,

@@ -21,6 +21,7 @@ export const LEVELED_PATCHES: readonly string[] = [
   'main-restores-wait-for-spent-tag',
   'spent-tag-warning-event',
   'spent-tag-outlives-cr',
+  'drift-waits-for-spent-tag',
 ];
 
 /**

@@ -264,6 +264,48 @@ describe('restore through the pass planner', () => {
     },
   );
 
+  it('deviation: a live main, sub-agent or toolbox whose spec drifted is not deleted for its re-create while its tag is spent (the re-create would wait for the tag); the set says so and looks again in 5 s (without driftWaitsForSpentTag: deleted, the VM down until the registry answers)', async () => {
+    const old = newCocoonSet('demo', withFinalizer, (c) => {
+      c.spec.agent.replicas = 1;
+      c.spec.toolboxes = [{ name: 'tb', mode: 'run', image: 'v1' }];
+    });
+    const edited = newCocoonSet('demo', withFinalizer, (c) => {
+      c.spec.agent.replicas = 1;
+      c.spec.agent.backend = 'firecracker';
+      c.spec.toolboxes = [{ name: 'tb', mode: 'run', image: 'v2' }];
+    });
+    const pods = () => [
+      readyPod(buildAgentPod(old, 0, '', '')),
+      readyPod(buildAgentPod(old, 1, 'vk-ns-demo-0', '')),
+      readyPod(buildToolboxPod(old, { name: 'tb', mode: 'run', image: 'v1' })),
+    ];
+    // The main's tag spent: the drifted main stays, the pass ends there.
+    const main = new PlanWorld(edited, pods());
+    main.crs = [spentCR('demo-0')];
+    let end = done(await main.pass());
+    expect([main.ids('deletePod'), end.result.requeueAfterMs]).toEqual([[], 5_000]);
+    expect(progressing(main)).toMatchObject({ status: 'False', reason: ConditionReasons.spentSnapshotTag });
+    expect(progressing(main)?.message).toContain('pod ns/demo-0 ');
+    // The sub-agent's and the toolbox's spent (the main matching the spec): both stay.
+    const rest = new PlanWorld(edited, [readyPod(buildAgentPod(edited, 0, '', '')), ...pods().slice(1)]);
+    rest.crs = [spentCR('demo-1'), spentCR('demo-tb')];
+    end = done(await rest.pass());
+    expect([rest.ids('deletePod'), end.result.requeueAfterMs]).toEqual([[], 5_000]);
+    expect(progressing(rest)?.message).toMatch(/^pod ns\/demo-1 .*; pod ns\/demo-tb /);
+
+    const before = new PlanWorld(edited, pods());
+    before.crs = [spentCR('demo-0')];
+    done(await before.pass({ driftWaitsForSpentTag: false }));
+    expect(before.ids('deletePod')).toEqual(['delete:demo-0']);
+    const beforeRest = new PlanWorld(edited, [
+      readyPod(buildAgentPod(edited, 0, '', '')),
+      ...pods().slice(1),
+    ]);
+    beforeRest.crs = [spentCR('demo-1'), spentCR('demo-tb')];
+    done(await beforeRest.pass({ driftWaitsForSpentTag: false }));
+    expect(beforeRest.ids('deletePod')).toEqual(['delete:demo-1', 'delete:demo-tb']);
+  });
+
   it('who has a spent tag: only a Waking CR, not being deleted, with SnapshotDeleteFailing True', async () => {
     const cleared = spentCR('cleared');
     cleared.status!.conditions![0]!.status = 'False';

@@ -153,6 +153,7 @@ export class PlanWorld {
       createWaitsForSpentTag?: boolean;
       mainRestoresWaitForSpentTag?: boolean;
       spentTagOutlivesCR?: boolean;
+      driftWaitsForSpentTag?: boolean;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
     } = {},
@@ -180,6 +181,7 @@ export class PlanWorld {
       createWaitsForSpentTag: opts.createWaitsForSpentTag ?? true,
       mainRestoresWaitForSpentTag: opts.mainRestoresWaitForSpentTag ?? true,
       spentTagOutlivesCR: opts.spentTagOutlivesCR ?? true,
+      driftWaitsForSpentTag: opts.driftWaitsForSpentTag ?? true,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
     };
