@@ -263,6 +263,35 @@ function refuseTagDeletes(vm: string): { refused: number; down: boolean } {
   return deletes;
 }
 
+/**
+ * Creates set `name` from `spec`, hibernates its main through CocoonHibernation `cr`, then wakes it with the
+ * registry refusing every DELETE of the main's `:hibernate` tag, until the CR says so (`Waking`,
+ * `SnapshotDeleteFailing` True): the tag is spent. Resolves the DELETE switch (`refuseTagDeletes`).
+ */
+async function spendMainTag(
+  name: string,
+  cr: string,
+  spec: CocoonSet['spec'],
+): Promise<{ refused: number; down: boolean }> {
+  await createSet(name, spec);
+  await waitRunning(name);
+  await crs.create(cr, `${name}-0`, 'Hibernate');
+  await crs.waitPhase(cr, 'Hibernated', QUICK_MS);
+  const deletes = refuseTagDeletes(vmOf(name, 0));
+  await crs.setDesire(cr, 'Wake');
+  const spent = await waitFor(
+    'the wake reports its failed tag DELETE',
+    async () => {
+      const got = await crs.get(cr);
+      const failing = got?.status?.conditions?.find((c) => c.type === CONDITION_DELETE_FAILING);
+      return failing?.status === 'True' ? got : undefined;
+    },
+    QUICK_MS,
+  );
+  expect(spent.status?.phase).toBe('Waking');
+  return deletes;
+}
+
 async function dropSet(name: string): Promise<void> {
   await sets.delete(name).catch(() => undefined);
   await sets.waitUntil(name, 'gone', (x) => x === undefined, QUICK_MS).catch(() => undefined);
@@ -1458,22 +1487,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
       let deletes: { refused: number; down: boolean } | undefined;
       try {
         const spec = realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place);
-        await createSet(name, phase === 'Migrating' ? { ...spec, nodeName } : spec);
-        await waitRunning(name);
-        await crs.create(cr, mainPod, 'Hibernate');
-        await crs.waitPhase(cr, 'Hibernated', QUICK_MS);
-        deletes = refuseTagDeletes(vm);
-        await crs.setDesire(cr, 'Wake');
-        const spent = await waitFor(
-          'the wake reports its failed tag DELETE',
-          async () => {
-            const got = await crs.get(cr);
-            const failing = got?.status?.conditions?.find((c) => c.type === CONDITION_DELETE_FAILING);
-            return failing?.status === 'True' ? got : undefined;
-          },
-          QUICK_MS,
-        );
-        expect(spent.status?.phase).toBe('Waking');
+        deletes = await spendMainTag(name, cr, phase === 'Migrating' ? { ...spec, nodeName } : spec);
         if (phase === 'Suspending') {
           // The CR holds the VM awake: the set's hibernate request loses, the set stays Suspending.
           await sets.patchSpec(name, { suspend: true });
@@ -1575,6 +1589,71 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     },
     300_000,
   );
+
+  it('a main whose spent :hibernate tag the registry will not DELETE, its image then edited: the running main is not deleted for the re-create while the tag is there (the re-create would wait for it, the VM down), the set says why; once the registry answers the main is replaced, booted fresh with the new image (deviation, fails without drift-waits-for-spent-tag: deleted at once, then held)', async () => {
+    const name = 'spent-drift';
+    const mainPod = `${name}-0`;
+    const vm = vmOf(name, 0);
+    const cr = `${name}-main`;
+    let deletes: { refused: number; down: boolean } | undefined;
+    try {
+      deletes = await spendMainTag(name, cr, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+      const woken = (await podsOf(name)).get(mainPod)!;
+      const startedBefore = sim.state().started.length;
+      const startedSince = () =>
+        sim
+          .state()
+          .started.slice(startedBefore)
+          .filter((v) => v.name === vm);
+      await sets.patchSpec(name, { agent: { image: AGENT_V2 } });
+      const heldSet = await sets.waitUntil(
+        name,
+        'Progressing=False SpentSnapshotTag',
+        (cs) =>
+          cs?.status?.conditions?.some(
+            (c) => c.type === CONDITION_PROGRESSING && c.reason === ConditionReasons.spentSnapshotTag,
+          ) === true,
+        QUICK_MS,
+      );
+      expect(heldSet?.status?.observedGeneration).toBe(2);
+      // Two more passes of the set (it looks again every 5 s while it holds) keep the running main.
+      const passesAtHold = (await cocoonSetWorkflowState(temporal, ns, name)).passes;
+      await waitFor(
+        'two passes of the set since the hold',
+        async () => {
+          const st = await cocoonSetWorkflowState(temporal, ns, name);
+          return st.passes >= passesAtHold + 2 && !st.passing;
+        },
+        QUICK_MS,
+        { intervalMs: 250 },
+      );
+      const kept = (await podsOf(name)).get(mainPod);
+      expect(kept?.metadata?.uid).toBe(woken.metadata?.uid);
+      expect(kept?.metadata?.deletionTimestamp).toBeUndefined();
+      expect(startedSince()).toEqual([]);
+
+      deletes.down = false;
+      const replaced = await waitFor(
+        'main replaced',
+        async () => {
+          const p = (await podsOf(name)).get(mainPod);
+          return p && p.metadata?.uid !== woken.metadata?.uid && live(p) ? p : undefined;
+        },
+        2 * QUICK_MS,
+      );
+      expect(replaced.metadata?.annotations?.[Annotations.image]).toBe(AGENT_V2);
+      expect(replaced.metadata?.annotations?.[Annotations.restoreFromHibernate]).toBeUndefined();
+      await waitFor('the VM brought up again in the simulator', () => startedSince().length > 0, QUICK_MS);
+      expect(startedSince()[0]!.source).toBe(`clone ${AGENT_V2}`);
+      expect(await headTag(registry, vm, Tags.hibernate)).toBe(404);
+      await waitRunning(name);
+    } finally {
+      if (deletes) deletes.down = false;
+      await crs.delete(cr).catch(() => undefined);
+      await crs.waitGone(cr, QUICK_MS).catch(() => undefined);
+      await dropSet(name);
+    }
+  }, 300_000);
 
   /**
    * Deletes the main pod of set `name` and CocoonHibernation `cr` at once, then expects the set's
