@@ -227,6 +227,13 @@ export interface PassInput {
    * `patched()`.
    */
   driftWaitsForSpentTag?: boolean;
+  /**
+   * Pods (name → VM name) whose `:hibernate` tag the set's own wake (released seat, migration) left spent: it
+   * ran the VM, then the tag's DELETE failed (the workflow records it). Held as a CocoonHibernation's spent
+   * tag is, unless a CocoonHibernation holds that VM now; a missing main's pass retries the DELETE first
+   * (`holdMainWhileSpent`). The workflow passes it behind `patched()`.
+   */
+  spentBySet?: Readonly<Record<string, string>>;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -715,6 +722,9 @@ function holdSpent(
 ): Set<string> {
   if (!enabled) return new Set();
   const spent = podsWithSpentTagByCR(crs, st.input.spentTagOutlivesCR);
+  const heldByCR = vmsHeldByCR(st.ns, crs);
+  for (const [pod, vmName] of Object.entries(st.input.spentBySet ?? {}))
+    if (!spent.has(pod) && !heldByCR.has(vmName)) spent.set(pod, { pod, vmName, cr: '' });
   const held = podNames.flatMap((name) => spent.get(name) ?? []);
   if (held.length > 0) st.spentWaits = [...(st.spentWaits ?? []), ...held];
   return new Set(held.map((h) => h.pod));
@@ -724,7 +734,10 @@ function holdSpent(
 function spentBlock(st: PassState): { reason: string; message: string } | undefined {
   const held = st.spentWaits ?? [];
   if (held.length === 0) return undefined;
-  const pods = held.map((h) => `pod ${st.ns}/${h.pod} (VM ${h.vmName}, cocoonhibernation ${h.cr})`);
+  const pods = held.map(
+    (h) =>
+      `pod ${st.ns}/${h.pod} (VM ${h.vmName}, ${h.cr ? `cocoonhibernation ${h.cr}` : "this set's own wake"})`,
+  );
   return {
     reason: ConditionReasons.spentSnapshotTag,
     message: `${pods.join('; ')}: created (or, after a spec change, replaced) once the VM's spent :hibernate tag is deleted (the wake ran the VM and the registry refuses the tag's DELETE; vk-cocoon would restore the VM from that tag, rolling it back)`,
@@ -750,6 +763,25 @@ async function holdMainWhileSpent(
   const crs = await hibernations(st);
   if ('error' in crs) return fail(st, `${prefix}${crs.error}`);
   if (holdSpent(st, crs.items, [podName], enabled).size === 0) return;
+  const bySet = st.spentWaits?.find((h) => h.pod === podName && h.cr === '');
+  if (bySet !== undefined) {
+    // The set's own wake left the tag spent: nothing else retries its DELETE. Gone, the next pass (its probe
+    // then finds no tag) creates the main fresh.
+    const vm = bySet.vmName;
+    const o = await st.r.run({
+      id: `drop-tag:${vm}`,
+      type: 'dropHibernateTag',
+      vmName: vm,
+      wokenPod: podName,
+    });
+    const err = errText(o);
+    if (err !== undefined)
+      return fail(
+        st,
+        `drop spent hibernate snapshot ${vm}: ${err} (pod ${st.ns}/${podName} is created once it is gone: vk-cocoon would restore the VM from it, rolling it back)`,
+      );
+    return finish(st, { requeue: true });
+  }
   const status = await writeStatus(st, phase, 'status', spentBlock(st));
   return finish(st, { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS }, status);
 }

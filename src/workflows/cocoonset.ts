@@ -166,6 +166,11 @@ export interface CocoonSetState {
   hibernateAsked?: Record<string, string>;
   /** Pods whose tag the set's own wake dropped since it last asked their VM workflow (`PassInput.tagDroppedFor`). */
   tagDroppedFor?: Record<string, true>;
+  /**
+   * Pods (name → VM name) whose VM the set's own wake (released seat, migration) ran and whose `:hibernate`
+   * tag's DELETE then failed: the tag is spent (`PassInput.spentBySet`). Cleared by that tag's DELETE.
+   */
+  spentBySet?: Record<string, string>;
 }
 
 /**
@@ -471,6 +476,7 @@ async function drive(
     mainRestoresWaitForSpentTag: on(io, 'main-restores-wait-for-spent-tag'),
     spentTagOutlivesCR: on(io, 'spent-tag-outlives-cr'),
     driftWaitsForSpentTag: on(io, 'drift-waits-for-spent-tag'),
+    spentBySet: on(io, 'set-spent-tag-holds') ? state.spentBySet : undefined,
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,
@@ -594,11 +600,20 @@ async function execute(
           if (isNotFound(err)) return { kind: 'notFound' };
           throw err;
         }
-      case 'dropHibernateTag':
-        await registry.deleteManifest({ vmName: a.vmName, tag: Tags.hibernate });
+      case 'dropHibernateTag': {
+        try {
+          await registry.deleteManifest({ vmName: a.vmName, tag: Tags.hibernate });
+        } catch (err) {
+          // The set's own wake ran this VM: its tag is spent until the DELETE goes through.
+          if (a.wokenPod) state.spentBySet = { ...(state.spentBySet ?? {}), [a.wokenPod]: a.vmName };
+          throw err;
+        }
         log.info(`cocoonset ${namespace}/${state.name}: deleted ${a.vmName}:${Tags.hibernate}`);
         if (a.wokenPod) state.tagDroppedFor = { ...(state.tagDroppedFor ?? {}), [a.wokenPod]: true };
+        const spent = Object.entries(state.spentBySet ?? {}).filter(([, vm]) => vm !== a.vmName);
+        state.spentBySet = spent.length > 0 ? Object.fromEntries(spent) : undefined;
         return { kind: 'ok' };
+      }
       case 'listHibernations':
         return {
           kind: 'hibernations',

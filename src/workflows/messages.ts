@@ -22,6 +22,7 @@ export const LEVELED_PATCHES: readonly string[] = [
   'spent-tag-warning-event',
   'spent-tag-outlives-cr',
   'drift-waits-for-spent-tag',
+  'set-spent-tag-holds',
 ];
 
 /**

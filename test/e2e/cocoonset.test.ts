@@ -1655,6 +1655,85 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     }
   }, 300_000);
 
+  it('a main the released-seat wake restored whose :hibernate tag the registry will not DELETE, then deleted: not restored from that spent tag, the set retries the DELETE and says why; once the registry answers the main is created fresh (deviation, fails without set-spent-tag-holds: the VM came back as it was at the suspend)', async () => {
+    const name = 'spent-rel';
+    const mainPod = `${name}-0`;
+    const vm = vmOf(name, 0);
+    let deletes: { refused: number; down: boolean } | undefined;
+    const progressing = async () =>
+      (await sets.get(name))?.status?.conditions?.find((c) => c.type === CONDITION_PROGRESSING);
+    try {
+      await createSet(name, {
+        ...realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place),
+        agent: { image: AGENT_V1, replicas: 0 },
+        toolboxes: [],
+        hibernatePolicy: 'release',
+      });
+      await sets.waitPhase(name, 'Running', BRING_UP_MS);
+      await sets.patchSpec(name, { suspend: true });
+      await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
+      await waitFor(
+        'the main pod released',
+        async () => ((await podsOf(name)).has(mainPod) ? undefined : true),
+        QUICK_MS,
+      );
+      deletes = refuseTagDeletes(vm);
+      await sets.patchSpec(name, { suspend: false });
+      await waitFor(
+        "the wake's tag DELETE refused",
+        async () =>
+          (await progressing())?.message?.includes('wake: drop hibernate snapshot') ? true : undefined,
+        QUICK_MS,
+      );
+      const woken = (await podsOf(name)).get(mainPod)!;
+      expect(live(woken)).toBe(true);
+      const startedBefore = sim.state().started.length;
+      const startedSince = () =>
+        sim
+          .state()
+          .started.slice(startedBefore)
+          .filter((v) => v.name === vm);
+      await kube.core.deleteNamespacedPod({ name: mainPod, namespace: ns });
+      await waitFor(
+        'the old main gone',
+        async () => ((await podsOf(name)).has(mainPod) ? undefined : true),
+        QUICK_MS,
+      );
+      const held = await waitFor(
+        'the set retrying the DELETE of the spent tag',
+        async () => {
+          const c = await progressing();
+          return c?.message?.includes('drop spent hibernate snapshot') ? c : undefined;
+        },
+        2 * QUICK_MS,
+      );
+      expect(held.message).toContain(`pod ${ns}/${mainPod} is created once it is gone`);
+      const refusedAtHold = deletes.refused;
+      await waitFor('another DELETE refused', () => deletes!.refused > refusedAtHold, 2 * QUICK_MS);
+      expect((await podsOf(name)).has(mainPod)).toBe(false);
+      expect(startedSince()).toEqual([]);
+      expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
+
+      deletes.down = false;
+      const recreated = await waitFor(
+        'main recreated',
+        async () => {
+          const p = (await podsOf(name)).get(mainPod);
+          return p && p.metadata?.uid !== woken.metadata?.uid && live(p) ? p : undefined;
+        },
+        2 * QUICK_MS,
+      );
+      expect(recreated.metadata?.annotations?.[Annotations.restoreFromHibernate]).toBeUndefined();
+      await waitFor('the VM brought up again in the simulator', () => startedSince().length > 0, QUICK_MS);
+      expect(startedSince()[0]!.source).not.toMatch(/^restore /);
+      expect(await headTag(registry, vm, Tags.hibernate)).toBe(404);
+      await sets.waitPhase(name, 'Running', QUICK_MS);
+    } finally {
+      if (deletes) deletes.down = false;
+      await dropSet(name);
+    }
+  }, 300_000);
+
   /**
    * Deletes the main pod of set `name` and CocoonHibernation `cr` at once, then expects the set's
    * recreated main to come back from the main's `:hibernate` snapshot (one VM brought up, restored), the

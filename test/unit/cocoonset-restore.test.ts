@@ -306,6 +306,54 @@ describe('restore through the pass planner', () => {
     expect(beforeRest.ids('deletePod')).toEqual(['delete:demo-1', 'delete:demo-tb']);
   });
 
+  it.each([
+    { flow: 'migration (a pinned set)', set: (c: CocoonSet) => void (c.spec.nodeName = 'node-b') },
+    {
+      flow: 'released-seat wake',
+      set: (c: CocoonSet) => {
+        c.spec.hibernatePolicy = 'release';
+        c.status = { phase: 'Waking' } as CocoonSet['status'];
+        c.metadata.annotations = { ...c.metadata.annotations, [Annotations.hibernatedOnNode]: 'node-a' };
+      },
+    },
+  ])(
+    'deviation: a main gone after the $flow ran it and failed to DELETE its tag (spentBySet) is not restored from that tag: the pass retries the DELETE (failing: the pass fails, saying why); once it goes, the main is created fresh (without spentBySet: restored, a rollback)',
+    async ({ set }) => {
+      const cs = newCocoonSet('demo', withFinalizer, set);
+      const spentBySet = { 'demo-0': 'vk-ns-demo-0' };
+      const w = new PlanWorld(cs);
+      w.tags.add('vk-ns-demo-0:hibernate');
+      w.dropError = 'registry answered 503';
+      let end = done(await w.pass({ spentBySet }));
+      expect(end.result.error).toBe(
+        'drop spent hibernate snapshot vk-ns-demo-0: registry answered 503 (pod ns/demo-0 is created once it is gone: vk-cocoon would restore the VM from it, rolling it back)',
+      );
+      expect([w.pods.size, w.tags.has('vk-ns-demo-0:hibernate')]).toEqual([0, true]);
+
+      w.dropError = undefined;
+      end = done(await w.pass({ spentBySet }));
+      expect([end.result.requeue, w.pods.size, w.droppedTags]).toEqual([true, 0, ['vk-ns-demo-0:hibernate']]);
+      // The workflow cleared its record with the DELETE.
+      done(await w.pass());
+      expect(w.pod('demo-0')!.metadata!.annotations![Annotations.restoreFromHibernate]).toBeUndefined();
+
+      const before = new PlanWorld(cs);
+      before.tags.add('vk-ns-demo-0:hibernate');
+      done(await before.pass());
+      expect(before.pod('demo-0')!.metadata!.annotations![Annotations.restoreFromHibernate]).toBe('true');
+    },
+  );
+
+  it("a set's own spent-tag record does not hold a VM a CocoonHibernation holds now (the tag is that CR's)", async () => {
+    const cs = newCocoonSet('demo', withFinalizer);
+    const w = new PlanWorld(cs);
+    w.crs = [hibernation('demo-0', 'Hibernate', 'Hibernated')];
+    w.crs[0]!.status!.vmName = 'vk-ns-demo-0';
+    w.tags.add('vk-ns-demo-0:hibernate');
+    done(await w.pass({ spentBySet: { 'demo-0': 'vk-ns-demo-0' } }));
+    expect([w.droppedTags, w.pods.has('demo-0')]).toEqual([[], true]);
+  });
+
   it('who has a spent tag: only a Waking CR, not being deleted, with SnapshotDeleteFailing True', async () => {
     const cleared = spentCR('cleared');
     cleared.status!.conditions![0]!.status = 'False';

@@ -43,6 +43,8 @@ export class PlanWorld {
   readonly statusPatches: unknown[] = [];
   /** Registry tags the passes dropped (`<vm>:hibernate`), in order. */
   readonly droppedTags: string[] = [];
+  /** When set, every `dropHibernateTag` fails with this message (a registry refusing DELETEs). */
+  dropError?: string;
   /** Pods named by those drops as restored by the set's own wake (`wokenPod`), in order. */
   readonly wokenBySet: string[] = [];
   /** When set, every apiserver read of a pod (`readPod`) fails with this text. */
@@ -116,6 +118,7 @@ export class PlanWorld {
         return p ? { kind: 'pod', pod: clone(p) } : { kind: 'notFound' };
       }
       case 'dropHibernateTag':
+        if (this.dropError !== undefined) return { kind: 'error', message: this.dropError };
         this.droppedTags.push(`${a.vmName}:hibernate`);
         if (a.wokenPod) this.wokenBySet.push(a.wokenPod);
         this.tags.delete(`${a.vmName}:hibernate`);
@@ -154,6 +157,7 @@ export class PlanWorld {
       mainRestoresWaitForSpentTag?: boolean;
       spentTagOutlivesCR?: boolean;
       driftWaitsForSpentTag?: boolean;
+      spentBySet?: Record<string, string>;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
     } = {},
@@ -182,6 +186,7 @@ export class PlanWorld {
       mainRestoresWaitForSpentTag: opts.mainRestoresWaitForSpentTag ?? true,
       spentTagOutlivesCR: opts.spentTagOutlivesCR ?? true,
       driftWaitsForSpentTag: opts.driftWaitsForSpentTag ?? true,
+      spentBySet: opts.spentBySet,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
     };
