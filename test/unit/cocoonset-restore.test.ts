@@ -307,7 +307,12 @@ describe('restore through the pass planner', () => {
   });
 
   it.each([
-    { flow: 'migration (a pinned set)', set: (c: CocoonSet) => void (c.spec.nodeName = 'node-b') },
+    {
+      flow: 'migration (a pinned set)',
+      set: (c: CocoonSet) => {
+        c.spec.nodeName = 'node-b';
+      },
+    },
     {
       flow: 'released-seat wake',
       set: (c: CocoonSet) => {
