@@ -263,6 +263,42 @@ function refuseTagDeletes(vm: string): { refused: number; down: boolean } {
   return deletes;
 }
 
+/** The VMs named `vm` the simulator brings up from now on (restored, cloned, forked), as a reader. */
+function startsOf(vm: string): () => ReturnType<VkSimulator['state']>['started'] {
+  const before = sim.state().started.length;
+  return () =>
+    sim
+      .state()
+      .started.slice(before)
+      .filter((v) => v.name === vm);
+}
+
+/** Waits (2 × QUICK_MS) for pod `pod` of set `name` to be another incarnation than `old`, live; resolves it. */
+function newLivePod(name: string, pod: string, old: V1Pod, what: string): Promise<V1Pod> {
+  return waitFor(
+    what,
+    async () => {
+      const p = (await podsOf(name)).get(pod);
+      return p && p.metadata?.uid !== old.metadata?.uid && live(p) ? p : undefined;
+    },
+    2 * QUICK_MS,
+  );
+}
+
+/** Waits until set `name`'s workflow has finished `n` passes more than it had now (a product barrier). */
+async function waitForPasses(name: string, n: number, what: string): Promise<void> {
+  const before = (await cocoonSetWorkflowState(temporal, ns, name)).passes;
+  await waitFor(
+    what,
+    async () => {
+      const st = await cocoonSetWorkflowState(temporal, ns, name);
+      return st.passes >= before + n && !st.passing;
+    },
+    QUICK_MS,
+    { intervalMs: 250 },
+  );
+}
+
 /**
  * Creates set `name` from `spec`, hibernates its main through CocoonHibernation `cr`, then wakes it with the
  * registry refusing every DELETE of the main's `:hibernate` tag, until the CR says so (`Waking`,
@@ -1410,12 +1446,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     expect(sim.state().vms.some((v) => v.name === vm)).toBe(false);
 
     // The simulator's log of every VM it brought up is the record (no sampling can miss a short-lived one).
-    const startedBefore = sim.state().started.length;
-    const startedSince = () =>
-      sim
-        .state()
-        .started.slice(startedBefore)
-        .filter((v) => v.name === vm);
+    const startedSince = startsOf(vm);
     await kube.core.deleteNamespacedPod({ name: mainPod, namespace: ns });
     const recreated = await waitFor(
       'main recreated with restore-from-hibernate',
@@ -1494,12 +1525,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
           await sets.waitUntil(name, 'Suspending', (cs) => cs?.status?.phase === 'Suspending', QUICK_MS);
         }
 
-        const startedBefore = sim.state().started.length;
-        const startedSince = () =>
-          sim
-            .state()
-            .started.slice(startedBefore)
-            .filter((v) => v.name === vm);
+        const startedSince = startsOf(vm);
         const woken = (await podsOf(name)).get(mainPod)!;
         await kube.core.deleteNamespacedPod({ name: mainPod, namespace: ns });
         await waitFor(
@@ -1541,16 +1567,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
             async () => (await crs.get(cr))?.metadata?.deletionTimestamp !== undefined,
             QUICK_MS,
           );
-          const passesAtDelete = (await cocoonSetWorkflowState(temporal, ns, name)).passes;
-          await waitFor(
-            'two passes of the set since the CR deletion',
-            async () => {
-              const st = await cocoonSetWorkflowState(temporal, ns, name);
-              return st.passes >= passesAtDelete + 2 && !st.passing;
-            },
-            QUICK_MS,
-            { intervalMs: 250 },
-          );
+          await waitForPasses(name, 2, 'two passes of the set since the CR deletion');
           expect((await crs.get(cr))?.metadata?.deletionTimestamp).toBeDefined();
           expect((await podsOf(name)).has(mainPod)).toBe(false);
           expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
@@ -1559,14 +1576,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
 
         deletes.down = false;
         // The failed pass retries on its error backoff (1 s doubling to 60 s), then the set's 5 s look.
-        const recreated = await waitFor(
-          'main recreated',
-          async () => {
-            const p = (await podsOf(name)).get(mainPod);
-            return p && p.metadata?.uid !== woken.metadata?.uid ? p : undefined;
-          },
-          2 * QUICK_MS,
-        );
+        const recreated = await newLivePod(name, mainPod, woken, 'main recreated');
         expect(await headTag(registry, vm, Tags.hibernate)).toBe(404);
         expect(recreated.metadata?.annotations?.[Annotations.restoreFromHibernate]).toBeUndefined();
         await waitFor('the VM brought up again in the simulator', () => startedSince().length > 0, QUICK_MS);
@@ -1599,12 +1609,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     try {
       deletes = await spendMainTag(name, cr, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
       const woken = (await podsOf(name)).get(mainPod)!;
-      const startedBefore = sim.state().started.length;
-      const startedSince = () =>
-        sim
-          .state()
-          .started.slice(startedBefore)
-          .filter((v) => v.name === vm);
+      const startedSince = startsOf(vm);
       await sets.patchSpec(name, { agent: { image: AGENT_V2 } });
       const heldSet = await sets.waitUntil(
         name,
@@ -1617,30 +1622,14 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
       );
       expect(heldSet?.status?.observedGeneration).toBe(2);
       // Two more passes of the set (it looks again every 5 s while it holds) keep the running main.
-      const passesAtHold = (await cocoonSetWorkflowState(temporal, ns, name)).passes;
-      await waitFor(
-        'two passes of the set since the hold',
-        async () => {
-          const st = await cocoonSetWorkflowState(temporal, ns, name);
-          return st.passes >= passesAtHold + 2 && !st.passing;
-        },
-        QUICK_MS,
-        { intervalMs: 250 },
-      );
+      await waitForPasses(name, 2, 'two passes of the set since the hold');
       const kept = (await podsOf(name)).get(mainPod);
       expect(kept?.metadata?.uid).toBe(woken.metadata?.uid);
       expect(kept?.metadata?.deletionTimestamp).toBeUndefined();
       expect(startedSince()).toEqual([]);
 
       deletes.down = false;
-      const replaced = await waitFor(
-        'main replaced',
-        async () => {
-          const p = (await podsOf(name)).get(mainPod);
-          return p && p.metadata?.uid !== woken.metadata?.uid && live(p) ? p : undefined;
-        },
-        2 * QUICK_MS,
-      );
+      const replaced = await newLivePod(name, mainPod, woken, 'main replaced');
       expect(replaced.metadata?.annotations?.[Annotations.image]).toBe(AGENT_V2);
       expect(replaced.metadata?.annotations?.[Annotations.restoreFromHibernate]).toBeUndefined();
       await waitFor('the VM brought up again in the simulator', () => startedSince().length > 0, QUICK_MS);
@@ -1687,12 +1676,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
       );
       const woken = (await podsOf(name)).get(mainPod)!;
       expect(live(woken)).toBe(true);
-      const startedBefore = sim.state().started.length;
-      const startedSince = () =>
-        sim
-          .state()
-          .started.slice(startedBefore)
-          .filter((v) => v.name === vm);
+      const startedSince = startsOf(vm);
       await kube.core.deleteNamespacedPod({ name: mainPod, namespace: ns });
       await waitFor(
         'the old main gone',
@@ -1715,14 +1699,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
       expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
 
       deletes.down = false;
-      const recreated = await waitFor(
-        'main recreated',
-        async () => {
-          const p = (await podsOf(name)).get(mainPod);
-          return p && p.metadata?.uid !== woken.metadata?.uid && live(p) ? p : undefined;
-        },
-        2 * QUICK_MS,
-      );
+      const recreated = await newLivePod(name, mainPod, woken, 'main recreated');
       expect(recreated.metadata?.annotations?.[Annotations.restoreFromHibernate]).toBeUndefined();
       await waitFor('the VM brought up again in the simulator', () => startedSince().length > 0, QUICK_MS);
       expect(startedSince()[0]!.source).not.toMatch(/^restore /);
@@ -1743,12 +1720,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
   async function deleteMainWithCR(name: string, cr: string, original: V1Pod): Promise<V1Pod> {
     const mainPod = `${name}-0`;
     const vm = vmOf(name, 0);
-    const startedBefore = sim.state().started.length;
-    const startedSince = () =>
-      sim
-        .state()
-        .started.slice(startedBefore)
-        .filter((v) => v.name === vm);
+    const startedSince = startsOf(vm);
     await Promise.all([kube.core.deleteNamespacedPod({ name: mainPod, namespace: ns }), crs.delete(cr)]);
     const recreated = await waitFor(
       'main recreated',
