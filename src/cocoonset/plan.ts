@@ -759,10 +759,7 @@ async function holdMainWhileSpent(
   enabled: boolean | undefined,
   prefix: string,
 ): Promise<void> {
-  if (!enabled) return;
-  const crs = await hibernations(st);
-  if ('error' in crs) return fail(st, `${prefix}${crs.error}`);
-  if (holdSpent(st, crs.items, [podName], enabled).size === 0) return;
+  if (!enabled || !(await spentNow(st, podName, prefix))) return;
   const bySet = st.spentWaits?.find((h) => h.pod === podName && h.cr === '');
   if (bySet !== undefined) {
     // The set's own wake left the tag spent: nothing else retries its DELETE. Gone, the next pass (its probe
@@ -787,15 +784,18 @@ async function holdMainWhileSpent(
 }
 
 /**
- * Whether live pod `podName` must not be deleted for a re-create now, its VM's tag being spent (PassInput
- * `driftWaitsForSpentTag`; recorded for the status as `holdSpent` does). A failed CocoonHibernation List
- * fails the pass.
+ * Whether pod `podName`'s VM tag is spent now (`holdSpent`, which records it for the status), from the
+ * pass's CocoonHibernation List; a failed List fails the pass, its message after `prefix`.
  */
-async function spentHeld(st: PassState, podName: string): Promise<boolean> {
-  if (!st.input.driftWaitsForSpentTag) return false;
+async function spentNow(st: PassState, podName: string, prefix = ''): Promise<boolean> {
   const crs = await hibernations(st);
-  if ('error' in crs) return fail(st, crs.error);
+  if ('error' in crs) return fail(st, `${prefix}${crs.error}`);
   return holdSpent(st, crs.items, [podName], true).size > 0;
+}
+
+/** Whether live pod `podName` must not be deleted for a re-create now (`driftWaitsForSpentTag`, `spentNow`). */
+async function spentHeld(st: PassState, podName: string): Promise<boolean> {
+  return st.input.driftWaitsForSpentTag === true && (await spentNow(st, podName));
 }
 
 /** `createMainAgent` (docs/cocoonset.md#a-pass-in-order). */
