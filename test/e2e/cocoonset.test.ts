@@ -8,20 +8,16 @@
  *
  * Every set has the realistic shape of cocoonset-harness.ts `realisticSpec` (main + 2 sub-agents on a
  * clone-mode image, a run-mode toolbox and a static toolbox, snapshotPolicy main-only, pool + CPU class).
- * Scope as in hibernation.test.ts: one operator for this file, limited to its namespace (WATCH_NAMESPACE)
- * on its own task queue without leader election; it reaches the registry through a proxy that logs the
- * requests (the order of the GC's tag deletes), the simulator and the tests use the registry directly.
+ * The rig (set-rig.ts, shared with suspend and flows-crash): one operator for this file, limited to its
+ * namespace (WATCH_NAMESPACE) on its own task queue without leader election; it reaches the registry through
+ * a proxy that logs the requests (the order of the GC's tag deletes), the simulator and the tests use the
+ * registry directly.
  * Each test uses its own set; waits are deadline-bounded polls; timings are asserted only as lower bounds
  * the product promises (rebuild backoff), never as performance.
  */
-import { randomBytes, randomUUID } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { V1Pod } from '@kubernetes/client-node';
-import { Client, Connection } from '@temporalio/client';
+import type { Client } from '@temporalio/client';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { bundleWorkflows } from '../../scripts/bundle-workflows.js';
 import { cocoonSetWorkflowId, vmWorkflowId } from '../../src/api/ids.js';
 import {
   Annotations,
@@ -39,13 +35,11 @@ import { lifecycleOf, podReady, vmIDOf } from '../../src/api/pod.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { requiredHostname } from '../../src/cocoonset/pods.js';
 import { type KubeClients, mergePatch } from '../../src/kube/client.js';
-import { RegistryProxy } from '../support/registry-proxy.js';
-import { RequestLog } from '../support/request-log.js';
+import type { RegistryProxy } from '../support/registry-proxy.js';
 import { waitFor } from '../support/wait.js';
-import { pushBaseImage } from '../vksim/oci.js';
 import { VkSimulator } from '../vksim/sim.js';
 import {
-  CocoonSets,
+  type CocoonSets,
   cocoonSetWorkflowState,
   type Placement,
   pushSnapshotTag,
@@ -54,28 +48,18 @@ import {
   workflowRuns,
 } from './cocoonset-harness.js';
 import {
-  dropTag,
-  Hibernations,
+  type Hibernations,
   headTag,
-  NamespaceRecorder,
+  type NamespaceRecorder,
   occurrences,
   operatorEvents,
   readyOf,
 } from './hibernation-harness.js';
-import {
-  cleanEnv,
-  freePort,
-  metricSum,
-  type OperatorProcess,
-  stackEnv as operatorStackEnv,
-  scrapeMetrics,
-  startReadyOperator,
-  stopOperator,
-} from './operator-process.js';
-import { kubeClients, stackEnv } from './stack-harness.js';
+import { metricSum, scrapeMetrics } from './operator-process.js';
+import { SetRig } from './set-rig.js';
 
-const ns = `cs-e2e-${randomBytes(3).toString('hex')}`;
-const taskQueue = `cs-e2e-${randomUUID()}`;
+const rig = new SetRig('cs-e2e');
+const { ns, registryLog } = rig;
 const place: Placement = { pool: `${ns}-pool`, cpuClass: 'e2e-cascade-lake-v1' };
 const nodeName = `${ns}-node`;
 
@@ -97,30 +81,11 @@ let sets: CocoonSets;
 let crs: Hibernations;
 let rec: NamespaceRecorder;
 let sim: VkSimulator;
-const simLog: string[] = [];
 /** The real registry (`host:port`); the operator uses `proxy` in front of it. */
 let registry: string;
 let proxy: RegistryProxy;
-/** The registry requests the operator made, in order (through `proxy`). */
-const registryLog = new RequestLog();
 let temporal: Client;
-let connection: Connection;
-let env: NodeJS.ProcessEnv;
-let probePort: number;
-let metricsPort: number;
-let op: OperatorProcess | undefined;
-const operators: OperatorProcess[] = [];
 const setsMade = new Set<string>();
-let fileStart = 0;
-
-async function startOp(): Promise<OperatorProcess> {
-  // launcher 'node': the pid is the operator itself (no tsx parent in between).
-  op = await startReadyOperator(env, { probePort, metricsPort, launcher: 'node' });
-  operators.push(op);
-  return op;
-}
-
-const stopOp = () => stopOperator(op);
 
 /** VM name of an agent slot or toolbox of set `set`: `vk-<ns>-<set>-<slotOrToolbox>`. */
 const vmOf = (set: string, member: string | number) => `vk-${ns}-${set}-${member}`;
@@ -212,7 +177,7 @@ async function setEvents(set: string, reason: string) {
 }
 
 async function metrics(): Promise<string> {
-  return scrapeMetrics(op!.metricsUrl);
+  return scrapeMetrics(rig.op!.metricsUrl);
 }
 
 /**
@@ -335,51 +300,9 @@ async function dropSet(name: string): Promise<void> {
 
 describe('CocoonSet end to end (operator process, local stack, simulator node with pool and CPU class)', () => {
   beforeAll(async () => {
-    fileStart = Date.now();
-    const stack = await stackEnv();
-    kube = kubeClients(stack.kubeconfig);
-    registry = stack.ociRegistry;
-
-    await kube.core.createNamespace({ body: { metadata: { name: ns } } });
-    sets = new CocoonSets(kube, ns);
-    crs = new Hibernations(kube, ns);
-    rec = await NamespaceRecorder.start(kube.kc, ns, { cocoonSets: true });
-
-    sim = new VkSimulator({
-      kube: kube.kc,
-      registry,
-      nodeName,
-      pool: place.pool,
-      cpuClass: place.cpuClass,
-      tickMs: 500,
-      log: (level, msg, fields) => {
-        if (level !== 'debug')
-          simLog.push(`${new Date().toISOString()} ${level} ${msg} ${JSON.stringify(fields)}`);
-      },
-    });
-    await sim.start();
-    await pushBaseImage(registry, AGENT_V1);
-    await pushBaseImage(registry, AGENT_V2);
-
-    proxy = new RegistryProxy({ upstream: registry, log: registryLog });
-    const proxied = await proxy.start();
-    connection = await Connection.connect({ address: stack.temporalAddress });
-    temporal = new Client({ connection, namespace: stack.temporalNamespace });
-
-    await bundleWorkflows();
-    probePort = await freePort();
-    metricsPort = await freePort();
-    env = cleanEnv({
-      ...operatorStackEnv(),
-      OCI_REGISTRY: proxied,
-      TEMPORAL_TASK_QUEUE: taskQueue,
-      WATCH_NAMESPACE: ns,
-      LEADER_ELECT: 'false',
-      PROBE_ADDR: `127.0.0.1:${probePort}`,
-      METRICS_ADDR: `127.0.0.1:${metricsPort}`,
-      OPERATOR_LOG_LEVEL: 'info',
-    });
-    await startOp();
+    await rig.start({ images: [AGENT_V1, AGENT_V2] });
+    ({ kube, sets, crs, rec, registry, proxy, temporal } = rig);
+    sim = await rig.startSim({ nodeName, ...place });
   });
 
   afterEach(() => {
@@ -388,53 +311,15 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     if (proxy) proxy.intercept = undefined;
   });
 
-  afterAll(async () => {
-    rec?.stop();
-    await stopOp().catch(() => undefined);
-    for (const set of setsMade) {
-      await temporal?.workflow
-        .getHandle(cocoonSetWorkflowId(ns, set))
-        .terminate('cocoonset e2e teardown')
-        .catch(() => undefined);
-      for (const pod of memberNames(set)) {
-        await temporal?.workflow
-          .getHandle(vmWorkflowId(ns, pod))
-          .terminate('cocoonset e2e teardown')
-          .catch(() => undefined);
-      }
-    }
-    for (const cr of (await crs?.list().catch(() => [])) ?? []) await crs.forceDelete(cr.metadata.name!);
-    for (const cs of (await sets?.list().catch(() => [])) ?? []) await sets.forceDelete(cs.metadata.name!);
-    const pods = (await kube?.core.listNamespacedPod({ namespace: ns }).catch(() => undefined))?.items ?? [];
-    for (const p of pods) {
-      await kube.core
-        .deleteNamespacedPod({ name: p.metadata!.name!, namespace: ns, gracePeriodSeconds: 0 })
-        .catch(() => undefined);
-    }
-    await waitFor(
-      'test pods gone',
-      async () =>
-        (await kube.core.listNamespacedPod({ namespace: ns })).items.length === 0 ? true : undefined,
-      30_000,
-    ).catch(() => undefined);
-    await sim?.stop();
-    await kube?.core.deleteNode({ name: nodeName }).catch(() => undefined);
-    for (const set of setsMade) {
-      for (const m of [0, 1, 2, 'tools', 'vnc']) {
-        for (const tag of [Tags.hibernate, Tags.latest]) {
-          await dropTag(registry, vmOf(set, m), tag).catch(() => undefined);
-        }
-      }
-    }
-    await kube?.core.deleteNamespace({ name: ns }).catch(() => undefined);
-    await proxy?.stop();
-    await connection?.close();
-    const logFile = join(tmpdir(), `${ns}-operator.log`);
-    writeFileSync(logFile, operators.map((p) => p.stdout() + p.stderr()).join('\n--- restart ---\n'));
-    writeFileSync(join(tmpdir(), `${ns}-vksim.log`), simLog.join('\n'));
-    console.log(`[cocoonset e2e] operator logs in ${logFile}, simulator log in ${ns}-vksim.log`);
-    console.log(`[cocoonset e2e] file wall time ${((Date.now() - fileStart) / 1000).toFixed(1)} s`);
-  });
+  afterAll(() =>
+    rig.teardown({
+      workflowIds: [...setsMade].flatMap((set) => [
+        cocoonSetWorkflowId(ns, set),
+        ...memberNames(set).map((pod) => vmWorkflowId(ns, pod)),
+      ]),
+      vms: [...setsMade].flatMap((set) => [0, 1, 2, 'tools', 'vnc'].map((m) => vmOf(set, m))),
+    }),
+  );
 
   it('brings a set up: all five pods created on the simulator node and Ready; status rolled up to Running with every agent and toolbox listed', async () => {
     const name = 'roll';
@@ -779,7 +664,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
   it('adopts pods written by the reference operator (built by its construction rules) without recreating them', async () => {
     const name = 'adopt';
     // The Go operator made this set and its pods; then the cluster switches to this operator.
-    await stopOp();
+    await rig.stopOp();
     const spec = realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place);
     spec.agent.storage = '100Gi';
     const cs = await createSet(name, spec, [Finalizers.cocoonSet]);
@@ -908,7 +793,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
       QUICK_MS,
     );
 
-    await startOp();
+    await rig.startOp();
     const { pods } = await waitRunning(name, QUICK_MS);
     expect(uidsOf(pods)).toEqual(uidsOf(before));
     // Several more passes (each triggered by a pod change) still leave every pod alone.

@@ -33,39 +33,22 @@
  * - each wake or move brought the VM up exactly once, on the target, restored from its snapshot (the
  *   simulator's `started` log: `restore …<vm>`), and the pod runs that VM.
  */
-import { randomBytes, randomUUID } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { V1Pod } from '@kubernetes/client-node';
-import { Client, Connection } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { prng } from '../../bench/scenarios/crash.js';
-import { bundleWorkflows } from '../../scripts/bundle-workflows.js';
 import { cocoonSetWorkflowId, vmWorkflowId } from '../../src/api/ids.js';
 import { Annotations, Labels, LifecycleStates, Tags } from '../../src/api/keys.js';
 import { containerRunning, podReady, restoreFromHibernate, vmIDOf } from '../../src/api/pod.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { type KubeClients, statusCodeOf } from '../../src/kube/client.js';
-import { RegistryProxy } from '../support/registry-proxy.js';
-import { RequestLog } from '../support/request-log.js';
 import { waitFor } from '../support/wait.js';
-import { pushBaseImage } from '../vksim/oci.js';
-import { VkSimulator } from '../vksim/sim.js';
-import { CocoonSets } from './cocoonset-harness.js';
-import { dropTag, headTag, NamespaceRecorder } from './hibernation-harness.js';
-import {
-  cleanEnv,
-  freePort,
-  type OperatorProcess,
-  stackEnv as operatorStackEnv,
-  startReadyOperator,
-  stopOperator,
-} from './operator-process.js';
-import { kubeClients, stackEnv } from './stack-harness.js';
+import type { VkSimulator } from '../vksim/sim.js';
+import type { CocoonSets } from './cocoonset-harness.js';
+import { headTag, type NamespaceRecorder } from './hibernation-harness.js';
+import { SetRig } from './set-rig.js';
 
-const ns = `flows-crash-${randomBytes(3).toString('hex')}`;
-const taskQueue = `flows-crash-${randomUUID()}`;
+const rig = new SetRig('flows-crash');
+const { ns, registryLog } = rig;
 const CPU_CLASS = 'e2e-cascade-lake-v1';
 /** Clone-mode agent image (seeded in the registry). */
 const AGENT_IMAGE = 'flows-crash-e2e/agent:v1';
@@ -98,30 +81,9 @@ const POINT_GRACE_MS = 1_000;
 let kube: KubeClients;
 let sets: CocoonSets;
 let rec: NamespaceRecorder;
-const sims: VkSimulator[] = [];
-const simLog: string[] = [];
-/** The real registry (`host:port`); the operator uses `proxy` in front of it. */
+/** The real registry (`host:port`); the operator uses a proxy in front of it. */
 let registry: string;
-let proxy: RegistryProxy;
-/** The registry requests the operator made, in order (through `proxy`). */
-const registryLog = new RequestLog();
-let temporal: Client;
-let connection: Connection;
-let env: NodeJS.ProcessEnv;
-let probePort: number;
-let metricsPort: number;
-let op: OperatorProcess | undefined;
-const operators: OperatorProcess[] = [];
 const setsMade: string[] = [];
-const nodesMade: string[] = [];
-let fileStart = 0;
-
-async function startOp(): Promise<OperatorProcess> {
-  // launcher 'node': the pid is the operator itself (no tsx parent in between), so SIGKILL really kills it.
-  op = await startReadyOperator(env, { probePort, metricsPort, launcher: 'node' });
-  operators.push(op);
-  return op;
-}
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 const mainOf = (set: string) => `${set}-0`;
@@ -132,25 +94,9 @@ const hintOf = (cs: CocoonSet | undefined) => cs?.metadata.annotations?.[Annotat
 const atGeneration = (cs: CocoonSet | undefined, generation: number) =>
   cs?.metadata.generation === generation && cs.status?.observedGeneration === generation;
 
-async function startSim(nodeName: string, pool: string, seats?: number): Promise<VkSimulator> {
-  const sim = new VkSimulator({
-    kube: kube.kc,
-    registry,
-    nodeName,
-    pool,
-    cpuClass: CPU_CLASS,
-    tickMs: 500,
-    ...(seats !== undefined ? { seats } : {}),
-    log: (level, msg, fields) => {
-      if (level !== 'debug')
-        simLog.push(`${new Date().toISOString()} ${nodeName} ${level} ${msg} ${JSON.stringify(fields)}`);
-    },
-  });
-  nodesMade.push(nodeName);
-  sims.push(sim);
-  await sim.start();
-  return sim;
-}
+/** A simulator node of pool `pool` (the file's CPU class) holding at most `seats` pods. */
+const startSim = (nodeName: string, pool: string, seats?: number): Promise<VkSimulator> =>
+  rig.startSim({ nodeName, pool, cpuClass: CPU_CLASS, ...(seats !== undefined ? { seats } : {}) });
 
 /** The set's main pod (terminating included), read from the apiserver, or undefined. */
 async function mainPod(set: string): Promise<V1Pod | undefined> {
@@ -281,14 +227,14 @@ async function crashThrough(
     const point: KillPoint = i === 0 && !hitInFlight ? { kind: 'change', k: 1 } : drawn;
     const downMs = Math.floor(rnd() * MAX_DOWN_MS);
     await reach(tr, point, generation, from, base);
-    await stopOperator(op, 'SIGKILL');
+    await rig.stopOp('SIGKILL');
     // Read after the kill: nothing of the operator moves the set any more, so the check does not shift the point.
     const cs = await sets.get(tr.set);
     const mid = !(await tr.reached(generation));
     const phaseAtKill = `${cs?.status?.phase}@${cs?.status?.observedGeneration}/${generation}`;
     kills.push({ flow: tr.flow, transition: tr.label, point, downMs, mid, phaseAtKill });
     await sleep(downMs);
-    await startOp();
+    await rig.startOp();
     from = Date.now();
     base = changes(tr.set);
     console.log(
@@ -471,84 +417,23 @@ function summary(flow: Flow, started: number, converged: number, extra: string):
 
 describe('CocoonSet seat release and migration: operator SIGKILLed mid-flow (local stack)', () => {
   beforeAll(async () => {
-    fileStart = Date.now();
-    const stack = await stackEnv();
-    kube = kubeClients(stack.kubeconfig);
-    registry = stack.ociRegistry;
-
-    await kube.core.createNamespace({ body: { metadata: { name: ns } } });
-    sets = new CocoonSets(kube, ns);
-    rec = await NamespaceRecorder.start(kube.kc, ns, { cocoonSets: true });
-    await pushBaseImage(registry, AGENT_IMAGE);
-
-    proxy = new RegistryProxy({ upstream: registry, log: registryLog });
-    proxy.intercept = (req) => {
-      const m = /^\/v2\/(.+)\/manifests\/([^/]+)$/.exec(req.path);
-      if (req.method !== 'DELETE' || !m || m[2] !== Tags.hibernate) return undefined;
-      return inspectDelete(m[1]!).then(() => 'forward' as const);
-    };
-    const proxied = await proxy.start();
-    connection = await Connection.connect({ address: stack.temporalAddress });
-    temporal = new Client({ connection, namespace: stack.temporalNamespace });
-
-    await bundleWorkflows();
-    probePort = await freePort();
-    metricsPort = await freePort();
-    env = cleanEnv({
-      ...operatorStackEnv(),
-      OCI_REGISTRY: proxied,
-      TEMPORAL_TASK_QUEUE: taskQueue,
-      WATCH_NAMESPACE: ns,
-      LEADER_ELECT: 'false',
-      PROBE_ADDR: `127.0.0.1:${probePort}`,
-      METRICS_ADDR: `127.0.0.1:${metricsPort}`,
-      OPERATOR_LOG_LEVEL: 'info',
+    await rig.start({
+      images: [AGENT_IMAGE],
+      intercept: (req) => {
+        const m = /^\/v2\/(.+)\/manifests\/([^/]+)$/.exec(req.path);
+        if (req.method !== 'DELETE' || !m || m[2] !== Tags.hibernate) return undefined;
+        return inspectDelete(m[1]!).then(() => 'forward' as const);
+      },
     });
-    await startOp();
+    ({ kube, sets, rec, registry } = rig);
   });
 
-  afterAll(async () => {
-    rec?.stop();
-    await stopOperator(op).catch(() => undefined);
-    for (const set of setsMade) {
-      await temporal?.workflow
-        .getHandle(cocoonSetWorkflowId(ns, set))
-        .terminate('flows-crash e2e teardown')
-        .catch(() => undefined);
-      await temporal?.workflow
-        .getHandle(vmWorkflowId(ns, mainOf(set)))
-        .terminate('flows-crash e2e teardown')
-        .catch(() => undefined);
-    }
-    for (const cs of (await sets?.list().catch(() => [])) ?? []) await sets.forceDelete(cs.metadata.name!);
-    const pods = (await kube?.core.listNamespacedPod({ namespace: ns }).catch(() => undefined))?.items ?? [];
-    for (const p of pods) {
-      await kube.core
-        .deleteNamespacedPod({ name: p.metadata!.name!, namespace: ns, gracePeriodSeconds: 0 })
-        .catch(() => undefined);
-    }
-    await waitFor(
-      'test pods gone',
-      async () =>
-        (await kube.core.listNamespacedPod({ namespace: ns })).items.length === 0 ? true : undefined,
-      30_000,
-    ).catch(() => undefined);
-    for (const sim of sims) await sim.stop().catch(() => undefined);
-    for (const node of nodesMade) await kube?.core.deleteNode({ name: node }).catch(() => undefined);
-    for (const set of setsMade) {
-      for (const tag of [Tags.hibernate, Tags.latest]) {
-        await dropTag(registry, vmOf(set), tag).catch(() => undefined);
-      }
-    }
-    await kube?.core.deleteNamespace({ name: ns }).catch(() => undefined);
-    await proxy?.stop();
-    await connection?.close();
-    const logFile = join(tmpdir(), `${ns}-operator.log`);
-    writeFileSync(logFile, operators.map((p) => p.stdout() + p.stderr()).join('\n--- restart ---\n'));
-    writeFileSync(join(tmpdir(), `${ns}-vksim.log`), simLog.join('\n'));
-    console.log(`[flows-crash e2e] operator logs in ${logFile}, simulator log in ${ns}-vksim.log`);
-    console.log(`[flows-crash e2e] file wall time ${((Date.now() - fileStart) / 1000).toFixed(1)} s`);
-  });
+  afterAll(() =>
+    rig.teardown({
+      workflowIds: setsMade.flatMap((set) => [cocoonSetWorkflowId(ns, set), vmWorkflowId(ns, mainOf(set))]),
+      vms: setsMade.map(vmOf),
+    }),
+  );
 
   it('release-wake: SIGKILLs during seat release and wake; Suspended with the pod gone and the tag in, then Running restored from the snapshot; the tag dropped only once the restored VM runs', async () => {
     const started = Date.now();

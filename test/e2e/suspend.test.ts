@@ -4,22 +4,17 @@
  * whoever asked first holds the VM, the loser says why on its status), and the operator process SIGKILLed
  * at random points of suspend and un-suspend (the set converges, no `:hibernate` tag is ever deleted).
  *
- * Same rig as test/e2e/cocoonset.test.ts: an in-process vk-cocoon simulator on a node of its own (pool and
- * CPU class), the operator process (`src/worker.ts`) limited to this file's namespace on its own task queue,
- * reaching the registry through a proxy that logs every request, and a watch recorder of the namespace's
- * pods, CocoonHibernations and CocoonSets. The sets are small (a main, at most one sub-agent, one run-mode
- * toolbox) to keep the file short. "Nothing happened" is asserted after a barrier: the VM workflow's
+ * Same rig as test/e2e/cocoonset.test.ts (set-rig.ts): an in-process vk-cocoon simulator on a node of its
+ * own (pool and CPU class), the operator process (`src/worker.ts`) limited to this file's namespace on its own
+ * task queue, reaching the registry through a proxy that logs every request, and a watch recorder of the
+ * namespace's pods, CocoonHibernations and CocoonSets. The sets are small (a main, at most one sub-agent,
+ * one run-mode toolbox) to keep the file short. "Nothing happened" is asserted after a barrier: the VM workflow's
  * `state` query shows it ran reconcile rounds after the event that could have made it write.
  */
-import { randomBytes, randomUUID } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import type { V1Pod } from '@kubernetes/client-node';
-import { Client, Connection } from '@temporalio/client';
+import type { Client } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { prng } from '../../bench/scenarios/crash.js';
-import { bundleWorkflows } from '../../scripts/bundle-workflows.js';
 import { cocoonSetWorkflowId, vmWorkflowId } from '../../src/api/ids.js';
 import {
   Annotations,
@@ -34,25 +29,14 @@ import type { CocoonHibernation, CocoonSet } from '../../src/api/types.js';
 import { type KubeClients, mergePatch } from '../../src/kube/client.js';
 import { resyncSignal, vmStateQuery } from '../../src/workflows/messages.js';
 import type { VMStateView } from '../../src/workflows/vm.js';
-import { RegistryProxy } from '../support/registry-proxy.js';
-import { RequestLog } from '../support/request-log.js';
 import { waitFor } from '../support/wait.js';
-import { pushBaseImage } from '../vksim/oci.js';
-import { VkSimulator } from '../vksim/sim.js';
-import { CocoonSets, type Placement } from './cocoonset-harness.js';
-import { dropTag, Hibernations, headTag, NamespaceRecorder } from './hibernation-harness.js';
-import {
-  cleanEnv,
-  freePort,
-  type OperatorProcess,
-  stackEnv as operatorStackEnv,
-  startReadyOperator,
-  stopOperator,
-} from './operator-process.js';
-import { kubeClients, stackEnv } from './stack-harness.js';
+import type { VkSimulator } from '../vksim/sim.js';
+import type { CocoonSets, Placement } from './cocoonset-harness.js';
+import { type Hibernations, headTag, type NamespaceRecorder } from './hibernation-harness.js';
+import { SetRig } from './set-rig.js';
 
-const ns = `susp-e2e-${randomBytes(3).toString('hex')}`;
-const taskQueue = `susp-e2e-${randomUUID()}`;
+const rig = new SetRig('susp-e2e');
+const { ns, registryLog } = rig;
 const place: Placement = { pool: `${ns}-pool`, cpuClass: 'e2e-cascade-lake-v1' };
 const nodeName = `${ns}-node`;
 
@@ -84,29 +68,11 @@ let sets: CocoonSets;
 let crs: Hibernations;
 let rec: NamespaceRecorder;
 let sim: VkSimulator;
-const simLog: string[] = [];
 /** The real registry (`host:port`); the operator uses `proxy` in front of it. */
 let registry: string;
-let proxy: RegistryProxy;
-/** The registry requests the operator made, in order (through `proxy`). */
-const registryLog = new RequestLog();
 let temporal: Client;
-let connection: Connection;
-let env: NodeJS.ProcessEnv;
-let probePort: number;
-let metricsPort: number;
-let op: OperatorProcess | undefined;
-const operators: OperatorProcess[] = [];
 /** Sets made, with their member pods (for the teardown). */
 const setsMade = new Map<string, string[]>();
-let fileStart = 0;
-
-async function startOp(): Promise<OperatorProcess> {
-  // launcher 'node': the pid is the operator itself (no tsx parent in between), so SIGKILL really kills it.
-  op = await startReadyOperator(env, { probePort, metricsPort, launcher: 'node' });
-  operators.push(op);
-  return op;
-}
 
 const vmOf = (pod: string) => `vk-${ns}-${pod}`;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
@@ -224,99 +190,20 @@ async function vmRoundsAfter(pod: string, after: number, what: string): Promise<
 
 describe('CocoonSet suspend end to end: against CocoonHibernations and operator crashes (local stack)', () => {
   beforeAll(async () => {
-    fileStart = Date.now();
-    const stack = await stackEnv();
-    kube = kubeClients(stack.kubeconfig);
-    registry = stack.ociRegistry;
-
-    await kube.core.createNamespace({ body: { metadata: { name: ns } } });
-    sets = new CocoonSets(kube, ns);
-    crs = new Hibernations(kube, ns);
-    rec = await NamespaceRecorder.start(kube.kc, ns, { cocoonSets: true });
-
-    sim = new VkSimulator({
-      kube: kube.kc,
-      registry,
-      nodeName,
-      pool: place.pool,
-      cpuClass: place.cpuClass,
-      tickMs: 500,
-      log: (level, msg, fields) => {
-        if (level !== 'debug')
-          simLog.push(`${new Date().toISOString()} ${level} ${msg} ${JSON.stringify(fields)}`);
-      },
-    });
-    await sim.start();
-    await pushBaseImage(registry, AGENT_IMAGE);
-
-    proxy = new RegistryProxy({ upstream: registry, log: registryLog });
-    const proxied = await proxy.start();
-    connection = await Connection.connect({ address: stack.temporalAddress });
-    temporal = new Client({ connection, namespace: stack.temporalNamespace });
-
-    await bundleWorkflows();
-    probePort = await freePort();
-    metricsPort = await freePort();
-    env = cleanEnv({
-      ...operatorStackEnv(),
-      OCI_REGISTRY: proxied,
-      TEMPORAL_TASK_QUEUE: taskQueue,
-      WATCH_NAMESPACE: ns,
-      LEADER_ELECT: 'false',
-      PROBE_ADDR: `127.0.0.1:${probePort}`,
-      METRICS_ADDR: `127.0.0.1:${metricsPort}`,
-      OPERATOR_LOG_LEVEL: 'info',
-    });
-    await startOp();
+    await rig.start({ images: [AGENT_IMAGE] });
+    ({ kube, sets, crs, rec, registry, temporal } = rig);
+    sim = await rig.startSim({ nodeName, ...place });
   });
 
-  afterAll(async () => {
-    rec?.stop();
-    await stopOperator(op).catch(() => undefined);
-    for (const [set, members] of setsMade) {
-      await temporal?.workflow
-        .getHandle(cocoonSetWorkflowId(ns, set))
-        .terminate('suspend e2e teardown')
-        .catch(() => undefined);
-      for (const pod of members) {
-        await temporal?.workflow
-          .getHandle(vmWorkflowId(ns, pod))
-          .terminate('suspend e2e teardown')
-          .catch(() => undefined);
-      }
-    }
-    for (const cr of (await crs?.list().catch(() => [])) ?? []) await crs.forceDelete(cr.metadata.name!);
-    for (const cs of (await sets?.list().catch(() => [])) ?? []) await sets.forceDelete(cs.metadata.name!);
-    const pods = (await kube?.core.listNamespacedPod({ namespace: ns }).catch(() => undefined))?.items ?? [];
-    for (const p of pods) {
-      await kube.core
-        .deleteNamespacedPod({ name: p.metadata!.name!, namespace: ns, gracePeriodSeconds: 0 })
-        .catch(() => undefined);
-    }
-    await waitFor(
-      'test pods gone',
-      async () =>
-        (await kube.core.listNamespacedPod({ namespace: ns })).items.length === 0 ? true : undefined,
-      30_000,
-    ).catch(() => undefined);
-    await sim?.stop();
-    await kube?.core.deleteNode({ name: nodeName }).catch(() => undefined);
-    for (const members of setsMade.values()) {
-      for (const pod of members) {
-        for (const tag of [Tags.hibernate, Tags.latest]) {
-          await dropTag(registry, vmOf(pod), tag).catch(() => undefined);
-        }
-      }
-    }
-    await kube?.core.deleteNamespace({ name: ns }).catch(() => undefined);
-    await proxy?.stop();
-    await connection?.close();
-    const logFile = join(tmpdir(), `${ns}-operator.log`);
-    writeFileSync(logFile, operators.map((p) => p.stdout() + p.stderr()).join('\n--- restart ---\n'));
-    writeFileSync(join(tmpdir(), `${ns}-vksim.log`), simLog.join('\n'));
-    console.log(`[suspend e2e] operator logs in ${logFile}, simulator log in ${ns}-vksim.log`);
-    console.log(`[suspend e2e] file wall time ${((Date.now() - fileStart) / 1000).toFixed(1)} s`);
-  });
+  afterAll(() =>
+    rig.teardown({
+      workflowIds: [...setsMade].flatMap(([set, members]) => [
+        cocoonSetWorkflowId(ns, set),
+        ...members.map((pod) => vmWorkflowId(ns, pod)),
+      ]),
+      vms: [...setsMade.values()].flat().map(vmOf),
+    }),
+  );
 
   it("a CocoonHibernation and a set suspend on the same pod, in both orders: never two writers; the loser's status says why", async () => {
     const started = Date.now();
@@ -649,14 +536,14 @@ describe('CocoonSet suspend end to end: against CocoonHibernations and operator 
             : { kind: 'change', k: 1 + Math.floor(rnd() * MAX_CHANGES[t]) };
         const downMs = Math.floor(rnd() * MAX_DOWN_MS);
         await reach(point, t, generation, from, base);
-        await stopOperator(op, 'SIGKILL');
+        await rig.stopOp('SIGKILL');
         // Read after the kill: nothing moves the set's status any more, so the check does not shift the point.
         const cs = await sets.get(name);
         const mid = !(await reached(t, generation));
         const phaseAtKill = `${cs?.status?.phase}@${cs?.status?.observedGeneration}/${generation}`;
         kills.push({ round, transition: t, point, downMs, mid, phaseAtKill });
         await sleep(downMs);
-        await startOp();
+        await rig.startOp();
         from = Date.now();
         base = changes();
         console.log(
