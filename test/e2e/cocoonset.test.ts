@@ -8,7 +8,7 @@
  *
  * Every set has the realistic shape of cocoonset-harness.ts `realisticSpec` (main + 2 sub-agents on a
  * clone-mode image, a run-mode toolbox and a static toolbox, snapshotPolicy main-only, pool + CPU class).
- * The rig (set-rig.ts, shared with suspend and flows-crash): one operator for this file, limited to its
+ * The rig (operator-rig.ts, shared with suspend and flows-crash): one operator for this file, limited to its
  * namespace (WATCH_NAMESPACE) on its own task queue without leader election; it reaches the registry through
  * a proxy that logs the requests (the order of the GC's tag deletes), the simulator and the tests use the
  * registry directly.
@@ -56,9 +56,9 @@ import {
   readyOf,
 } from './hibernation-harness.js';
 import { metricSum, scrapeMetrics } from './operator-process.js';
-import { SetRig } from './set-rig.js';
+import { OperatorRig } from './operator-rig.js';
 
-const rig = new SetRig('cs-e2e');
+const rig = new OperatorRig('cs-e2e');
 const { ns, registryLog } = rig;
 const place: Placement = { pool: `${ns}-pool`, cpuClass: 'e2e-cascade-lake-v1' };
 const nodeName = `${ns}-node`;

@@ -45,9 +45,9 @@ import { waitFor } from '../support/wait.js';
 import type { VkSimulator } from '../vksim/sim.js';
 import type { CocoonSets } from './cocoonset-harness.js';
 import { headTag, type NamespaceRecorder } from './hibernation-harness.js';
-import { SetRig } from './set-rig.js';
+import { OperatorRig } from './operator-rig.js';
 
-const rig = new SetRig('flows-crash');
+const rig = new OperatorRig('flows-crash');
 const { ns, registryLog } = rig;
 const CPU_CLASS = 'e2e-cascade-lake-v1';
 /** Clone-mode agent image (seeded in the registry). */

@@ -7,43 +7,30 @@
  * The deadline test takes three minutes of real time (the hibernate deadline is 3m0s) and is the suite's
  * only test that waits out a deadline (it also covers the registry coming back).
  */
-import { randomBytes, randomUUID } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { Client, Connection } from '@temporalio/client';
+import type { Client } from '@temporalio/client';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { bundleWorkflows } from '../../scripts/bundle-workflows.js';
 import { vmWorkflowId } from '../../src/api/ids.js';
-import { CONDITION_PROBE_FAILING, EventReasons, LifecycleStates, Tags } from '../../src/api/keys.js';
+import { CONDITION_PROBE_FAILING, EventReasons, LifecycleStates } from '../../src/api/keys.js';
 import { containerRunning, lifecycleOf, vmIDOf, vmNameForPod } from '../../src/api/pod.js';
 import type { CocoonHibernation } from '../../src/api/types.js';
 import type { KubeClients } from '../../src/kube/client.js';
 import { simPod } from '../support/builders.js';
-import { RegistryProxy } from '../support/registry-proxy.js';
+import type { RegistryProxy } from '../support/registry-proxy.js';
 import { waitFor } from '../support/wait.js';
 import { VkSimClient } from '../vksim/client.js';
 import {
-  dropTag,
-  Hibernations,
-  NamespaceRecorder,
+  type Hibernations,
+  type NamespaceRecorder,
   occurrences,
   operatorEvents,
   readyOf,
   settle,
 } from './hibernation-harness.js';
-import {
-  cleanEnv,
-  freePort,
-  type OperatorProcess,
-  stackEnv as operatorStackEnv,
-  startReadyOperator,
-  stopOperator,
-} from './operator-process.js';
-import { kubeClients, stackEnv } from './stack-harness.js';
+import { OperatorRig } from './operator-rig.js';
+import { stackEnv } from './stack-harness.js';
 
-const ns = `hib-faults-${randomBytes(3).toString('hex')}`;
-const taskQueue = `hib-faults-${randomUUID()}`;
+const rig = new OperatorRig('hib-faults');
+const { ns } = rig;
 const QUICK_MS = 45_000;
 
 let kube: KubeClients;
@@ -51,11 +38,8 @@ let crs: Hibernations;
 let rec: NamespaceRecorder;
 let sim: VkSimClient;
 let pool: string;
-let registry: string;
 let proxy: RegistryProxy;
 let temporal: Client;
-let connection: Connection;
-let op: OperatorProcess | undefined;
 const podsMade = new Set<string>();
 const workflowsMade = new Set<string>();
 
@@ -64,64 +48,16 @@ const probeFailing = (cr: CocoonHibernation | undefined) =>
 
 describe('CocoonHibernation under faults (operator process, local stack)', () => {
   beforeAll(async () => {
-    const stack = await stackEnv();
-    kube = kubeClients(stack.kubeconfig);
-    registry = stack.ociRegistry;
-    sim = new VkSimClient(stack.vksimUrl);
+    await rig.start();
+    ({ kube, crs, rec, proxy, temporal } = rig);
+    sim = new VkSimClient((await stackEnv()).vksimUrl);
     await waitFor('simulator /healthz', async () => sim.healthy(), 30_000, { intervalMs: 250 });
     ({ pool } = await sim.state());
-    await kube.core.createNamespace({ body: { metadata: { name: ns } } });
-    crs = new Hibernations(kube, ns);
-    rec = await NamespaceRecorder.start(kube.kc, ns);
-    proxy = new RegistryProxy({ upstream: registry });
-    const proxied = await proxy.start();
-    connection = await Connection.connect({ address: stack.temporalAddress });
-    temporal = new Client({ connection, namespace: stack.temporalNamespace });
-    await bundleWorkflows();
-    const probePort = await freePort();
-    const metricsPort = await freePort();
-    const env = cleanEnv({
-      ...operatorStackEnv(),
-      OCI_REGISTRY: proxied,
-      TEMPORAL_TASK_QUEUE: taskQueue,
-      WATCH_NAMESPACE: ns,
-      LEADER_ELECT: 'false',
-      PROBE_ADDR: `127.0.0.1:${probePort}`,
-      METRICS_ADDR: `127.0.0.1:${metricsPort}`,
-      OPERATOR_LOG_LEVEL: 'info',
-    });
-    op = await startReadyOperator(env, { probePort, metricsPort, launcher: 'node' });
   }, 180_000);
 
-  afterAll(async () => {
-    rec?.stop();
-    if (proxy) {
-      proxy.down = false;
-      proxy.hang = false;
-    }
-    await stopOperator(op, 'SIGTERM').catch(() => undefined);
-    for (const id of workflowsMade) {
-      await temporal?.workflow
-        .getHandle(id)
-        .terminate('hibernation faults e2e teardown')
-        .catch(() => undefined);
-    }
-    for (const cr of (await crs?.list().catch(() => [])) ?? []) await crs.forceDelete(cr.metadata.name!);
-    for (const pod of podsMade) {
-      await kube.core
-        .deleteNamespacedPod({ name: pod, namespace: ns, gracePeriodSeconds: 0 })
-        .catch(() => undefined);
-      await dropTag(registry, vmNameForPod(ns, pod), Tags.hibernate).catch(() => undefined);
-    }
-    await kube?.core.deleteNamespace({ name: ns }).catch(() => undefined);
-    await proxy?.stop();
-    await connection?.close();
-    if (op) {
-      const logFile = join(tmpdir(), `${ns}-operator.log`);
-      writeFileSync(logFile, op.stdout() + op.stderr());
-      console.log(`[hibernation faults e2e] operator log in ${logFile}`);
-    }
-  });
+  afterAll(() =>
+    rig.teardown({ workflowIds: [...workflowsMade], vms: [...podsMade].map((pod) => vmNameForPod(ns, pod)) }),
+  );
 
   it('a podRef no pod can have: Failed with the reason at once, not Pending for ever; deleting it is not blocked', async () => {
     const long = `a${'b'.repeat(253)}`;

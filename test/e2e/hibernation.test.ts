@@ -14,13 +14,8 @@
  * and CRs (own VM workflows `vm/<ns>/<pod>`). Waits are deadline-bounded polls; the "exactly once" Event checks
  * run after a resync barrier (hibernation-harness.ts `settle`).
  */
-import { randomBytes, randomUUID } from 'node:crypto';
-import { writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
-import { Client, Connection } from '@temporalio/client';
+import type { Client } from '@temporalio/client';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
-import { bundleWorkflows } from '../../scripts/bundle-workflows.js';
 import { vmWorkflowId } from '../../src/api/ids.js';
 import {
   Annotations,
@@ -34,31 +29,23 @@ import {
 import { containerRunning, lifecycleOf, vmIDOf, vmNameForPod } from '../../src/api/pod.js';
 import type { KubeClients } from '../../src/kube/client.js';
 import { simPod } from '../support/builders.js';
-import { RegistryProxy } from '../support/registry-proxy.js';
+import type { RegistryProxy } from '../support/registry-proxy.js';
 import { waitFor } from '../support/wait.js';
 import { VkSimClient } from '../vksim/client.js';
 import {
-  dropTag,
-  Hibernations,
+  type Hibernations,
   headTag,
-  NamespaceRecorder,
+  type NamespaceRecorder,
   occurrences,
   operatorEvents,
   readyOf,
   settle,
 } from './hibernation-harness.js';
-import {
-  cleanEnv,
-  freePort,
-  type OperatorProcess,
-  stackEnv as operatorStackEnv,
-  startOperator,
-  waitFor200,
-} from './operator-process.js';
-import { kubeClients, stackEnv } from './stack-harness.js';
+import { OperatorRig } from './operator-rig.js';
+import { stackEnv } from './stack-harness.js';
 
-const ns = `hib-e2e-${randomBytes(3).toString('hex')}`;
-const taskQueue = `hib-e2e-${randomUUID()}`;
+const rig = new OperatorRig('hib-e2e');
+const { ns } = rig;
 
 /** Bounds of the waits (the simulator hibernates/wakes in well under a second without faults). */
 const QUICK_MS = 45_000;
@@ -72,35 +59,7 @@ let pool: string;
 let registry: string;
 let proxy: RegistryProxy;
 let temporal: Client;
-let connection: Connection;
-let env: NodeJS.ProcessEnv;
-let probePort: number;
-let metricsPort: number;
-let op: OperatorProcess | undefined;
-/** Every operator process this file started (their logs are written out in afterAll). */
-const operators: OperatorProcess[] = [];
 const podsMade = new Set<string>();
-let fileStart = 0;
-
-async function startOp(): Promise<OperatorProcess> {
-  // launcher 'node': the pid is the operator itself, so kill -9 really kills it (no tsx parent).
-  const p = startOperator(env, [], { probePort, metricsPort, launcher: 'node' });
-  op = p;
-  operators.push(p);
-  await waitFor200(`${p.probeUrl}/readyz`, 90_000).catch((err) => {
-    throw new Error(
-      `${(err as Error).message}\nstderr: ${p.stderr()}\nstdout tail: ${p.stdout().slice(-2000)}`,
-    );
-  });
-  return p;
-}
-
-async function stopOp(signal: NodeJS.Signals): Promise<void> {
-  const p = op;
-  if (!p || p.child.exitCode !== null || p.child.signalCode !== null) return;
-  p.child.kill(signal);
-  await p.exited;
-}
 
 const vmOf = (pod: string) => vmNameForPod(ns, pod);
 
@@ -161,39 +120,11 @@ async function eventCount(cr: string, reason: string): Promise<number> {
 
 describe('CocoonHibernation end to end (operator process, local stack)', () => {
   beforeAll(async () => {
-    fileStart = Date.now();
-    const stack = await stackEnv();
-    kube = kubeClients(stack.kubeconfig);
-    registry = stack.ociRegistry;
-    sim = new VkSimClient(stack.vksimUrl);
+    await rig.start();
+    ({ kube, crs, rec, registry, proxy, temporal } = rig);
+    sim = new VkSimClient((await stackEnv()).vksimUrl);
     await waitFor('simulator /healthz', async () => sim.healthy(), 30_000, { intervalMs: 250 });
     ({ pool } = await sim.state());
-
-    await kube.core.createNamespace({ body: { metadata: { name: ns } } });
-    crs = new Hibernations(kube, ns);
-    rec = await NamespaceRecorder.start(kube.kc, ns);
-
-    proxy = new RegistryProxy({ upstream: registry });
-    const proxied = await proxy.start();
-
-    connection = await Connection.connect({ address: stack.temporalAddress });
-    temporal = new Client({ connection, namespace: stack.temporalNamespace });
-
-    // A prebuilt bundle keeps each operator start short (the worker prefers it while newer than src/).
-    await bundleWorkflows();
-    probePort = await freePort();
-    metricsPort = await freePort();
-    env = cleanEnv({
-      ...operatorStackEnv(),
-      OCI_REGISTRY: proxied,
-      TEMPORAL_TASK_QUEUE: taskQueue,
-      WATCH_NAMESPACE: ns,
-      LEADER_ELECT: 'false',
-      PROBE_ADDR: `127.0.0.1:${probePort}`,
-      METRICS_ADDR: `127.0.0.1:${metricsPort}`,
-      OPERATOR_LOG_LEVEL: 'info',
-    });
-    await startOp();
   });
 
   afterEach(() => {
@@ -205,29 +136,11 @@ describe('CocoonHibernation end to end (operator process, local stack)', () => {
   });
 
   afterAll(async () => {
-    rec?.stop();
     await sim?.clearFaults().catch(() => undefined);
-    await stopOp('SIGTERM').catch(() => undefined);
-    for (const pod of podsMade) {
-      await temporal?.workflow
-        .getHandle(vmWorkflowId(ns, pod))
-        .terminate('hibernation e2e teardown')
-        .catch(() => undefined);
-    }
-    for (const cr of (await crs?.list().catch(() => [])) ?? []) await crs.forceDelete(cr.metadata.name!);
-    for (const pod of podsMade) {
-      await kube.core
-        .deleteNamespacedPod({ name: pod, namespace: ns, gracePeriodSeconds: 0 })
-        .catch(() => undefined);
-      await dropTag(registry, vmOf(pod), Tags.hibernate).catch(() => undefined);
-    }
-    await kube?.core.deleteNamespace({ name: ns }).catch(() => undefined);
-    await proxy?.stop();
-    await connection?.close();
-    const logFile = join(tmpdir(), `${ns}-operator.log`);
-    writeFileSync(logFile, operators.map((p) => p.stdout() + p.stderr()).join('\n--- restart ---\n'));
-    console.log(`[hibernation e2e] operator logs in ${logFile}`);
-    console.log(`[hibernation e2e] file wall time ${((Date.now() - fileStart) / 1000).toFixed(1)} s`);
+    await rig.teardown({
+      workflowIds: [...podsMade].map((pod) => vmWorkflowId(ns, pod)),
+      vms: [...podsMade].map(vmOf),
+    });
   });
 
   it('hibernate: phase Hibernated, the :hibernate tag in the registry, one Hibernated event', async () => {
@@ -589,7 +502,7 @@ describe('CocoonHibernation end to end (operator process, local stack)', () => {
     const handle = temporal.workflow.getHandle(vmWorkflowId(ns, 't7'));
     const runBefore = (await handle.describe()).runId;
 
-    const killed = op!;
+    const killed = rig.op!;
     killed.child.kill('SIGKILL');
     expect(await killed.exited).toBe('SIGKILL');
 
@@ -601,7 +514,7 @@ describe('CocoonHibernation end to end (operator process, local stack)', () => {
     );
     expect((await crs.get('t7'))?.status?.phase).toBe('Hibernating');
 
-    await startOp();
+    await rig.startOp();
     const cr = await crs.waitPhase('t7', 'Hibernated', 60_000);
     await rec.waitSeen('cocoonhibernation', cr);
     expect(cr.status?.vmName).toBe(vm);

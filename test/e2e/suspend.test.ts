@@ -4,7 +4,7 @@
  * whoever asked first holds the VM, the loser says why on its status), and the operator process SIGKILLed
  * at random points of suspend and un-suspend (the set converges, no `:hibernate` tag is ever deleted).
  *
- * Same rig as test/e2e/cocoonset.test.ts (set-rig.ts): an in-process vk-cocoon simulator on a node of its
+ * Same rig as test/e2e/cocoonset.test.ts (operator-rig.ts): an in-process vk-cocoon simulator on a node of its
  * own (pool and CPU class), the operator process (`src/worker.ts`) limited to this file's namespace on its own
  * task queue, reaching the registry through a proxy that logs every request, and a watch recorder of the
  * namespace's pods, CocoonHibernations and CocoonSets. The sets are small (a main, at most one sub-agent,
@@ -33,9 +33,9 @@ import { waitFor } from '../support/wait.js';
 import type { VkSimulator } from '../vksim/sim.js';
 import type { CocoonSets, Placement } from './cocoonset-harness.js';
 import { type Hibernations, headTag, type NamespaceRecorder } from './hibernation-harness.js';
-import { SetRig } from './set-rig.js';
+import { OperatorRig } from './operator-rig.js';
 
-const rig = new SetRig('susp-e2e');
+const rig = new OperatorRig('susp-e2e');
 const { ns, registryLog } = rig;
 const place: Placement = { pool: `${ns}-pool`, cpuClass: 'e2e-cascade-lake-v1' };
 const nodeName = `${ns}-node`;

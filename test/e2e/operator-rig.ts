@@ -1,10 +1,12 @@
 /**
- * The rig the CocoonSet e2e files (cocoonset, suspend, flows-crash) share, built once per file in `beforeAll`
- * (`start`) and undone in `afterAll` (`teardown`): a fresh namespace on the local stack with a watch recorder
- * of its pods, CocoonHibernations and CocoonSets; the registry behind a {@link RegistryProxy} that logs every
- * request; in-process vk-cocoon simulators, each on a node of its own (`startSim`); a Temporal client; and the
- * operator process (`src/worker.ts`) limited to the namespace on a task queue of its own, which a test may
- * kill and start again (`stopOp`, `startOp`).
+ * The rig the e2e files that run the operator process share (hibernation, hibernation-faults, cocoonset,
+ * suspend, flows-crash), built once per file in `beforeAll` (`start`) and undone in `afterAll` (`teardown`):
+ * a fresh namespace on the local stack with a watch recorder of its pods, CocoonHibernations and CocoonSets;
+ * the registry behind a {@link RegistryProxy} that logs every request; a Temporal client; the operator
+ * process (`src/worker.ts`) limited to the namespace on a task queue of its own, without leader election,
+ * which a test may kill and start again (`stopOp`, `startOp`); and, for the CocoonSet files, in-process
+ * vk-cocoon simulators, each on a node of its own (`startSim`). The hibernation files use the stack's shared
+ * simulator instead.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
@@ -31,10 +33,10 @@ import {
 } from './operator-process.js';
 import { kubeClients, stackEnv } from './stack-harness.js';
 
-/** What {@link SetRig.start} sets up besides the namespace and the operator. */
-export interface SetRigOptions {
+/** What {@link OperatorRig.start} sets up besides the namespace and the operator. */
+export interface RigOptions {
   /** Clone-mode base images to push to the registry (registry-relative, as vk-cocoon reads them). */
-  images: string[];
+  images?: string[];
   /** Installed on the registry proxy before the operator starts (see {@link RegistryProxy.intercept}). */
   intercept?: RegistryProxy['intercept'];
 }
@@ -48,16 +50,16 @@ export interface SimNode {
   seats?: number;
 }
 
-/** What {@link SetRig.teardown} removes besides the namespace's objects. */
-export interface SetRigLeftovers {
-  /** Workflow ids to terminate (the file's sets and their VMs). */
+/** What {@link OperatorRig.teardown} removes besides the namespace's objects. */
+export interface RigLeftovers {
+  /** Workflow ids to terminate (the file's sets and VMs). */
   workflowIds: string[];
   /** VM names whose `:hibernate` and `:latest` tags to delete from the registry. */
   vms: string[];
 }
 
-/** See the module comment. The fields are set by {@link SetRig.start}. */
-export class SetRig {
+/** See the module comment. The fields are set by {@link OperatorRig.start}. */
+export class OperatorRig {
   /** The file's namespace: `<label>-<6 hex>`. */
   readonly ns: string;
   /** The operator's task queue: `<label>-<uuid>`. */
@@ -94,7 +96,7 @@ export class SetRig {
    * the workflow bundle (so each operator start is short) and starts the operator, ready. Throws what the
    * stack throws (a stack that is not up: `npm run stack -- up`).
    */
-  async start(opts: SetRigOptions): Promise<void> {
+  async start(opts: RigOptions = {}): Promise<void> {
     this.startedAt = Date.now();
     const stack = await stackEnv();
     this.kube = kubeClients(stack.kubeconfig);
@@ -104,7 +106,7 @@ export class SetRig {
     this.sets = new CocoonSets(this.kube, this.ns);
     this.crs = new Hibernations(this.kube, this.ns);
     this.rec = await NamespaceRecorder.start(this.kube.kc, this.ns, { cocoonSets: true });
-    for (const image of opts.images) await pushBaseImage(this.registry, image);
+    for (const image of opts.images ?? []) await pushBaseImage(this.registry, image);
 
     this.proxy = new RegistryProxy({ upstream: this.registry, log: this.registryLog });
     this.proxy.intercept = opts.intercept;
@@ -175,12 +177,18 @@ export class SetRig {
    * Undoes `start` and every `startSim`, whatever state a failed test left: stops the recorder and the
    * operator, terminates `workflowIds`, force-deletes the namespace's CRs, sets and pods, stops the
    * simulators and deletes their nodes, deletes the tags of `vms`, the namespace, the proxy and the
-   * connection. Errors are ignored. Writes the operators' output and the simulator log to the temp folder
-   * and says where, with the file's wall time.
+   * connection. Errors are ignored. Writes the operators' output and the simulators' log (if any) to the
+   * temp folder and says where, with the file's wall time.
    */
-  async teardown(leftovers: SetRigLeftovers): Promise<void> {
+  async teardown(leftovers: RigLeftovers): Promise<void> {
     const { kube, ns, temporal } = this;
     this.rec?.stop();
+    if (this.proxy) {
+      // A test that failed with the registry down must not hold the operator's shutdown or the tag deletes.
+      this.proxy.down = false;
+      this.proxy.hang = false;
+      this.proxy.intercept = undefined;
+    }
     await this.stopOp().catch(() => undefined);
     for (const id of leftovers.workflowIds)
       await temporal?.workflow
@@ -214,8 +222,12 @@ export class SetRig {
     await this.connection?.close();
     const logFile = join(tmpdir(), `${ns}-operator.log`);
     writeFileSync(logFile, this.operators.map((p) => p.stdout() + p.stderr()).join('\n--- restart ---\n'));
-    writeFileSync(join(tmpdir(), `${ns}-vksim.log`), this.simLog.join('\n'));
-    console.log(`[${this.label}] operator logs in ${logFile}, simulator log in ${ns}-vksim.log`);
+    let simulators = '';
+    if (this.sims.length > 0) {
+      writeFileSync(join(tmpdir(), `${ns}-vksim.log`), this.simLog.join('\n'));
+      simulators = `, simulator log in ${ns}-vksim.log`;
+    }
+    console.log(`[${this.label}] operator logs in ${logFile}${simulators}`);
     console.log(`[${this.label}] file wall time ${((Date.now() - this.startedAt) / 1000).toFixed(1)} s`);
   }
 }
