@@ -12,12 +12,10 @@
  *     The 1000-pod bound is proven at the workflow level (test/workflow/cocoonset-faults.test.ts): 1000
  *     simulated VMs are too heavy for this CI machine.
  */
-import { randomBytes, randomUUID } from 'node:crypto';
 import type { V1Pod } from '@kubernetes/client-node';
-import { Client, Connection } from '@temporalio/client';
+import type { Client } from '@temporalio/client';
 import type { temporal as proto } from '@temporalio/proto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
-import { bundleWorkflows } from '../../scripts/bundle-workflows.js';
 import { cocoonSetWorkflowId } from '../../src/api/ids.js';
 import { KIND_COCOONSET, Labels } from '../../src/api/keys.js';
 import { podReady } from '../../src/api/pod.js';
@@ -25,28 +23,18 @@ import type { CocoonSet } from '../../src/api/types.js';
 import { summarizePod } from '../../src/cocoonset/summary.js';
 import type { KubeClients } from '../../src/kube/client.js';
 import { waitFor } from '../support/wait.js';
-import { CocoonSets, cocoonSetWorkflowState } from './cocoonset-harness.js';
+import { type CocoonSets, cocoonSetWorkflowState } from './cocoonset-harness.js';
 import { operatorEvents } from './hibernation-harness.js';
-import {
-  cleanEnv,
-  freePort,
-  type OperatorProcess,
-  stackEnv as operatorStackEnv,
-  startReadyOperator,
-  stopOperator,
-} from './operator-process.js';
-import { kubeClients, stackEnv } from './stack-harness.js';
+import { OperatorRig } from './operator-rig.js';
 
-const ns = `cs-faults-${randomBytes(3).toString('hex')}`;
-const taskQueue = `cs-faults-${randomUUID()}`;
+const rig = new OperatorRig('cs-faults');
+const { ns } = rig;
 const IMAGE = 'ghcr.io/cocoonstack/agent:1.0';
 const BRING_UP_MS = 240_000;
 
 let kube: KubeClients;
 let sets: CocoonSets;
 let temporal: Client;
-let connection: Connection;
-let op: OperatorProcess | undefined;
 const made: string[] = [];
 
 function spec(replicas: number, storage: string): CocoonSet['spec'] {
@@ -123,48 +111,14 @@ function podReadsIn(events: proto.api.history.v1.IHistoryEvent[]): number[] {
 
 describe('CocoonSet faults end to end (operator process, local stack)', () => {
   beforeAll(async () => {
-    const stack = await stackEnv();
-    kube = kubeClients(stack.kubeconfig);
-    await kube.core.createNamespace({ body: { metadata: { name: ns } } });
-    sets = new CocoonSets(kube, ns);
-    connection = await Connection.connect({ address: stack.temporalAddress });
-    temporal = new Client({ connection, namespace: stack.temporalNamespace });
-    await bundleWorkflows();
-    const env = cleanEnv({
-      ...operatorStackEnv(),
-      OCI_REGISTRY: stack.ociRegistry,
-      TEMPORAL_TASK_QUEUE: taskQueue,
-      WATCH_NAMESPACE: ns,
-      LEADER_ELECT: 'false',
-      PROBE_ADDR: `127.0.0.1:${await freePort()}`,
-      METRICS_ADDR: `127.0.0.1:${await freePort()}`,
-      OPERATOR_LOG_LEVEL: 'info',
-    });
-    op = await startReadyOperator(env, {
-      probePort: Number(env.PROBE_ADDR!.split(':')[1]),
-      metricsPort: Number(env.METRICS_ADDR!.split(':')[1]),
-      launcher: 'node',
-    });
+    await rig.start();
+    ({ kube, sets, temporal } = rig);
   }, 180_000);
 
-  afterAll(async () => {
-    await stopOperator(op).catch(() => undefined);
-    for (const name of made) {
-      await temporal?.workflow
-        .getHandle(cocoonSetWorkflowId(ns, name))
-        .terminate('e2e teardown')
-        .catch(() => undefined);
-      await sets?.forceDelete(name);
-    }
-    for (const p of (await kube?.core.listNamespacedPod({ namespace: ns }).catch(() => undefined))?.items ??
-      []) {
-      await kube.core
-        .deleteNamespacedPod({ name: p.metadata!.name!, namespace: ns, gracePeriodSeconds: 0 })
-        .catch(() => undefined);
-    }
-    await kube?.core.deleteNamespace({ name: ns }).catch(() => undefined);
-    await connection?.close();
-  }, 120_000);
+  afterAll(
+    () => rig.teardown({ workflowIds: made.map((name) => cocoonSetWorkflowId(ns, name)), vms: [] }),
+    120_000,
+  );
 
   it('(a) storage edited to -5Gi on a Running set: no pod deleted, Progressing=False InvalidSpec and a Warning Event in the apiserver wording, Ready pods still counted; the edit back is taken without a recreate', async () => {
     const name = 'edit';

@@ -1,12 +1,12 @@
 /**
  * The rig the e2e files that run the operator process share (hibernation, hibernation-faults, cocoonset,
- * suspend, flows-crash), built once per file in `beforeAll` (`start`) and undone in `afterAll` (`teardown`):
- * a fresh namespace on the local stack with a watch recorder of its pods, CocoonHibernations and CocoonSets;
- * the registry behind a {@link RegistryProxy} that logs every request; a Temporal client; the operator
- * process (`src/worker.ts`) limited to the namespace on a task queue of its own, without leader election,
- * which a test may kill and start again (`stopOp`, `startOp`); and, for the CocoonSet files, in-process
- * vk-cocoon simulators, each on a node of its own (`startSim`). The hibernation files use the stack's shared
- * simulator instead.
+ * cocoonset-faults, suspend, flows-crash), built once per file in `beforeAll` (`start`) and undone in
+ * `afterAll` (`teardown`): a fresh namespace on the local stack with a watch recorder of its pods,
+ * CocoonHibernations and CocoonSets; the registry behind a {@link RegistryProxy} that logs every request; a
+ * Temporal client; the operator process (`src/worker.ts`) limited to the namespace on a task queue of its
+ * own, without leader election, which a test may kill and start again (`stopOp`, `startOp`); and, for the
+ * files whose sets need a node with their pool and CPU class, in-process vk-cocoon simulators, each on a node
+ * of its own (`startSim`). The other files use the stack's shared simulator.
  */
 import { randomBytes, randomUUID } from 'node:crypto';
 import { writeFileSync } from 'node:fs';
