@@ -372,7 +372,7 @@ export async function run(config: Config, log: Logger): Promise<number> {
             temporalUi,
             ownWrites,
           }),
-          ...createCocoonSetActivities({ kube, metrics, temporalUi }),
+          ...createCocoonSetActivities({ kube, metrics, temporalUi, ownWrites }),
         };
         const registryActivities = createRegistryActivities({ registry });
         const stackTraces = configureWorkflowStackTraces(config.workflowStackTraces);

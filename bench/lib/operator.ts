@@ -128,7 +128,7 @@ export async function startWorkflowHost(
     workflowBundle: env.workflowBundle,
     interceptors: { activity: [heartbeatWhileRunning] },
     activities: timed(
-      { ...createKubeActivities({ kube, ownWrites }), ...createCocoonSetActivities({ kube }) },
+      { ...createKubeActivities({ kube, ownWrites }), ...createCocoonSetActivities({ kube, ownWrites }) },
       onActivity,
     ),
   });

@@ -28,10 +28,11 @@ import type { PassMetric } from '../cocoonset/plan.js';
 import { summarizePod } from '../cocoonset/summary.js';
 import { type KubeClients, mergePatch, statusCodeOf } from '../kube/client.js';
 import { kubeFailure, notFound } from '../kube/errors.js';
+import type { OwnWrites } from '../kube/own-writes.js';
 import type { OperatorMetrics } from '../metrics.js';
 import { type SetDesire, setDesireSignal, VM_WORKFLOW_TYPE, vmWorkflowInput } from '../workflows/messages.js';
 import { identityAttributes } from '../workflows/search-attributes.js';
-import { EventCache, recordEvent } from './kube.js';
+import { callingWorkflowId, EventCache, recordEvent } from './kube.js';
 
 /** Dependencies of the CocoonSet activities. `metrics` absent = counters are not incremented. */
 export interface CocoonSetActivityDeps {
@@ -41,6 +42,11 @@ export interface CocoonSetActivityDeps {
   temporalUi?: TemporalUi;
   /** Pods per page of a pass's pod read (default POD_PAGE_SIZE; tests lower it). */
   podPageSize?: number;
+  /**
+   * Where the pod writes (create, delete, annotation patch) are recorded as the calling set workflow's own,
+   * so the watcher does not signal their echoes back to it (src/kube/own-writes.ts); absent = not recorded.
+   */
+  ownWrites?: OwnWrites;
 }
 
 /**
@@ -73,6 +79,22 @@ function trim<T extends { metadata?: { managedFields?: unknown } }>(o: T): T {
  */
 export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
   const { core, custom } = deps.kube;
+
+  /**
+   * Runs `write` of pod `namespace/name` as the calling set workflow's own write (`deps.ownWrites`), recorded
+   * with the resourceVersion of the pod it answers.
+   */
+  function ownPodWrite(namespace: string, name: string, write: () => Promise<V1Pod>): Promise<V1Pod> {
+    if (!deps.ownWrites) return write();
+    return deps.ownWrites.around(
+      'pod',
+      namespace,
+      name,
+      callingWorkflowId(),
+      write,
+      (pod) => pod.metadata?.resourceVersion,
+    );
+  }
   const events = new EventCache();
 
   async function listPodPage(namespace: string, name: string, token: string | undefined): Promise<PodPage> {
@@ -129,7 +151,10 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
     /** Creates a pod (docs/cocoonset.md#a-pass-in-order): `ok`, or `alreadyExists` on 409. */
     async cocoonSetCreatePod(input: { namespace: string; pod: V1Pod }): Promise<'ok' | 'alreadyExists'> {
       try {
-        await core.createNamespacedPod({ namespace: input.namespace, body: input.pod });
+        const name = input.pod.metadata?.name ?? '';
+        await ownPodWrite(input.namespace, name, () =>
+          core.createNamespacedPod({ namespace: input.namespace, body: input.pod }),
+        );
         return 'ok';
       } catch (err) {
         if (statusCodeOf(err) === 409) return 'alreadyExists';
@@ -143,7 +168,9 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
      */
     async cocoonSetDeletePod(input: { namespace: string; pod: string }): Promise<'ok' | 'notFound'> {
       try {
-        await core.deleteNamespacedPod({ name: input.pod, namespace: input.namespace });
+        await ownPodWrite(input.namespace, input.pod, () =>
+          core.deleteNamespacedPod({ name: input.pod, namespace: input.namespace }),
+        );
         return 'ok';
       } catch (err) {
         if (statusCodeOf(err) === 404) return 'notFound';
@@ -171,13 +198,15 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
       annotations: Record<string, string | null>;
     }): Promise<void> {
       try {
-        await core.patchNamespacedPod(
-          {
-            name: input.pod,
-            namespace: input.namespace,
-            body: { metadata: { annotations: input.annotations } },
-          },
-          mergePatch,
+        await ownPodWrite(input.namespace, input.pod, () =>
+          core.patchNamespacedPod(
+            {
+              name: input.pod,
+              namespace: input.namespace,
+              body: { metadata: { annotations: input.annotations } },
+            },
+            mergePatch,
+          ),
         );
       } catch (err) {
         if (statusCodeOf(err) === 404) throw notFound(`pods "${input.pod}"`);

@@ -305,21 +305,16 @@ export function createKubeActivities(deps: KubeActivityDeps) {
    * Runs `write` of `kind` `namespace/name` as the calling workflow's own write (src/kube/own-writes.ts):
    * marked in flight until it answers, then recorded with the answered object's resourceVersion.
    */
-  async function owned<T extends { exists: boolean; resourceVersion?: string }>(
+  function owned<T extends { exists: boolean; resourceVersion?: string }>(
     kind: 'pod' | 'cocoonhibernation',
     namespace: string,
     name: string,
     write: () => Promise<T>,
   ): Promise<T> {
-    const end = deps.ownWrites?.begin(kind, namespace, name, callingWorkflowId());
-    let answered: string | undefined;
-    try {
-      const obs = await write();
-      if (obs.exists) answered = obs.resourceVersion;
-      return obs;
-    } finally {
-      end?.(answered);
-    }
+    if (!deps.ownWrites) return write();
+    return deps.ownWrites.around(kind, namespace, name, callingWorkflowId(), write, (obs) =>
+      obs.exists ? obs.resourceVersion : undefined,
+    );
   }
 
   async function getHibernation(namespace: string, name: string): Promise<CocoonHibernation | undefined> {
@@ -569,7 +564,7 @@ export function createKubeActivities(deps: KubeActivityDeps) {
 export type KubeActivities = ReturnType<typeof createKubeActivities>;
 
 /** The workflow id of the activity running now (regular or local), or undefined outside an activity. */
-function callingWorkflowId(): string | undefined {
+export function callingWorkflowId(): string | undefined {
   try {
     return Context.current().info.workflowExecution?.workflowId;
   } catch {

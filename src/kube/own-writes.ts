@@ -79,6 +79,30 @@ export class OwnWrites {
     };
   }
 
+  /**
+   * Runs `write` as workflow `writer`'s write of `kind` `namespace/name`: `begin` before it, and its end with
+   * the resourceVersion `answered` reads from the answer (nothing recorded when `write` throws or `answered`
+   * gives undefined). Returns or throws what `write` does.
+   */
+  async around<T>(
+    kind: WrittenKind,
+    namespace: string,
+    name: string,
+    writer: string | undefined,
+    write: () => Promise<T>,
+    answered: (out: T) => string | undefined,
+  ): Promise<T> {
+    const end = this.begin(kind, namespace, name, writer);
+    let resourceVersion: string | undefined;
+    try {
+      const out = await write();
+      resourceVersion = answered(out);
+      return out;
+    } finally {
+      end(resourceVersion);
+    }
+  }
+
   /** Resolves once no write to the object is in flight; undefined when none is now. */
   settled(kind: WrittenKind, namespace: string, name: string): Promise<void> | undefined {
     return this.inFlight.get(objectKey(kind, namespace, name))?.done;

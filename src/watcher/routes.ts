@@ -186,9 +186,10 @@ export class Router {
   route(ev: ObjectEvent): RoutedSignal[] {
     this.counters.events++;
     const out: RoutedSignal[] = [];
-    // The event is exactly the answer of a write some workflow made (and keeps): not news to that one.
+    // The event is exactly the answer of a write some workflow made (and keeps): not news to that one. An
+    // add is the echo of a create (a CocoonSet's pod).
     const writer =
-      ev.type === 'update'
+      ev.type !== 'delete'
         ? this.ownWrites?.take(
             ev.kind,
             ev.obj.metadata?.namespace ?? '',

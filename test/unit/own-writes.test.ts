@@ -63,4 +63,37 @@ describe('OwnWrites', () => {
     w.begin('pod', 'ns', 'p', undefined)('5');
     expect(w.settled('pod', 'ns', 'p')).toBeUndefined();
   });
+
+  it('around: in flight while the write runs, then the version the answer gives; nothing recorded when the write throws', async () => {
+    const w = new OwnWrites();
+    let release!: (rv: string) => void;
+    const answer = new Promise<string>((r) => {
+      release = r;
+    });
+    const running = w.around(
+      'pod',
+      'ns',
+      'p',
+      'cocoonset/ns/s',
+      () => answer,
+      (rv) => rv,
+    );
+    expect(w.settled('pod', 'ns', 'p')).toBeDefined();
+    release('7');
+    expect(await running).toBe('7');
+    expect(w.settled('pod', 'ns', 'p')).toBeUndefined();
+    expect(w.take('pod', 'ns', 'p', '7')).toBe('cocoonset/ns/s');
+
+    const failing = w.around(
+      'pod',
+      'ns',
+      'q',
+      'cocoonset/ns/s',
+      () => Promise.reject(new Error('409')),
+      () => '8',
+    );
+    await expect(failing).rejects.toThrow('409');
+    expect(w.settled('pod', 'ns', 'q')).toBeUndefined();
+    expect(w.take('pod', 'ns', 'q', '8')).toBeUndefined();
+  });
 });

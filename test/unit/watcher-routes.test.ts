@@ -37,10 +37,12 @@ function pod(
     ready?: boolean;
     owner?: string;
     uid?: string;
+    deleting?: boolean;
   } = {},
 ): V1Pod {
   return {
     metadata: {
+      ...(opts.deleting ? { deletionTimestamp: new Date(0) } : {}),
       name,
       namespace: opts.ns ?? 'ns1',
       uid: opts.uid ?? `uid-${name}`,
@@ -435,5 +437,39 @@ describe('CocoonSetRoute', () => {
     router.route({ kind: 'cocoonhibernation', type: 'add', obj: cr('h1', 's1-0') });
     const sigs = router.route({ kind: 'pod', type: 'add', obj: pod('s1-0', { owner: 's1' }) });
     expect(sigs.map((s) => s.workflowId)).toEqual(['vm/ns1/s1-0', 'cocoonset/ns1/s1']);
+  });
+
+  it("drops the echoes of the set's own pod writes (create, annotation patch, delete) for the set only; vk-cocoon's next change is sent", () => {
+    const ownWrites = new OwnWrites();
+    const router = new Router([new HibernationRoute(), new CocoonSetRoute()], { ownWrites });
+    router.route({ kind: 'cocoonhibernation', type: 'add', obj: cr('h1', 's1-0') });
+    const ev = (type: ObjectEvent['type'], obj: V1Pod) =>
+      router.route({ kind: 'pod', type, obj }).map((s) => s.workflowId);
+    // The set created the pod; the create answered with the version its ADDED event carries.
+    const created = pod('s1-0', { owner: 's1', running: false, ready: false });
+    ownWrites.record('pod', 'ns1', 's1-0', created.metadata?.resourceVersion, 'cocoonset/ns1/s1');
+    expect(ev('add', created)).toEqual(['vm/ns1/s1-0']);
+    // Its annotation patch: dropped for the set; the pod's VM workflow still hears of it.
+    const stamped = pod('s1-0', { owner: 's1', running: false, ready: false, annotations: { stamp: '2' } });
+    ownWrites.record('pod', 'ns1', 's1-0', stamped.metadata?.resourceVersion, 'cocoonset/ns1/s1');
+    expect(ev('update', stamped)).toEqual(['vm/ns1/s1-0']);
+    // vk-cocoon starts the VM, the pod goes Ready: news to both.
+    expect(ev('update', pod('s1-0', { owner: 's1', annotations: { stamp: '2' } }))).toEqual([
+      'vm/ns1/s1-0',
+      'cocoonset/ns1/s1',
+    ]);
+    // A write of the pod's VM workflow is news to the set.
+    const byVM = pod('s1-0', { owner: 's1', annotations: { stamp: '2', hibernate: 'true' } });
+    ownWrites.record('pod', 'ns1', 's1-0', byVM.metadata?.resourceVersion, 'vm/ns1/s1-0');
+    expect(ev('update', byVM)).toEqual(['cocoonset/ns1/s1']);
+    // The set's delete: the answered version (deletion timestamp set) is its echo; the pod gone is sent.
+    const deleting = pod('s1-0', {
+      owner: 's1',
+      annotations: { stamp: '2', hibernate: 'true' },
+      deleting: true,
+    });
+    ownWrites.record('pod', 'ns1', 's1-0', deleting.metadata?.resourceVersion, 'cocoonset/ns1/s1');
+    expect(ev('update', deleting)).toEqual(['vm/ns1/s1-0']);
+    expect(ev('delete', deleting)).toEqual(['vm/ns1/s1-0', 'cocoonset/ns1/s1']);
   });
 });
