@@ -55,6 +55,9 @@ export interface CocoonSetActivityDeps {
  */
 export const POD_PAGE_SIZE = 250;
 
+/** The longest label value the apiserver accepts (the set's name is its pods' `cocoonSet` label value). */
+const LABEL_VALUE_MAX = 63;
+
 /** One page of a set's pods (compact summaries); `continue` set = more pages follow. */
 export interface PodPage {
   pods: V1Pod[];
@@ -98,6 +101,10 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
   const events = new EventCache();
 
   async function listPodPage(namespace: string, name: string, token: string | undefined): Promise<PodPage> {
+    // A label value is at most 63 characters, so a set with a longer name (the CRD admits 253) owns no pod:
+    // the selector would fail every pass before its status is written. With no pods the pass goes on to the
+    // validation gate, which names the label its pods cannot carry (`InvalidSpec`).
+    if (name.length > LABEL_VALUE_MAX) return { pods: [] };
     try {
       const list = await core.listNamespacedPod({
         namespace,
