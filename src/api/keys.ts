@@ -140,6 +140,8 @@ export const EventReasons = {
    * the CocoonHibernation's condition `SnapshotDeleteFailing`).
    */
   snapshotDeleteFailing: 'SnapshotDeleteFailing',
+  /** Ours: a failed toolbox is recreated at most every 30 s (Warning, with `Progressing=False ToolboxFailing`). */
+  toolboxFailing: 'ToolboxFailing',
 } as const;
 
 /**
@@ -267,4 +269,9 @@ export const ConditionReasons = {
    * the VM and the CocoonHibernation.
    */
   spentSnapshotTag: 'SpentSnapshotTag',
+  /**
+   * Ours, on `Progressing=False`: a failed toolbox younger than `TOOLBOX_RECREATE_MIN_AGE_MS` waits for
+   * its recreate; the message names the pod and vk-cocoon's (or the pod's) failure.
+   */
+  toolboxFailing: 'ToolboxFailing',
 } as const;

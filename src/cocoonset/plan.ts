@@ -75,11 +75,14 @@ import {
   vmsHeldByCR,
 } from './restore.js';
 import { buildStatus, type CocoonSetStatus, planStatusWrite } from './status.js';
-import { invalidSpecReason, nodePinReason } from './validate.js';
+import { invalidSpecReason, nodePinReason, replicasReason, staticToolboxReason } from './validate.js';
 import { hibernatePolicyOf, replicasOf } from './vmspec.js';
 
 /** Requeue delay while waiting for the main / for a terminating predecessor (`requeueWaitForMain`). */
 export const REQUEUE_WAIT_FOR_MAIN_MS = 5_000;
+
+/** A failed toolbox is recreated once its pod is this old, ms (`toolboxRecreateBackoff`). */
+export const TOOLBOX_RECREATE_MIN_AGE_MS = 30_000;
 /** Requeue delay while a suspend waits for its VMs to hibernate (`requeueSuspendPoll`). */
 export const REQUEUE_SUSPEND_POLL_MS = 5_000;
 /** At most this many sub-agent creates in flight (`subAgentCreateConcurrency`). */
@@ -234,6 +237,36 @@ export interface PassInput {
    * (`holdMainWhileSpent`). The workflow passes it behind `patched()`.
    */
   spentBySet?: Readonly<Record<string, string>>;
+  /**
+   * The validation gate also refuses `spec.agent.replicas` above `MAX_SUB_AGENTS` (`replicasReason`):
+   * before, a pass planned that many sub-agents and `2147483647` aborted the worker process on every start.
+   * The workflow sets it behind `patched()`.
+   */
+  capsSubAgents?: boolean;
+  /**
+   * A Ready main that carries the hibernate annotation counts as not Ready (step 15: `Pending`, 5 s):
+   * nothing touches the sub-agents and toolboxes while it hibernates. vk-cocoon reports a main restored
+   * under a CocoonHibernation's `Hibernate` Ready for a moment before it hibernates it again; a pass in that
+   * moment drift-deleted every sub-agent and toolbox after a spec edit, and none came back until the main
+   * was woken (found by a new-user run; the reference has the same window). The workflow sets it behind
+   * `patched()`.
+   */
+  hibernatingMainHoldsMembers?: boolean;
+  /**
+   * A failed toolbox (pod phase `Failed` or lifecycle `failed`) is recreated only once its pod is
+   * `TOOLBOX_RECREATE_MIN_AGE_MS` old; until then the pass says why (`Progressing=False ToolboxFailing`,
+   * Warning Event) and looks again when it may. Before, it was recreated at once: a toolbox whose VM can
+   * never come up (a missing clone image, a static toolbox without its VM id and IP) was recreated in a hot
+   * loop, hundreds of passes a minute, with only `Scaling` on the status (found by a new-user run; the
+   * reference has no toolbox backoff either). The workflow sets it behind `patched()`.
+   */
+  toolboxRecreateBackoff?: boolean;
+  /**
+   * The validation gate also refuses a `static` toolbox without `staticVMID` or `staticIP`
+   * (`staticToolboxReason`): vk-cocoon cannot adopt it and deletes its pod, which the set recreated at once,
+   * in a loop (found by a new-user run). The workflow sets it behind `patched()`.
+   */
+  validatesStaticToolboxes?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -510,6 +543,8 @@ interface PassState {
   failPhase?: CocoonSetPhase;
   /** Pods this pass did not create because their VM's `:hibernate` tag is spent (`createWaitsForSpentTag`). */
   spentWaits?: SpentTag[];
+  /** Failed toolboxes too young to recreate (`toolboxRecreateBackoff`): pod, failure, ms until it may be. */
+  toolboxWaits?: { pod: string; failure: string; waitMs: number }[];
 }
 
 function finish(st: PassState, result: Partial<PassResult>, status?: CocoonSetStatus): never {
@@ -1076,6 +1111,47 @@ export function validateToolboxes(toolboxes: readonly ToolboxSpec[]): string | u
 /**
  * `ensureToolboxes` (docs/cocoonset.md#a-pass-in-order); resolves `changed` or ends the pass with an error.
  */
+/**
+ * How long a failed toolbox must still wait for its recreate, ms: until its pod is
+ * `TOOLBOX_RECREATE_MIN_AGE_MS` old (by its creationTimestamp against the pass's `nowMs`); 0 when it is not
+ * failed, is old enough, or has no creation time.
+ */
+function recreateWaitMs(st: PassState, pod: V1Pod): number {
+  if (!isTerminal(pod)) return 0;
+  const created = pod.metadata?.creationTimestamp;
+  const at = created instanceof Date ? created.getTime() : Date.parse(String(created ?? ''));
+  if (Number.isNaN(at)) return 0;
+  return Math.max(0, at + TOOLBOX_RECREATE_MIN_AGE_MS - st.input.nowMs);
+}
+
+/** A failed pod's reason, as its Events give it: vk-cocoon's lifecycle message, else the pod's phase. */
+function failureOf(pod: V1Pod): string {
+  return pod.metadata?.annotations?.[Annotations.lifecycleStateMessage] || pod.status?.phase || 'failed';
+}
+
+/**
+ * `Progressing=False` reason `ToolboxFailing` naming the failed toolboxes this pass did not recreate yet
+ * (`toolboxWaits`), with the Warning Event of the same text, and the wait until the first may be; undefined
+ * when there are none.
+ */
+function toolboxBlock(st: PassState): { reason: string; message: string; afterMs: number } | undefined {
+  const waits = st.toolboxWaits ?? [];
+  if (waits.length === 0) return undefined;
+  const message = `${waits.map((w) => `toolbox pod ${st.ns}/${w.pod} failed: ${w.failure}`).join('; ')} (a failed toolbox is recreated once its pod is ${TOOLBOX_RECREATE_MIN_AGE_MS / 1000} s old)`;
+  st.r.effect({
+    id: `event:${EventReasons.toolboxFailing}`,
+    type: 'event',
+    eventType: 'Warning',
+    reason: EventReasons.toolboxFailing,
+    message,
+  });
+  return {
+    reason: ConditionReasons.toolboxFailing,
+    message,
+    afterMs: Math.min(...waits.map((w) => w.waitMs)),
+  };
+}
+
 async function ensureToolboxes(st: PassState): Promise<boolean> {
   const toolboxes = st.cs.spec.toolboxes ?? [];
   const invalid = validateToolboxes(toolboxes);
@@ -1088,6 +1164,18 @@ async function ensureToolboxes(st: PassState): Promise<boolean> {
       return fail(st, `create toolbox ${tb.name}: name collision with existing pod ${podName}`);
     }
     if (existing) {
+      // A failed toolbox the spec still builds waits out its minimum age; a drifted one (the fix) does not.
+      const waitMs =
+        st.input.toolboxRecreateBackoff && podSpecMatchesToolbox(existing, st.cs, tb)
+          ? recreateWaitMs(st, existing)
+          : 0;
+      if (waitMs > 0) {
+        st.toolboxWaits = [
+          ...(st.toolboxWaits ?? []),
+          { pod: podName, failure: failureOf(existing), waitMs },
+        ];
+        continue;
+      }
       if (
         (isTerminal(existing) || !podSpecMatchesToolbox(existing, st.cs, tb)) &&
         !inHibernateRound(st, existing) &&
@@ -1670,6 +1758,8 @@ async function reconcile(st: PassState): Promise<never> {
   // Toolbox names that break the toolbox name rules keep failing at their own step, as in the reference.
   const tbNamesOK = validateToolboxes(cs.spec.toolboxes ?? []) === undefined;
   const invalid =
+    (st.input.capsSubAgents ? replicasReason(cs) : undefined) ??
+    (st.input.validatesStaticToolboxes ? staticToolboxReason(cs) : undefined) ??
     invalidSpecReason(cs, vmNameOf(c.main), tbNamesOK) ??
     (st.input.validatesPin ? nodePinReason(cs, agentPodName(cs, 0)) : undefined);
   if (invalid !== undefined) return blockInvalidSpec(st, invalid);
@@ -1756,22 +1846,26 @@ async function reconcile(st: PassState): Promise<never> {
   }
   // 14. Main missing: create it.
   if (!main) return createMain(st);
-  // 15. Main not Ready: Pending, 5 s.
-  if (!podReady(main))
+  // 15. Main not Ready: Pending, 5 s. Ours (`hibernatingMainHoldsMembers`): a main carrying the hibernate
+  // annotation counts as not Ready.
+  if (!podReady(main) || (st.input.hibernatingMainHoldsMembers && hibernateRequested(main)))
     return writeStatusAndFinish(st, 'Pending', { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });
   // 16–18. Sub-agents, then toolboxes.
   const sub = await ensureSubAgents(st, vmNameOf(main), main.spec?.nodeName ?? '');
   const tbChanged = await ensureToolboxes(st);
   // 19. Any create/delete: requeue without a status write.
   if (sub.changed || tbChanged) return finish(st, { requeue: true });
-  // Ours: pods held back while their VM's tag is spent say so, and are looked at again in 5 s.
+  // Ours: pods held back while their VM's tag is spent say so, and are looked at again in 5 s; failed
+  // toolboxes too young to recreate say so too, and are looked at again when they may be.
   const spent = spentBlock(st);
-  if (spent) {
-    const status = await writeStatus(st, '', 'status', spent);
-    const after = sub.requeueAfterMs
-      ? Math.min(sub.requeueAfterMs, REQUEUE_WAIT_FOR_MAIN_MS)
-      : REQUEUE_WAIT_FOR_MAIN_MS;
-    return finish(st, { requeueAfterMs: after }, status);
+  const failing = toolboxBlock(st);
+  const block = spent ?? failing;
+  if (block) {
+    const status = await writeStatus(st, '', 'status', { reason: block.reason, message: block.message });
+    const waits = [spent ? REQUEUE_WAIT_FOR_MAIN_MS : 0, failing?.afterMs ?? 0, sub.requeueAfterMs].filter(
+      (ms) => ms > 0,
+    );
+    return finish(st, { requeueAfterMs: Math.min(...waits) }, status);
   }
   // 20–21. Derived status; requeue only for rebuild backoff.
   return writeStatusAndFinish(st, '', { requeueAfterMs: sub.requeueAfterMs });

@@ -5,7 +5,8 @@
  * crosses into workflow history as an activity result, whose payload Temporal caps at 2 MB, so a set of a
  * few hundred full pods could no longer be read at all. The summary keeps:
  *
- * - metadata: name, uid, resourceVersion (the VM workflow asked by the pass compares them), deletionTimestamp, the controller owner reference (uid), labels and annotations under
+ * - metadata: name, uid, resourceVersion (the VM workflow asked by the pass compares them), a failed pod's
+ *   creationTimestamp (a failed toolbox's age), deletionTimestamp, the controller owner reference (uid), labels and annotations under
  *   the cocoonstack.io domains (VM spec, runtime, lifecycle, generation, hibernate, restore, dead letter,
  *   pool) except the post-clone reports and clone-from-dir, which no pass reads; the lifecycle message is
  *   cut to LIFECYCLE_MESSAGE_MAX characters (it only goes into an Event, itself cut at 1 KiB);
@@ -18,7 +19,7 @@
  * Pure; `summarizePod(summarizePod(p))` equals `summarizePod(p)`.
  */
 import type { V1Pod } from '@kubernetes/client-node';
-import { Annotations, Labels } from '../api/keys.js';
+import { Annotations, Labels, LifecycleStates } from '../api/keys.js';
 import { containerRunning } from '../api/pod.js';
 import { requiredHostname, requiredHostnameAffinity } from './pods.js';
 
@@ -58,6 +59,9 @@ export function summarizePod(pod: V1Pod): V1Pod {
   if (msg !== undefined && msg.length > LIFECYCLE_MESSAGE_MAX) {
     annotations[Annotations.lifecycleStateMessage] = msg.slice(0, LIFECYCLE_MESSAGE_MAX);
   }
+  // A failed pod's age decides a toolbox's recreate (plan.ts `recreateWaitMs`); a healthy pod's is not read.
+  const failed =
+    pod.status?.phase === 'Failed' || annotations[Annotations.lifecycleState] === LifecycleStates.failed;
   const controller = m.ownerReferences?.find((o) => o.controller === true);
   const c0 = pod.spec?.containers?.[0];
   const out: V1Pod = {
@@ -67,6 +71,7 @@ export function summarizePod(pod: V1Pod): V1Pod {
       ...(m.resourceVersion !== undefined ? { resourceVersion: m.resourceVersion } : {}),
       labels: pick(m.labels, cocoonKey),
       annotations,
+      ...(m.creationTimestamp != null && failed ? { creationTimestamp: m.creationTimestamp } : {}),
       ...(m.deletionTimestamp != null ? { deletionTimestamp: m.deletionTimestamp } : {}),
       ...(controller
         ? {

@@ -196,6 +196,35 @@ export function validatePod(pod: V1Pod, sourcePath: string): PodFieldError[] {
 }
 
 /**
+ * Most sub-agents a CocoonSet may ask for (ours: the CRD admits any int32 and the reference has no bound). A
+ * pass plans every missing sub-agent at once, so `agent.replicas: 2147483647` made it allocate without end
+ * until the worker process aborted, on every restart. 1000 is the largest set this operator is tested at
+ * (test/workflow/cocoonset-faults.test.ts).
+ */
+export const MAX_SUB_AGENTS = 1000;
+
+/** Why `spec.agent.replicas` is more than this operator builds (`MAX_SUB_AGENTS`), or undefined. One line. */
+export function replicasReason(cs: CocoonSet): string | undefined {
+  const replicas = replicasOf(cs);
+  if (replicas <= MAX_SUB_AGENTS) return undefined;
+  return `spec.agent.replicas: Invalid value: ${replicas}: must be at most ${MAX_SUB_AGENTS} (this operator's bound on sub-agents per CocoonSet)`;
+}
+
+/**
+ * Why a `static` toolbox cannot come up, or undefined: vk-cocoon adopts the VM its pod's pre-written
+ * `vm.cocoonstack.io/id` and `vm.cocoonstack.io/ip` name (`staticVMID`, `staticIP`) and fails the bring-up
+ * when either is missing, deleting the pod, which the set recreated at once, in a loop (ours: the CRD
+ * admits a static toolbox without them). One line, as `invalidSpecReason`.
+ */
+export function staticToolboxReason(cs: CocoonSet): string | undefined {
+  const i = (cs.spec.toolboxes ?? []).findIndex(
+    (tb) => tb.mode === 'static' && (!tb.staticVMID || !tb.staticIP),
+  );
+  if (i < 0) return undefined;
+  return `spec.toolboxes[${i}]: Required value: a static toolbox needs staticVMID and staticIP (vk-cocoon adopts the VM they name)`;
+}
+
+/**
  * Why `spec.nodeName` (the main's pin) would make the main be rejected, or undefined: the pin goes into a
  * required hostname affinity, whose values the apiserver checks as label values (at most 63 characters,
  * alphanumeric at both ends, `-_.` inside). One line, as `invalidSpecReason`. The CRD does not check it; a

@@ -23,6 +23,10 @@ export const LEVELED_PATCHES: readonly string[] = [
   'spent-tag-outlives-cr',
   'drift-waits-for-spent-tag',
   'set-spent-tag-holds',
+  'caps-sub-agents',
+  'hibernating-main-holds-members',
+  'toolbox-recreate-backoff',
+  'validates-static-toolboxes',
 ];
 
 /**

@@ -168,6 +168,101 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
     expect(uids(await podsOf(name))).toEqual(before);
   });
 
+  it('(a2) agent.replicas edited to 2147483647 (the CRD admits any int32): InvalidSpec naming the bound, no pod touched, the operator process still up; the edit back is taken (new-user finding: it aborted the process on every start)', async () => {
+    const name = 'many';
+    made.push(name);
+    await sets.create(name, spec(1, '10Gi'));
+    await waitRunning(name, 2);
+    const before = uids(await podsOf(name));
+
+    await sets.patchSpec(name, { agent: { replicas: 2147483647 } });
+    const blocked = await sets.waitUntil(
+      name,
+      'Progressing=False InvalidSpec at the edited generation',
+      (cs) => current(cs) && progressing(cs)?.reason === 'InvalidSpec',
+      60_000,
+    );
+    expect(progressing(blocked)?.message).toBe(
+      "invalid spec, no pod changed: spec.agent.replicas: Invalid value: 2147483647: must be at most 1000 (this operator's bound on sub-agents per CocoonSet)",
+    );
+    // The pass that wrote it has finished (the workflow answers its query), and nothing was touched.
+    const st = await cocoonSetWorkflowState(temporal, ns, name);
+    await waitFor(
+      'that pass to finish',
+      async () => {
+        const s = await cocoonSetWorkflowState(temporal, ns, name);
+        return s.passes >= st.passes && !s.passing ? s : undefined;
+      },
+      30_000,
+    );
+    expect(uids(await podsOf(name))).toEqual(before);
+    expect(rig.op?.child.exitCode).toBeNull();
+    expect(rig.op?.child.signalCode).toBeNull();
+
+    await sets.patchSpec(name, { agent: { replicas: 1 } });
+    await sets.waitUntil(
+      name,
+      'Progressing back to Stable at the fixed generation',
+      (cs) => current(cs) && progressing(cs)?.reason === 'Stable',
+      60_000,
+    );
+    expect(uids(await podsOf(name))).toEqual(before);
+  });
+
+  it('(a3) a set named past 63 characters (the CRD admits 253; its pods cannot carry that label): InvalidSpec naming the label, no pod created; deleting it completes (new-user finding: every pass failed at the pod List with no status)', async () => {
+    const name = 'a'.repeat(70);
+    made.push(name);
+    await sets.create(name, spec(1, '10Gi'));
+    const blocked = await sets.waitUntil(
+      name,
+      'Progressing=False InvalidSpec',
+      (cs) => current(cs) && progressing(cs)?.reason === 'InvalidSpec',
+      60_000,
+    );
+    expect(progressing(blocked)?.message).toContain(
+      `pod ${name}-0 would be rejected: metadata.labels[${Labels.cocoonSet}]: Invalid value: "${name}": must be no more than 63 characters`,
+    );
+    const pods = (await kube.core.listNamespacedPod({ namespace: ns })).items;
+    expect(pods.filter((p) => p.metadata?.name?.startsWith(name))).toEqual([]);
+    await sets.delete(name);
+    await sets.waitUntil(name, 'gone', (cs) => cs === undefined, 60_000);
+  });
+
+  it("(a4) a toolbox whose VM never comes up (a clone image the registry lacks): Progressing=False ToolboxFailing with vk-cocoon's message, recreated at most once per 30 s (new-user finding: a hot loop of hundreds of passes a minute)", async () => {
+    const name = 'tbfail';
+    made.push(name);
+    const created = Date.now();
+    await sets.create(name, {
+      ...spec(0, '10Gi'),
+      toolboxes: [{ name: 'tb', mode: 'clone', image: 'cocoonset-faults/missing:1' }],
+    });
+    const failing = await sets.waitUntil(
+      name,
+      'Progressing=False ToolboxFailing',
+      (cs) => current(cs) && progressing(cs)?.reason === 'ToolboxFailing',
+      90_000,
+    );
+    expect(progressing(failing)?.message).toContain(`toolbox pod ${ns}/${name}-tb failed: `);
+    expect(progressing(failing)?.message).toContain('cocoonset-faults/missing:1');
+    // Let one recreate happen, then count the toolbox pods the set created in all that time.
+    const first = (await podsOf(name)).find((p) => p.metadata?.name === `${name}-tb`)?.metadata?.uid;
+    await waitFor(
+      'the toolbox recreated after its 30 s',
+      async () => {
+        const now = (await podsOf(name)).find((p) => p.metadata?.name === `${name}-tb`)?.metadata?.uid;
+        return now !== undefined && now !== first ? now : undefined;
+      },
+      90_000,
+    );
+    await rig.rec.waitSeen('pod', (await podsOf(name)).find((p) => p.metadata?.name === `${name}-tb`)!);
+    const uids = new Set(rig.rec.podHistory(`${name}-tb`).map((s) => s.uid));
+    const elapsedS = (Date.now() - created) / 1000;
+    expect(uids.size).toBeGreaterThanOrEqual(2);
+    expect(uids.size).toBeLessThanOrEqual(Math.ceil(elapsedS / 30) + 1);
+    const events = await operatorEvents(kube, ns, name, 'ToolboxFailing', KIND_COCOONSET);
+    expect(events.length).toBeGreaterThanOrEqual(1);
+  });
+
   it('(b) a set of 60 pods: the pass reads compact pods (payload per pod measured), scales to 0 and is deleted', async () => {
     const name = 'big';
     made.push(name);

@@ -13,6 +13,7 @@ import { buildAgentPod, buildToolboxPod } from '../../src/cocoonset/pods.js';
 import { readRebuildHistory } from '../../src/cocoonset/rebuild.js';
 import {
   annotate,
+  convergedPods,
   finalizedSet,
   hibernation,
   lifecycleHibernated,
@@ -123,6 +124,31 @@ describe('pass entry', () => {
     woken.crs = [hibernation('demo-0', 'Wake', 'Active')];
     done(await woken.pass());
     expect(woken.ids('createPod')).toEqual(['create:demo-1', 'create:demo-2']);
+  });
+
+  it('a Ready main carrying the hibernate annotation holds back its drifted sub-agents and toolboxes: Pending, 5 s, nothing deleted (ours: a main restored under a Hibernate CR is Ready for a moment, and a pass then deleted them all; new-user finding)', async () => {
+    const before = finalizedSet(replicas(1), toolboxes('tb'), (c) => {
+      c.spec.snapshotPolicy = 'always';
+    });
+    const after = finalizedSet(replicas(1), toolboxes('tb'), (c) => {
+      c.spec.snapshotPolicy = 'never';
+      c.metadata.generation = 2;
+    });
+    // The main was recreated from the new spec (restored from its tag); vk-cocoon reports it Ready while the
+    // CR's VM workflow has already asked for the hibernate. The sub-agent and the toolbox drifted.
+    const [, sub, tb] = convergedPods(before);
+    const main = annotate(readyPod(buildAgentPod(after, 0, '', '')), { [Annotations.hibernate]: 'true' });
+    const w = new PlanWorld(after, [main, sub!, tb!]);
+    w.crs = [hibernation('demo-0', 'Hibernate', 'Hibernated')];
+    const step = done(await w.pass());
+    expect(step.result).toMatchObject({ requeueAfterMs: 5_000, error: undefined });
+    expect(w.ids('deletePod')).toEqual([]);
+    expect(w.cs.status?.phase).toBe('Pending');
+    // Without the flag (runs recorded before it) the pass deletes both.
+    const old = new PlanWorld(after, [main, sub!, tb!]);
+    old.crs = w.crs;
+    done(await old.pass({ hibernatingMainHoldsMembers: false }));
+    expect(old.ids('deletePod').sort()).toEqual(['delete:demo-1', 'delete:demo-tb']);
   });
 
   it('a 1000-pod scale-down stamps and deletes in one batch each, not an I/O round per pod (each round is a workflow task: a 20,000-event run)', async () => {
@@ -492,7 +518,40 @@ describe('toolboxes', () => {
     );
   });
 
-  it('replaces a terminal or drifted toolbox (no backoff)', async () => {
+  it("a failed toolbox younger than 30 s waits for its recreate: Progressing=False ToolboxFailing with vk-cocoon's message, a Warning Event, a look again when it is 30 s old (ours: a toolbox whose VM never comes up was recreated in a hot loop; new-user finding)", async () => {
+    const cs = finalizedSet(toolboxes('tb'));
+    const tb = annotate(failed(buildToolboxPod(cs, { name: 'tb' })), {
+      [Annotations.lifecycleStateMessage]: 'image nope/missing:1 not found in registry',
+    });
+    tb.metadata!.creationTimestamp = new Date(T0 - 10_000);
+    const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', '')), tb]);
+    const step = done(await w.pass({ nowMs: T0 }));
+    expect(step.result).toMatchObject({ requeue: false, requeueAfterMs: 20_000, error: undefined });
+    expect(w.ids('deletePod')).toEqual([]);
+    const message =
+      'toolbox pod ns/demo-tb failed: image nope/missing:1 not found in registry (a failed toolbox is recreated once its pod is 30 s old)';
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')).toMatchObject({
+      status: 'False',
+      reason: 'ToolboxFailing',
+      message,
+    });
+    expect(w.events).toEqual([{ eventType: 'Warning', reason: 'ToolboxFailing', message }]);
+    // At 30 s it is recreated.
+    done(await w.pass({ nowMs: T0 + 20_000 }));
+    expect(w.ids('deletePod')).toEqual(['delete:demo-tb']);
+    // A spec edit that fixes it (drift) does not wait; nor does a run recorded before the patch.
+    const fixed = new PlanWorld(
+      finalizedSet((c) => (c.spec.toolboxes = [{ name: 'tb', image: 'v2' }])),
+      [readyPod(buildAgentPod(cs, 0, '', '')), tb],
+    );
+    done(await fixed.pass({ nowMs: T0 }));
+    expect(fixed.ids('deletePod')).toEqual(['delete:demo-tb']);
+    const old = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', '')), tb]);
+    done(await old.pass({ nowMs: T0, toolboxRecreateBackoff: false }));
+    expect(old.ids('deletePod')).toEqual(['delete:demo-tb']);
+  });
+
+  it('replaces a terminal or drifted toolbox (no backoff once its pod is 30 s old)', async () => {
     const cs = finalizedSet(toolboxes('tb'));
     const w = new PlanWorld(cs, [
       readyPod(buildAgentPod(cs, 0, '', '')),

@@ -394,7 +394,9 @@ describe('restore through the pass planner', () => {
 
   it('builds the static toolbox pod for a restore like any other (probe only with intent)', async () => {
     const cs = newCocoonSet('demo', withFinalizer, (c) => {
-      c.spec.toolboxes = [{ name: 'vnc', mode: 'static', staticVMID: 'q', vncPort: 5901 }];
+      c.spec.toolboxes = [
+        { name: 'vnc', mode: 'static', staticVMID: 'q', staticIP: '10.0.0.9', vncPort: 5901 },
+      ];
     });
     const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
     done(await w.pass({ registryConfigured: false }));

@@ -189,6 +189,22 @@ describe('summarizePod', () => {
     },
   );
 
+  it("keeps a failed pod's creationTimestamp (a failed toolbox's age), not a healthy one's", () => {
+    const cs = newCocoonSet('demo', withFinalizer);
+    const at = new Date('2026-05-14T01:00:00Z');
+    const healthy = readyPod(buildToolboxPod(cs, { name: 'tb' }));
+    healthy.metadata!.creationTimestamp = at;
+    expect(summarizePod(healthy).metadata?.creationTimestamp).toBeUndefined();
+    const failed = annotate(buildToolboxPod(cs, { name: 'tb' }), {
+      [Annotations.lifecycleState]: LifecycleStates.failed,
+    });
+    failed.metadata!.creationTimestamp = at;
+    expect(summarizePod(failed).metadata?.creationTimestamp).toEqual(at);
+    const podFailed: V1Pod = { ...buildToolboxPod(cs, { name: 'tb' }), status: { phase: 'Failed' } };
+    podFailed.metadata!.creationTimestamp = at;
+    expect(summarizePod(podFailed).metadata?.creationTimestamp).toEqual(at);
+  });
+
   it('keeps a pod read ~5x smaller, cuts a long lifecycle message, and is idempotent', async () => {
     const cs = summarySet();
     const pod = asServed(twoAgentPods(cs)[1]!, 1);

@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { Annotations } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { buildAgentPod } from '../../src/cocoonset/pods.js';
-import { invalidSpecReason, validatePod } from '../../src/cocoonset/validate.js';
+import { invalidSpecReason, MAX_SUB_AGENTS, validatePod } from '../../src/cocoonset/validate.js';
 import { finalizedSet, newCocoonSet, readyPod, withFinalizer } from '../support/builders.js';
 import { done, PlanWorld } from './plan-world.js';
 
@@ -207,6 +207,60 @@ describe('the pass with an invalid spec', () => {
     });
     // The stamp of the new generation goes out now that the spec is valid again.
     expect(w.pod('demo-0')!.metadata?.annotations?.[Annotations.cocoonSetGeneration]).toBe('3');
+  });
+
+  it(`agent.replicas above ${MAX_SUB_AGENTS} (the CRD admits any int32): InvalidSpec, no pod touched, none planned (ours: 2147483647 made the pass allocate until the worker process aborted, on every restart; new-user finding)`, async () => {
+    const good = finalizedSet((c) => {
+      c.metadata.generation = 1;
+      c.spec.agent.replicas = 1;
+    });
+    const w = new PlanWorld(good, running(good));
+    expect(done(await w.pass()).result.error).toBeUndefined();
+    w.log.length = 0;
+
+    w.cs.spec.agent.replicas = MAX_SUB_AGENTS + 1;
+    w.cs.metadata.generation = 2;
+    const step = done(await w.pass());
+    expect(step.result).toEqual({ requeue: false, requeueAfterMs: 0, error: undefined });
+    expect(w.log.map((a) => a.type).sort()).toEqual(['event', 'patchStatus']);
+    const progressing = w.cs.status?.conditions?.find((c) => c.type === 'Progressing');
+    expect(progressing).toMatchObject({ status: 'False', reason: 'InvalidSpec' });
+    expect(progressing?.message).toBe(
+      `invalid spec, no pod changed: spec.agent.replicas: Invalid value: ${MAX_SUB_AGENTS + 1}: must be at most ${MAX_SUB_AGENTS} (this operator's bound on sub-agents per CocoonSet)`,
+    );
+    expect(w.cs.status).toMatchObject({ phase: 'Scaling', readyAgents: 2, observedGeneration: 2 });
+
+    // The bound itself builds (a run recorded before the patch plans every slot: 1001 creates here).
+    w.log.length = 0;
+    w.cs.spec.agent.replicas = MAX_SUB_AGENTS;
+    w.cs.metadata.generation = 3;
+    expect(done(await w.pass()).result.error).toBeUndefined();
+    expect(w.ids('createPod')).toHaveLength(MAX_SUB_AGENTS - 1);
+  });
+
+  it('a static toolbox without staticVMID or staticIP (vk-cocoon deletes its pod, which was recreated in a loop): InvalidSpec naming the toolbox, no pod touched; not for runs recorded before the patch', async () => {
+    const cs = finalizedSet((c) => {
+      c.spec.toolboxes = [{ name: 'desk', mode: 'static', staticVMID: 'vm-desk' }];
+    });
+    const w = new PlanWorld(cs, running(cs).slice(0, 1));
+    const step = done(await w.pass());
+    expect(step.result.error).toBeUndefined();
+    expect(w.ids('createPod')).toEqual([]);
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')?.message).toBe(
+      'invalid spec, no pod changed: spec.toolboxes[0]: Required value: a static toolbox needs staticVMID and staticIP (vk-cocoon adopts the VM they name)',
+    );
+    const old = new PlanWorld(cs, running(cs).slice(0, 1));
+    done(await old.pass({ validatesStaticToolboxes: false }));
+    expect(old.ids('createPod')).toEqual(['create:demo-desk']);
+  });
+
+  it('without the patch (a run recorded before it) replicas above the bound are planned as before', async () => {
+    const cs = finalizedSet((c) => {
+      c.spec.agent.replicas = MAX_SUB_AGENTS + 1;
+    });
+    const w = new PlanWorld(cs, running(cs));
+    expect(done(await w.pass({ capsSubAgents: false })).result.error).toBeUndefined();
+    expect(w.ids('createPod')).toHaveLength(MAX_SUB_AGENTS);
   });
 
   it('a failed pass writes the roll-up it saw (the Ready main counts) with Progressing=False ReconcileFailed, then ends with the error', async () => {

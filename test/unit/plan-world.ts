@@ -157,6 +157,10 @@ export class PlanWorld {
       mainRestoresWaitForSpentTag?: boolean;
       spentTagOutlivesCR?: boolean;
       driftWaitsForSpentTag?: boolean;
+      capsSubAgents?: boolean;
+      hibernatingMainHoldsMembers?: boolean;
+      toolboxRecreateBackoff?: boolean;
+      validatesStaticToolboxes?: boolean;
       spentBySet?: Record<string, string>;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
@@ -186,6 +190,10 @@ export class PlanWorld {
       mainRestoresWaitForSpentTag: opts.mainRestoresWaitForSpentTag ?? true,
       spentTagOutlivesCR: opts.spentTagOutlivesCR ?? true,
       driftWaitsForSpentTag: opts.driftWaitsForSpentTag ?? true,
+      capsSubAgents: opts.capsSubAgents ?? true,
+      hibernatingMainHoldsMembers: opts.hibernatingMainHoldsMembers ?? true,
+      toolboxRecreateBackoff: opts.toolboxRecreateBackoff ?? true,
+      validatesStaticToolboxes: opts.validatesStaticToolboxes ?? true,
       spentBySet: opts.spentBySet,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
