@@ -52,6 +52,19 @@ const progressing = (cs: CocoonSet | undefined) =>
 const current = (cs: CocoonSet | undefined) =>
   cs !== undefined && cs.status?.observedGeneration === cs.metadata.generation;
 
+/** Waits until the pass set `name`'s workflow is in (or last ran) has finished: its `state` query's barrier. */
+async function passFinished(name: string): Promise<void> {
+  const st = await cocoonSetWorkflowState(temporal, ns, name);
+  await waitFor(
+    'that pass to finish',
+    async () => {
+      const s = await cocoonSetWorkflowState(temporal, ns, name);
+      return s.passes >= st.passes && !s.passing ? s : undefined;
+    },
+    30_000,
+  );
+}
+
 async function waitRunning(name: string, agents: number): Promise<CocoonSet> {
   return (await sets.waitUntil(
     name,
@@ -141,15 +154,7 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
     );
     expect(blocked?.status).toMatchObject({ phase: 'Running', readyAgents: 2, desiredAgents: 2 });
     // The pass that wrote the condition decided to touch nothing: every pod is the one from before, live.
-    const st = await cocoonSetWorkflowState(temporal, ns, name);
-    await waitFor(
-      'that pass to finish',
-      async () => {
-        const s = await cocoonSetWorkflowState(temporal, ns, name);
-        return s.passes >= st.passes && !s.passing ? s : undefined;
-      },
-      30_000,
-    );
+    await passFinished(name);
     const during = await podsOf(name);
     expect(uids(during)).toEqual(before);
     expect(during.every((p) => p.metadata?.deletionTimestamp == null && podReady(p))).toBe(true);
@@ -185,16 +190,8 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
     expect(progressing(blocked)?.message).toBe(
       "invalid spec, no pod changed: spec.agent.replicas: Invalid value: 2147483647: must be at most 1000 (this operator's bound on sub-agents per CocoonSet)",
     );
-    // The pass that wrote it has finished (the workflow answers its query), and nothing was touched.
-    const st = await cocoonSetWorkflowState(temporal, ns, name);
-    await waitFor(
-      'that pass to finish',
-      async () => {
-        const s = await cocoonSetWorkflowState(temporal, ns, name);
-        return s.passes >= st.passes && !s.passing ? s : undefined;
-      },
-      30_000,
-    );
+    // The pass that wrote it has finished, and nothing was touched.
+    await passFinished(name);
     expect(uids(await podsOf(name))).toEqual(before);
     expect(rig.op?.child.exitCode).toBeNull();
     expect(rig.op?.child.signalCode).toBeNull();
