@@ -75,7 +75,13 @@ import {
   vmsHeldByCR,
 } from './restore.js';
 import { buildStatus, type CocoonSetStatus, planStatusWrite } from './status.js';
-import { invalidSpecReason, nodePinReason, replicasReason, staticToolboxReason } from './validate.js';
+import {
+  invalidSpecReason,
+  nodePinReason,
+  replicasReason,
+  staticToolboxReason,
+  vmSpecReason,
+} from './validate.js';
 import { hibernatePolicyOf, replicasOf } from './vmspec.js';
 
 /** Requeue delay while waiting for the main / for a terminating predecessor (`requeueWaitForMain`). */
@@ -267,6 +273,14 @@ export interface PassInput {
    * in a loop (found by a new-user run). The workflow sets it behind `patched()`.
    */
   validatesStaticToolboxes?: boolean;
+  /**
+   * The validation gate also refuses what cocoon-webhook refuses and vk-cocoon cannot bring up
+   * (`vmSpecReason`: a clone-mode image that is not a registry-relative `repo[:tag]`, firecracker with a
+   * Windows guest, a `http(s)://` image or a non-`run` mode, a non-static toolbox on another backend than
+   * the agent). Without the webhook installed such an edit drift-deleted the live main
+   * and its replacement failed (found by a new-user run). The workflow sets it behind `patched()`.
+   */
+  validatesVMRules?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -708,7 +722,7 @@ async function handleFailedMain(
       labels: { phase: st.cs.status?.phase || 'Pending' },
     });
   }
-  const msg = main.metadata?.annotations?.[Annotations.lifecycleStateMessage] || main.status?.phase || '';
+  const msg = failureOf(main);
   st.r.effect({
     id: `event:${reason}`,
     type: 'event',
@@ -1109,9 +1123,6 @@ export function validateToolboxes(toolboxes: readonly ToolboxSpec[]): string | u
 }
 
 /**
- * `ensureToolboxes` (docs/cocoonset.md#a-pass-in-order); resolves `changed` or ends the pass with an error.
- */
-/**
  * How long a failed toolbox must still wait for its recreate, ms: until its pod is
  * `TOOLBOX_RECREATE_MIN_AGE_MS` old (by its creationTimestamp against the pass's `nowMs`); 0 when it is not
  * failed, is old enough, or has no creation time.
@@ -1124,9 +1135,12 @@ function recreateWaitMs(st: PassState, pod: V1Pod): number {
   return Math.max(0, at + TOOLBOX_RECREATE_MIN_AGE_MS - st.input.nowMs);
 }
 
-/** A failed pod's reason, as its Events give it: vk-cocoon's lifecycle message, else the pod's phase. */
+/**
+ * A failed pod's reason, as its Events give it (the reference's failed-main Event): vk-cocoon's lifecycle
+ * message, else the pod's phase, else ''.
+ */
 function failureOf(pod: V1Pod): string {
-  return pod.metadata?.annotations?.[Annotations.lifecycleStateMessage] || pod.status?.phase || 'failed';
+  return pod.metadata?.annotations?.[Annotations.lifecycleStateMessage] || pod.status?.phase || '';
 }
 
 /**
@@ -1152,6 +1166,9 @@ function toolboxBlock(st: PassState): { reason: string; message: string; afterMs
   };
 }
 
+/**
+ * `ensureToolboxes` (docs/cocoonset.md#a-pass-in-order); resolves `changed` or ends the pass with an error.
+ */
 async function ensureToolboxes(st: PassState): Promise<boolean> {
   const toolboxes = st.cs.spec.toolboxes ?? [];
   const invalid = validateToolboxes(toolboxes);
@@ -1164,20 +1181,18 @@ async function ensureToolboxes(st: PassState): Promise<boolean> {
       return fail(st, `create toolbox ${tb.name}: name collision with existing pod ${podName}`);
     }
     if (existing) {
+      const drifted = !podSpecMatchesToolbox(existing, st.cs, tb);
       // A failed toolbox the spec still builds waits out its minimum age; a drifted one (the fix) does not.
-      const waitMs =
-        st.input.toolboxRecreateBackoff && podSpecMatchesToolbox(existing, st.cs, tb)
-          ? recreateWaitMs(st, existing)
-          : 0;
+      const waitMs = st.input.toolboxRecreateBackoff && !drifted ? recreateWaitMs(st, existing) : 0;
       if (waitMs > 0) {
         st.toolboxWaits = [
           ...(st.toolboxWaits ?? []),
-          { pod: podName, failure: failureOf(existing), waitMs },
+          { pod: podName, failure: failureOf(existing) || 'failed', waitMs },
         ];
         continue;
       }
       if (
-        (isTerminal(existing) || !podSpecMatchesToolbox(existing, st.cs, tb)) &&
+        (isTerminal(existing) || drifted) &&
         !inHibernateRound(st, existing) &&
         (isTerminal(existing) || !(await spentHeld(st, podName)))
       ) {
@@ -1760,6 +1775,7 @@ async function reconcile(st: PassState): Promise<never> {
   const invalid =
     (st.input.capsSubAgents ? replicasReason(cs) : undefined) ??
     (st.input.validatesStaticToolboxes ? staticToolboxReason(cs) : undefined) ??
+    (st.input.validatesVMRules ? vmSpecReason(cs) : undefined) ??
     invalidSpecReason(cs, vmNameOf(c.main), tbNamesOK) ??
     (st.input.validatesPin ? nodePinReason(cs, agentPodName(cs, 0)) : undefined);
   if (invalid !== undefined) return blockInvalidSpec(st, invalid);

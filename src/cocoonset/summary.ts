@@ -19,8 +19,9 @@
  * Pure; `summarizePod(summarizePod(p))` equals `summarizePod(p)`.
  */
 import type { V1Pod } from '@kubernetes/client-node';
-import { Annotations, Labels, LifecycleStates } from '../api/keys.js';
+import { Annotations, Labels } from '../api/keys.js';
 import { containerRunning } from '../api/pod.js';
+import { isTerminal } from './classify.js';
 import { requiredHostname, requiredHostnameAffinity } from './pods.js';
 
 /**
@@ -60,8 +61,7 @@ export function summarizePod(pod: V1Pod): V1Pod {
     annotations[Annotations.lifecycleStateMessage] = msg.slice(0, LIFECYCLE_MESSAGE_MAX);
   }
   // A failed pod's age decides a toolbox's recreate (plan.ts `recreateWaitMs`); a healthy pod's is not read.
-  const failed =
-    pod.status?.phase === 'Failed' || annotations[Annotations.lifecycleState] === LifecycleStates.failed;
+  const failed = isTerminal(pod);
   const controller = m.ownerReferences?.find((o) => o.controller === true);
   const c0 = pod.spec?.containers?.[0];
   const out: V1Pod = {

@@ -18,7 +18,7 @@ import type { V1EnvFromSource, V1Pod, V1ResourceRequirements } from '@kubernetes
 import type { CocoonSet, VMOptions } from '../api/types.js';
 import { buildAgentPod, buildToolboxPod } from './pods.js';
 import { compareQuantities, parseQuantity, type Quantity, QuantityParseError } from './quantity.js';
-import { replicasOf } from './vmspec.js';
+import { agentModeOf, Defaults, replicasOf, toolboxModeOf } from './vmspec.js';
 
 /** DNS-1123 subdomain: at most 253 characters (apimachinery `DNS1123SubdomainMaxLength`). */
 const DNS1123_SUBDOMAIN_MAX = 253;
@@ -222,6 +222,75 @@ export function staticToolboxReason(cs: CocoonSet): string | undefined {
   );
   if (i < 0) return undefined;
   return `spec.toolboxes[${i}]: Required value: a static toolbox needs staticVMID and staticIP (vk-cocoon adopts the VM they name)`;
+}
+
+/** One path component of an OCI repository name (distribution/reference grammar `path-component`). */
+const REPO_COMPONENT = '[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*';
+/** A registry-relative `repo[:tag]`: no registry port, no digest (grammar `path-component`, `tag`). */
+const RELATIVE_REF_RE = new RegExp(
+  `^${REPO_COMPONENT}(?:/${REPO_COMPONENT})*(?::[A-Za-z0-9_][A-Za-z0-9_.-]{0,127})?$`,
+);
+/** Longest repository name (distribution/reference `NameTotalLengthMax`). */
+const REPO_NAME_MAX = 255;
+
+/**
+ * Whether `image` is a registry-relative `repo[:tag]` (lowercase path components, an optional tag, no
+ * registry port, no digest): what vk-cocoon resolves under its registry for a clone-mode VM, and the rule
+ * cocoon-webhook applies to clone-mode images.
+ */
+export function isRelativeImageRef(image: string): boolean {
+  if (!RELATIVE_REF_RE.test(image)) return false;
+  const colon = image.lastIndexOf(':');
+  return (colon < 0 ? image : image.slice(0, colon)).length <= REPO_NAME_MAX;
+}
+
+/** The VM-spec rule errors of one agent or toolbox (`path`) whose mode, defaulted, is `mode`. */
+function vmRuleErrors(path: string, opts: VMOptions, mode: string, image: string): string[] {
+  const out: string[] = [];
+  if ((opts.backend || Defaults.backend) === 'firecracker') {
+    if (opts.os === 'windows') out.push(`${path}: firecracker does not support Windows guests`);
+    if (/^https?:\/\//.test(image)) {
+      out.push(
+        `${path}: firecracker requires an OCI image, cloudimg URLs are not supported (got ${JSON.stringify(image)})`,
+      );
+    }
+    if (mode !== 'run') out.push(`${path}: firecracker does not support ${mode} mode, use mode=run instead`);
+  }
+  if (mode === 'clone' && image !== '' && !isRelativeImageRef(image)) {
+    out.push(
+      `${path}.image ${JSON.stringify(image)} must be repo[:tag] when mode is clone (no registry port or digest)`,
+    );
+  }
+  return out;
+}
+
+/**
+ * Why the agent or a toolbox asks for a VM vk-cocoon cannot bring up, or undefined: cocoon-webhook's
+ * CocoonSet rules that the CRD does not already enforce (a clone-mode image that is not a registry-relative
+ * `repo[:tag]`; firecracker with a Windows guest, a `http(s)://` image or a mode other than `run`; a
+ * non-static toolbox on another backend than the agent), with the webhook's messages
+ * joined by `; ` into one line, as `invalidSpecReason`. Enforced here too because the webhook is a separate
+ * install: without it such an edit deleted the live main before its replacement failed to come up. Not
+ * enforced: the webhook's "a non-static toolbox needs an image" (the reference operator builds such a
+ * toolbox, and its own tests do).
+ */
+export function vmSpecReason(cs: CocoonSet): string | undefined {
+  const agent = cs.spec.agent;
+  const out = vmRuleErrors('spec.agent', agent, agentModeOf(agent), agent.image ?? '');
+  const agentBackend = agent.backend || Defaults.backend;
+  (cs.spec.toolboxes ?? []).forEach((tb, i) => {
+    if (tb.mode === 'static') return;
+    const path = `spec.toolboxes[${i}]`;
+    const image = tb.image ?? '';
+    const backend = tb.backend || Defaults.backend;
+    if (backend !== agentBackend) {
+      out.push(
+        `${path}.backend ${JSON.stringify(backend)} must match spec.agent.backend ${JSON.stringify(agentBackend)}`,
+      );
+    }
+    out.push(...vmRuleErrors(path, tb, toolboxModeOf(tb), image));
+  });
+  return out.length > 0 ? out.join('; ') : undefined;
 }
 
 /**

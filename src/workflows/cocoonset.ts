@@ -481,6 +481,7 @@ async function drive(
     hibernatingMainHoldsMembers: on(io, 'hibernating-main-holds-members'),
     toolboxRecreateBackoff: on(io, 'toolbox-recreate-backoff'),
     validatesStaticToolboxes: on(io, 'validates-static-toolboxes'),
+    validatesVMRules: on(io, 'validates-vm-rules'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,

@@ -27,6 +27,7 @@ export const LEVELED_PATCHES: readonly string[] = [
   'hibernating-main-holds-members',
   'toolbox-recreate-backoff',
   'validates-static-toolboxes',
+  'validates-vm-rules',
 ];
 
 /**

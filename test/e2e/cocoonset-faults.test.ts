@@ -65,6 +65,16 @@ async function passFinished(name: string): Promise<void> {
   );
 }
 
+/** Waits until set `name` shows `Progressing=False InvalidSpec` at its current generation (60 s). */
+async function invalidSpec(name: string): Promise<CocoonSet | undefined> {
+  return sets.waitUntil(
+    name,
+    'Progressing=False InvalidSpec at the current generation',
+    (cs) => current(cs) && progressing(cs)?.reason === 'InvalidSpec',
+    60_000,
+  );
+}
+
 async function waitRunning(name: string, agents: number): Promise<CocoonSet> {
   return (await sets.waitUntil(
     name,
@@ -142,12 +152,7 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
     expect(Object.keys(before).sort()).toEqual(['edit-0', 'edit-1']);
 
     await sets.patchSpec(name, { agent: { storage: '-5Gi' } });
-    const blocked = await sets.waitUntil(
-      name,
-      'Progressing=False InvalidSpec at the edited generation',
-      (cs) => current(cs) && progressing(cs)?.reason === 'InvalidSpec',
-      60_000,
-    );
+    const blocked = await invalidSpec(name);
     expect(progressing(blocked)?.status).toBe('False');
     expect(progressing(blocked)?.message).toContain(
       'spec.containers[0].resources.limits[ephemeral-storage]: Invalid value: "-5Gi": must be greater than or equal to 0 (from spec.agent.storage)',
@@ -173,7 +178,7 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
     expect(uids(await podsOf(name))).toEqual(before);
   });
 
-  it('(a2) agent.replicas edited to 2147483647 (the CRD admits any int32): InvalidSpec naming the bound, no pod touched, the operator process still up; the edit back is taken (new-user finding: it aborted the process on every start)', async () => {
+  it('(a2) agent.replicas edited to 2147483647 (the CRD admits any int32): InvalidSpec naming the bound, no pod touched, the operator process still up; the edit back is taken (new-user finding: it aborted the process on every start); then a clone image with a registry port: InvalidSpec with the webhook message, the main kept', async () => {
     const name = 'many';
     made.push(name);
     await sets.create(name, spec(1, '10Gi'));
@@ -181,12 +186,7 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
     const before = uids(await podsOf(name));
 
     await sets.patchSpec(name, { agent: { replicas: 2147483647 } });
-    const blocked = await sets.waitUntil(
-      name,
-      'Progressing=False InvalidSpec at the edited generation',
-      (cs) => current(cs) && progressing(cs)?.reason === 'InvalidSpec',
-      60_000,
-    );
+    const blocked = await invalidSpec(name);
     expect(progressing(blocked)?.message).toBe(
       "invalid spec, no pod changed: spec.agent.replicas: Invalid value: 2147483647: must be at most 1000 (this operator's bound on sub-agents per CocoonSet)",
     );
@@ -204,18 +204,31 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
       60_000,
     );
     expect(uids(await podsOf(name))).toEqual(before);
+
+    // A clone image vk-cocoon cannot resolve under its registry (a registry port): the webhook's rule, so the
+    // live main is kept instead of being replaced by one that fails to come up.
+    await sets.patchSpec(name, { agent: { mode: 'clone', image: 'localhost:5000/agent:1.0' } });
+    const badImage = await invalidSpec(name);
+    expect(progressing(badImage)?.message).toBe(
+      'invalid spec, no pod changed: spec.agent.image "localhost:5000/agent:1.0" must be repo[:tag] when mode is clone (no registry port or digest)',
+    );
+    await passFinished(name);
+    expect(uids(await podsOf(name))).toEqual(before);
+    await sets.patchSpec(name, { agent: { mode: 'run', image: IMAGE } });
+    await sets.waitUntil(
+      name,
+      'Progressing back to Stable after the image edit back',
+      (cs) => current(cs) && progressing(cs)?.reason === 'Stable',
+      60_000,
+    );
+    expect(uids(await podsOf(name))).toEqual(before);
   });
 
   it('(a3) a set named past 63 characters (the CRD admits 253; its pods cannot carry that label): InvalidSpec naming the label, no pod created; deleting it completes (new-user finding: every pass failed at the pod List with no status)', async () => {
     const name = 'a'.repeat(70);
     made.push(name);
     await sets.create(name, spec(1, '10Gi'));
-    const blocked = await sets.waitUntil(
-      name,
-      'Progressing=False InvalidSpec',
-      (cs) => current(cs) && progressing(cs)?.reason === 'InvalidSpec',
-      60_000,
-    );
+    const blocked = await invalidSpec(name);
     expect(progressing(blocked)?.message).toContain(
       `pod ${name}-0 would be rejected: metadata.labels[${Labels.cocoonSet}]: Invalid value: "${name}": must be no more than 63 characters`,
     );

@@ -341,7 +341,7 @@ describe('main drift', () => {
     const old = finalizedSet(replicas(1));
     const w = new PlanWorld(
       finalizedSet(replicas(1), (c) => {
-        c.spec.agent.backend = 'firecracker';
+        c.spec.agent.image = 'ghcr.io/cocoonstack/cocoon/ubuntu:26.04';
       }),
       [readyPod(buildAgentPod(old, 0, '', '')), readyPod(buildAgentPod(old, 1, 'vk-ns-demo-0', ''))],
     );

@@ -271,7 +271,7 @@ describe('restore through the pass planner', () => {
     });
     const edited = newCocoonSet('demo', withFinalizer, (c) => {
       c.spec.agent.replicas = 1;
-      c.spec.agent.backend = 'firecracker';
+      c.spec.agent.image = 'ghcr.io/cocoonstack/cocoon/ubuntu:26.04';
       c.spec.toolboxes = [{ name: 'tb', mode: 'run', image: 'v2' }];
     });
     const pods = () => [

@@ -7,7 +7,13 @@ import { describe, expect, it } from 'vitest';
 import { Annotations } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { buildAgentPod } from '../../src/cocoonset/pods.js';
-import { invalidSpecReason, MAX_SUB_AGENTS, validatePod } from '../../src/cocoonset/validate.js';
+import {
+  invalidSpecReason,
+  isRelativeImageRef,
+  MAX_SUB_AGENTS,
+  validatePod,
+  vmSpecReason,
+} from '../../src/cocoonset/validate.js';
 import { finalizedSet, newCocoonSet, readyPod, withFinalizer } from '../support/builders.js';
 import { done, PlanWorld } from './plan-world.js';
 
@@ -254,6 +260,36 @@ describe('the pass with an invalid spec', () => {
     expect(old.ids('createPod')).toEqual(['create:demo-desk']);
   });
 
+  it('an agent image edit to a clone ref vk-cocoon cannot resolve (registry port): InvalidSpec with the webhook message, the live main and sub-agent kept; a run recorded before the patch deleted the main first', async () => {
+    const good = finalizedSet((c) => {
+      c.metadata.generation = 1;
+      c.spec.agent.replicas = 1;
+    });
+    const bad = (c: CocoonSet) => {
+      c.spec.agent.image = 'localhost:5000/ubuntu:24.04';
+      c.metadata.generation = 2;
+    };
+    const w = new PlanWorld(good, running(good));
+    expect(done(await w.pass()).result.error).toBeUndefined();
+    w.log.length = 0;
+    bad(w.cs);
+    expect(done(await w.pass()).result.error).toBeUndefined();
+    expect(w.log.map((a) => a.type).sort()).toEqual(['event', 'patchStatus']);
+    expect([...w.pods.keys()]).toEqual(['demo-0', 'demo-1']);
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')).toMatchObject({
+      status: 'False',
+      reason: 'InvalidSpec',
+      message:
+        'invalid spec, no pod changed: spec.agent.image "localhost:5000/ubuntu:24.04" must be repo[:tag] when mode is clone (no registry port or digest)',
+    });
+
+    const old = new PlanWorld(good, running(good));
+    done(await old.pass());
+    bad(old.cs);
+    done(await old.pass({ validatesVMRules: false }));
+    expect(old.ids('deletePod')).toContain('delete:demo-0');
+  });
+
   it('without the patch (a run recorded before it) replicas above the bound are planned as before', async () => {
     const cs = finalizedSet((c) => {
       c.spec.agent.replicas = MAX_SUB_AGENTS + 1;
@@ -279,5 +315,96 @@ describe('the pass with an invalid spec', () => {
       reason: 'ReconcileFailed',
       message: step.result.error,
     });
+  });
+});
+
+describe('isRelativeImageRef (what vk-cocoon resolves under its registry for a clone-mode VM)', () => {
+  it.each([
+    'img',
+    'cocoonstack/ubuntu-dev:24.04',
+    'ghcr.io/cocoonstack/placeholder:latest',
+    'a__b/c--d.e_f:Tag_1.2-3',
+    `${'a'.repeat(255)}:1`,
+  ])('accepts %s', (image) => {
+    expect(isRelativeImageRef(image)).toBe(true);
+  });
+
+  it.each([
+    ['a registry port', 'localhost:5000/ubuntu:24.04'],
+    ['a digest', `ubuntu@sha256:${'0'.repeat(64)}`],
+    ['upper case in the repository', 'Ubuntu:24.04'],
+    ['an empty tag', 'ubuntu:'],
+    ['a space', 'ubuntu 24.04'],
+    ['a leading separator', '-ubuntu'],
+    ['an empty path component', 'cocoonstack//ubuntu'],
+    ['a tag past 128 characters', `ubuntu:${'t'.repeat(129)}`],
+    ['a repository past 255 characters', `${'a'.repeat(256)}:1`],
+    ['a URL', 'https://example.com/ubuntu.qcow2'],
+  ])('rejects %s', (_what, image) => {
+    expect(isRelativeImageRef(image)).toBe(false);
+  });
+});
+
+describe('vmSpecReason (cocoon-webhook CocoonSet rules the CRD does not enforce)', () => {
+  it('accepts the sample spec: clone agent, run and static toolboxes on the default backend', () => {
+    const cs = finalizedSet((c) => {
+      c.spec.agent.image = 'cocoonstack/ubuntu-dev:24.04';
+      c.spec.toolboxes = [
+        { name: 'browser', image: 'cocoonstack/chromium:stable' },
+        { name: 'desk', mode: 'static', staticVMID: 'q', staticIP: '10.0.0.1' },
+        { name: 'cloud', mode: 'run', image: 'https://example.com/ubuntu.qcow2' },
+      ];
+    });
+    expect(vmSpecReason(cs)).toBeUndefined();
+  });
+
+  it('a run-mode agent may name any image (a cloudimg URL, a registry with a port)', () => {
+    for (const image of ['https://example.com/ubuntu.qcow2', 'localhost:5000/ubuntu:24.04']) {
+      const cs = finalizedSet((c) => {
+        c.spec.agent.mode = 'run';
+        c.spec.agent.image = image;
+      });
+      expect(vmSpecReason(cs)).toBeUndefined();
+    }
+  });
+
+  it('firecracker: no Windows guest, no cloudimg URL, run mode only (the agent defaults to clone); every error joined', () => {
+    const cs = finalizedSet((c) => {
+      c.spec.agent.backend = 'firecracker';
+      c.spec.agent.os = 'windows';
+      c.spec.agent.image = 'https://example.com/win.qcow2';
+    });
+    expect(vmSpecReason(cs)).toBe(
+      [
+        'spec.agent: firecracker does not support Windows guests',
+        'spec.agent: firecracker requires an OCI image, cloudimg URLs are not supported (got "https://example.com/win.qcow2")',
+        'spec.agent: firecracker does not support clone mode, use mode=run instead',
+        'spec.agent.image "https://example.com/win.qcow2" must be repo[:tag] when mode is clone (no registry port or digest)',
+      ].join('; '),
+    );
+    const ok = finalizedSet((c) => {
+      c.spec.agent.backend = 'firecracker';
+      c.spec.agent.mode = 'run';
+      c.spec.agent.image = 'cocoonstack/ubuntu:24.04';
+      c.spec.toolboxes = [{ name: 'tb', backend: 'firecracker', image: 'cocoonstack/tb:1' }];
+    });
+    expect(vmSpecReason(ok)).toBeUndefined();
+  });
+
+  it("a non-static toolbox needs the agent's backend, a static one does not; an imageless toolbox passes (deliberate: the webhook refuses it, the reference operator builds it)", () => {
+    const cs = finalizedSet((c) => {
+      c.spec.toolboxes = [
+        { name: 'desk', mode: 'static', staticVMID: 'q', staticIP: '10.0.0.1', backend: 'firecracker' },
+        { name: 'bare' },
+        { name: 'fc', image: 'tb:1', backend: 'firecracker' },
+        { name: 'cl', mode: 'clone', image: 'tb@sha256:abc' },
+      ];
+    });
+    expect(vmSpecReason(cs)).toBe(
+      [
+        'spec.toolboxes[2].backend "firecracker" must match spec.agent.backend "cloud-hypervisor"',
+        'spec.toolboxes[3].image "tb@sha256:abc" must be repo[:tag] when mode is clone (no registry port or digest)',
+      ].join('; '),
+    );
   });
 });

@@ -161,6 +161,7 @@ export class PlanWorld {
       hibernatingMainHoldsMembers?: boolean;
       toolboxRecreateBackoff?: boolean;
       validatesStaticToolboxes?: boolean;
+      validatesVMRules?: boolean;
       spentBySet?: Record<string, string>;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
@@ -194,6 +195,7 @@ export class PlanWorld {
       hibernatingMainHoldsMembers: opts.hibernatingMainHoldsMembers ?? true,
       toolboxRecreateBackoff: opts.toolboxRecreateBackoff ?? true,
       validatesStaticToolboxes: opts.validatesStaticToolboxes ?? true,
+      validatesVMRules: opts.validatesVMRules ?? true,
       spentBySet: opts.spentBySet,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
