@@ -163,7 +163,23 @@ function withTimeout<T>(p: Promise<T>, ms: number, what: string): Promise<T> {
   ]).finally(() => clearTimeout(timer));
 }
 
-/** Connects to Temporal, retrying until it answers or `signal` aborts (then undefined). */
+/**
+ * What a Temporal connect error says about the settings, for the retry warning; undefined when it may be
+ * transient. `message`: the SDK's error text. TLS spoken to a plaintext server fails with rustls'
+ * `InvalidContentType` (the dev server's answer to a TLS hello), which no retry fixes: the operator keeps
+ * retrying (a crash loop would say no more) but names the setting.
+ */
+export function temporalConnectHint(message: string): string | undefined {
+  if (/InvalidContentType/.test(message)) {
+    return 'the server answered without TLS: unset TEMPORAL_TLS (and the TLS settings that imply it) or use its TLS address';
+  }
+  return undefined;
+}
+
+/**
+ * Connects to Temporal, retrying every 2 s until it answers or `signal` aborts (then undefined); each failure
+ * is logged at WARN, with `temporalConnectHint` when the settings are the cause.
+ */
 async function connectTemporal(
   Native: typeof NativeConnection,
   config: Config,
@@ -180,7 +196,12 @@ async function connectTemporal(
       );
       return conn;
     } catch (err) {
-      log.warn({ address, attempt, err: (err as Error).message }, 'cannot reach Temporal yet; retrying');
+      const message = (err as Error).message;
+      const hint = temporalConnectHint(message);
+      log.warn(
+        { address, attempt, err: message },
+        hint ? `cannot reach Temporal: ${hint}; retrying` : 'cannot reach Temporal yet; retrying',
+      );
       await sleep(TEMPORAL_CONNECT_RETRY_MS, signal);
     }
   }

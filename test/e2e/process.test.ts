@@ -223,4 +223,26 @@ describe('operator process against the local stack', () => {
       if (local.child.exitCode === null) local.child.kill('SIGKILL');
     }
   }, 120_000);
+
+  it('TEMPORAL_TLS=true against the plaintext dev server: keeps retrying, and the warning names the setting', async () => {
+    const p = await freePort();
+    const local = startOperator(
+      { ...env, TEMPORAL_TLS: 'true', PROBE_ADDR: `127.0.0.1:${p}`, METRICS_ADDR: '0' },
+      [],
+      {
+        probePort: p,
+      },
+    );
+    try {
+      const line = await local.waitForLog((l) => l.msg?.startsWith('cannot reach Temporal') === true, 60_000);
+      expect(line.msg).toBe(
+        'cannot reach Temporal: the server answered without TLS: unset TEMPORAL_TLS (and the TLS settings that imply it) or use its TLS address; retrying',
+      );
+      expect(await fetch(`${local.probeUrl}/readyz`).then((r) => r.status)).toBe(503);
+      local.child.kill('SIGTERM');
+      expect(await local.exited).toBe(0);
+    } finally {
+      if (local.child.exitCode === null) local.child.kill('SIGKILL');
+    }
+  }, 120_000);
 });
