@@ -322,6 +322,21 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
     },
 
     /**
+     * Whether any Node carries every label of `labelSelector` (`k=v,k2=v2`): the placement a main pod the
+     * pass would replace its live main with (docs/cocoonset.md#a-pass-in-order, step 3). One List with
+     * `limit: 1`. Errors: the apiserver's, non-retryable for a 403 (a role without nodes: the pass then
+     * goes on as if a node matched).
+     */
+    async cocoonSetAnyNode(input: { labelSelector: string }): Promise<boolean> {
+      try {
+        const list = await core.listNode({ labelSelector: input.labelSelector, limit: 1 });
+        return list.items.length > 0;
+      } catch (err) {
+        throw kubeFailure(err, `list nodes matching ${input.labelSelector}`);
+      }
+    },
+
+    /**
      * Every CocoonHibernation in the namespace (restore intent, docs/cocoonset.md#restore-from-hibernation;
      * asked only when pods are built).
      */

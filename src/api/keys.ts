@@ -142,6 +142,11 @@ export const EventReasons = {
   snapshotDeleteFailing: 'SnapshotDeleteFailing',
   /** Ours: a failed toolbox is recreated at most every 30 s (Warning, with `Progressing=False ToolboxFailing`). */
   toolboxFailing: 'ToolboxFailing',
+  /**
+   * Ours: no node has the placement the edited spec gives the main, so the live main is kept (Warning, with
+   * `Progressing=False NoMatchingNode`).
+   */
+  noMatchingNode: 'NoMatchingNode',
 } as const;
 
 /**
@@ -274,4 +279,9 @@ export const ConditionReasons = {
    * its recreate; the message names the pod and vk-cocoon's (or the pod's) failure.
    */
   toolboxFailing: 'ToolboxFailing',
+  /**
+   * Ours, on `Progressing=False`: the spec moved the main's placement (pool, CPU class, `spec.nodeName`) to
+   * labels no node has; the live main stays and no pod is touched until a node matches or the spec changes.
+   */
+  noMatchingNode: 'NoMatchingNode',
 } as const;

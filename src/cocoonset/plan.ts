@@ -281,6 +281,14 @@ export interface PassInput {
    * and its replacement failed (found by a new-user run). The workflow sets it behind `patched()`.
    */
   validatesVMRules?: boolean;
+  /**
+   * A live main whose edited spec moves its placement (pool, CPU class, `spec.nodeName`) is kept while no
+   * node has the new placement's labels (`placementBlock`): the pass touches no pod and says
+   * `Progressing=False NoMatchingNode`, looking again every `NO_NODE_RECHECK_MS`. Before, the drift (or the
+   * migration) deleted the live main and its replacement stayed Pending (found by a new-user run). The
+   * workflow sets it behind `patched()`.
+   */
+  waitsForANode?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -322,6 +330,8 @@ export type PassAction =
   | { id: string; type: 'dropHibernateTag'; vmName: string; wokenPod?: string }
   /** List all CocoonHibernations in the namespace. Outcome: hibernations | error. */
   | { id: string; type: 'listHibernations'; namespace: string }
+  /** Whether any Node carries every label of `labelSelector` (`k=v,…`). Outcome: nodes | error. */
+  | { id: string; type: 'anyNode'; labelSelector: string }
   /** Registry `HasManifest(vmName, "hibernate")`. Outcome: probe | error. */
   | { id: string; type: 'probeHibernate'; vmName: string }
   /** JSON merge patch on `/status`; `status` is the resulting status to mirror. Outcome: ok | error. */
@@ -355,6 +365,7 @@ export type ActionOutcome =
   | { kind: 'error'; message: string }
   | { kind: 'hibernations'; items: CocoonHibernation[] }
   | { kind: 'probe'; present: boolean }
+  | { kind: 'nodes'; any: boolean }
   | { kind: 'pod'; pod: V1Pod };
 
 /** controller-runtime's Result/error, as the pass ends. */
@@ -619,6 +630,70 @@ async function blockInvalidSpec(st: PassState, reason: string): Promise<never> {
     message,
   });
   return finish(st, {}, status);
+}
+
+/** How often a pass held by `placementBlock` looks for a node again, ms (no Node informer tells it). */
+export const NO_NODE_RECHECK_MS = 30_000;
+
+/** Phases in which no flow (suspend, wake, migration) keeps its state in `status.phase`. */
+const STEADY_PHASES = new Set<string>(['', 'Pending', 'Running', 'Scaling']);
+
+/** `k=v,…` of `labels`, sorted by key: a label selector of equality terms. */
+function selectorOf(labels: Record<string, string>): string {
+  return Object.keys(labels)
+    .sort()
+    .map((k) => `${k}=${labels[k]}`)
+    .join(',');
+}
+
+/**
+ * The label selector of the nodes the spec's main may run on (its pool and CPU-class node selector, and the
+ * `spec.nodeName` pin as `kubernetes.io/hostname`), or undefined when the live `main` already runs within it:
+ * its node selector has every label of the spec's (it may have more: admission adds some), and there is no
+ * pin or the pin names the node it runs on (or its own pin).
+ */
+function movedPlacement(cs: CocoonSet, main: V1Pod): string | undefined {
+  const wanted = buildAgentPod(cs, 0, '', '');
+  const selector = wanted.spec?.nodeSelector ?? {};
+  const pin = requiredHostname(wanted);
+  const held = main.spec?.nodeSelector ?? {};
+  const sameSelector = Object.entries(selector).every(([k, v]) => held[k] === v);
+  const samePin = pin === '' || pin === requiredHostname(main) || pin === (main.spec?.nodeName ?? '');
+  if (sameSelector && samePin) return undefined;
+  return selectorOf(pin === '' ? selector : { ...selector, [Labels.hostname]: pin });
+}
+
+/**
+ * The placement gate (ours; the reference has none): when the spec gives the main another placement than
+ * the live main has (pool, CPU class, `spec.nodeName` pin) and no node carries the new placement's labels,
+ * the pass touches no pod (no drift delete, no migration), writes the roll-up with `Progressing=False`
+ * reason `NoMatchingNode` and a folded Warning Event of that reason, and looks again in
+ * `NO_NODE_RECHECK_MS`. Returns when there is no live main (a create of a Pending pod costs nothing), the
+ * set is suspended or in a flow (suspend, wake, migration: their state is the phase, which the block would
+ * overwrite), the placement is unchanged (`movedPlacement`), a node matches, or the Node List fails (a role
+ * without nodes: as the reference).
+ */
+async function placementBlock(st: PassState): Promise<void> {
+  const main = st.c.main;
+  if (!main || isTerminal(main) || st.cs.spec.suspend || !STEADY_PHASES.has(st.cs.status?.phase ?? ''))
+    return;
+  const wanted = movedPlacement(st.cs, main);
+  if (wanted === undefined) return;
+  const o = await st.r.run({ id: 'any-node', type: 'anyNode', labelSelector: wanted });
+  if (o.kind !== 'nodes' || o.any) return;
+  const message = `no node has the labels the spec gives the main (${wanted}): main pod ${st.ns}/${main.metadata?.name ?? ''} is kept and no pod changed; add such a node or change the spec`;
+  st.r.effect({
+    id: `event:${EventReasons.noMatchingNode}`,
+    type: 'event',
+    eventType: 'Warning',
+    reason: EventReasons.noMatchingNode,
+    message,
+  });
+  const status = await writeStatus(st, phaseAfterBlock(st), 'status', {
+    reason: ConditionReasons.noMatchingNode,
+    message,
+  });
+  return finish(st, { requeueAfterMs: NO_NODE_RECHECK_MS }, status);
 }
 
 /** Builds a pod, turning a builder exception into Go's wrapped error. */
@@ -1779,6 +1854,7 @@ async function reconcile(st: PassState): Promise<never> {
     invalidSpecReason(cs, vmNameOf(c.main), tbNamesOK) ??
     (st.input.validatesPin ? nodePinReason(cs, agentPodName(cs, 0)) : undefined);
   if (invalid !== undefined) return blockInvalidSpec(st, invalid);
+  if (st.input.waitsForANode) await placementBlock(st);
   // 6. Generation stamp on every classified pod, in name order.
   const generation = cs.metadata.generation ?? 0;
   if (st.input.batchPodLoops) await stampAll(st, generation);

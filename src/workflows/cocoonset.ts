@@ -482,6 +482,7 @@ async function drive(
     toolboxRecreateBackoff: on(io, 'toolbox-recreate-backoff'),
     validatesStaticToolboxes: on(io, 'validates-static-toolboxes'),
     validatesVMRules: on(io, 'validates-vm-rules'),
+    waitsForANode: on(io, 'waits-for-a-node'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,
@@ -624,6 +625,8 @@ async function execute(
           kind: 'hibernations',
           items: await kube.cocoonSetListHibernations({ namespace: a.namespace }),
         };
+      case 'anyNode':
+        return { kind: 'nodes', any: await kube.cocoonSetAnyNode({ labelSelector: a.labelSelector }) };
       case 'probeHibernate':
         return {
           kind: 'probe',

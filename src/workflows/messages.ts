@@ -28,6 +28,7 @@ export const LEVELED_PATCHES: readonly string[] = [
   'toolbox-recreate-backoff',
   'validates-static-toolboxes',
   'validates-vm-rules',
+  'waits-for-a-node',
 ];
 
 /**

@@ -224,6 +224,47 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
     expect(uids(await podsOf(name))).toEqual(before);
   });
 
+  it('(a5) a nodePool no node has, then a pin to a node that does not exist: Progressing=False NoMatchingNode naming the labels, the live pods kept (new-user finding: the main was deleted and its replacement stayed Pending); the edit back is taken', async () => {
+    const name = 'placed';
+    made.push(name);
+    await sets.create(name, spec(1, '10Gi'));
+    await waitRunning(name, 2);
+    const before = uids(await podsOf(name));
+    const noNode = async (labels: string) => {
+      const held = await sets.waitUntil(
+        name,
+        `Progressing=False NoMatchingNode for ${labels}`,
+        (cs) =>
+          current(cs) &&
+          progressing(cs)?.reason === 'NoMatchingNode' &&
+          progressing(cs)!.message!.includes(labels),
+        60_000,
+      );
+      expect(progressing(held)?.message).toBe(
+        `no node has the labels the spec gives the main (${labels}): main pod ${ns}/${name}-0 is kept and no pod changed; add such a node or change the spec`,
+      );
+      expect(held?.status?.phase).toBe('Running');
+      await passFinished(name);
+      expect(uids(await podsOf(name))).toEqual(before);
+    };
+
+    await sets.patchSpec(name, { nodePool: 'nowhere' });
+    await noNode(`${Labels.nodePool}=nowhere`);
+    const main = (await podsOf(name)).find((p) => p.metadata?.name === `${name}-0`);
+    const pool = main?.spec?.nodeSelector?.[Labels.nodePool];
+    await sets.patchSpec(name, { nodePool: pool, nodeName: 'no-such-node' });
+    await noNode(`${Labels.nodePool}=${pool},${Labels.hostname}=no-such-node`);
+
+    await sets.patchSpec(name, { nodeName: null });
+    await sets.waitUntil(
+      name,
+      'Progressing back to Stable after the edits back',
+      (cs) => current(cs) && progressing(cs)?.reason === 'Stable',
+      60_000,
+    );
+    expect(uids(await podsOf(name))).toEqual(before);
+  });
+
   it('(a3) a set named past 63 characters (the CRD admits 253; its pods cannot carry that label): InvalidSpec naming the label, no pod created; deleting it completes (new-user finding: every pass failed at the pod List with no status)', async () => {
     const name = 'a'.repeat(70);
     made.push(name);

@@ -4,8 +4,9 @@
  * rejected (ours; the reference deletes a drifted pod, then its replacement is rejected with 422).
  */
 import { describe, expect, it } from 'vitest';
-import { Annotations } from '../../src/api/keys.js';
+import { Annotations, Labels } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
+import { NO_NODE_RECHECK_MS } from '../../src/cocoonset/plan.js';
 import { buildAgentPod } from '../../src/cocoonset/pods.js';
 import {
   invalidSpecReason,
@@ -14,7 +15,7 @@ import {
   validatePod,
   vmSpecReason,
 } from '../../src/cocoonset/validate.js';
-import { finalizedSet, newCocoonSet, readyPod, withFinalizer } from '../support/builders.js';
+import { finalizedSet, liveOn, newCocoonSet, readyPod, withFinalizer } from '../support/builders.js';
 import { done, PlanWorld } from './plan-world.js';
 
 const MAIN_VM = 'vk-ns-demo-0';
@@ -406,5 +407,114 @@ describe('vmSpecReason (cocoon-webhook CocoonSet rules the CRD does not enforce)
         'spec.toolboxes[3].image "tb@sha256:abc" must be repo[:tag] when mode is clone (no registry port or digest)',
       ].join('; '),
     );
+  });
+});
+
+describe('the placement gate (ours: no live main is replaced by one no node can take)', () => {
+  const NODES = [
+    { [Labels.nodePool]: 'default', [Labels.hostname]: 'node-a' },
+    { [Labels.nodePool]: 'gpu', [Labels.hostname]: 'node-g' },
+  ];
+  /** A Running set of a main and one sub-agent, the main live on node-a; then `edit` at generation 2. */
+  const edited = (edit: (c: CocoonSet) => void, opts: { nodes?: Record<string, string>[] } = {}) => {
+    const good = finalizedSet((c) => {
+      c.metadata.generation = 1;
+      c.spec.agent.replicas = 1;
+    });
+    const pods = [
+      liveOn(readyPod(buildAgentPod(good, 0, '', '')), 'node-a', 'vm-0'),
+      liveOn(readyPod(buildAgentPod(good, 1, MAIN_VM, 'node-a')), 'node-a', 'vm-1'),
+    ];
+    const cs = finalizedSet((c) => {
+      c.metadata.generation = 2;
+      c.spec.agent.replicas = 1;
+      edit(c);
+    });
+    const w = new PlanWorld(cs, pods);
+    w.nodes = 'nodes' in opts ? opts.nodes : NODES;
+    return w;
+  };
+  const anyNodeQueries = (w: PlanWorld) =>
+    w.log.flatMap((a) => (a.type === 'anyNode' ? [a.labelSelector] : []));
+
+  it('a nodePool edit to a pool no node has: NoMatchingNode naming the labels, the main and sub-agent kept, a look again in 30 s; without the patch the main was deleted first', async () => {
+    const w = edited((c) => {
+      c.spec.nodePool = 'nowhere';
+    });
+    const step = done(await w.pass());
+    expect(step.result).toEqual({ requeue: false, requeueAfterMs: NO_NODE_RECHECK_MS, error: undefined });
+    expect(anyNodeQueries(w)).toEqual([`${Labels.nodePool}=nowhere`]);
+    expect(w.log.map((a) => a.type).sort()).toEqual(['anyNode', 'event', 'patchStatus']);
+    const message = `no node has the labels the spec gives the main (${Labels.nodePool}=nowhere): main pod ns/demo-0 is kept and no pod changed; add such a node or change the spec`;
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')).toMatchObject({
+      status: 'False',
+      reason: 'NoMatchingNode',
+      message,
+    });
+    expect(w.cs.status).toMatchObject({ phase: 'Running', readyAgents: 2 });
+    expect(w.events).toEqual([{ eventType: 'Warning', reason: 'NoMatchingNode', message }]);
+
+    const old = edited((c) => {
+      c.spec.nodePool = 'nowhere';
+    });
+    done(await old.pass({ waitsForANode: false }));
+    expect(old.ids('deletePod')).toContain('delete:demo-0');
+  });
+
+  it('a pool some node has: the drift goes on as before (the main deleted for its re-create)', async () => {
+    const w = edited((c) => {
+      c.spec.nodePool = 'gpu';
+    });
+    expect(done(await w.pass()).result.requeue).toBe(true);
+    expect(anyNodeQueries(w)).toEqual([`${Labels.nodePool}=gpu`]);
+    expect(w.ids('deletePod')).toEqual(['delete:demo-0']);
+  });
+
+  it('a pin to a node that does not exist: no migration starts (no Migrating, no hibernate ask), NoMatchingNode; a pin to a node of another pool likewise', async () => {
+    for (const pin of ['ghost', 'node-g']) {
+      const w = edited((c) => {
+        c.spec.nodeName = pin;
+      });
+      expect(done(await w.pass()).result.requeueAfterMs).toBe(NO_NODE_RECHECK_MS);
+      expect(anyNodeQueries(w)).toEqual([`${Labels.nodePool}=default,${Labels.hostname}=${pin}`]);
+      expect(w.asks).toEqual([]);
+      expect(w.cs.status?.phase).toBe('Running');
+      expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')?.reason).toBe('NoMatchingNode');
+    }
+  });
+
+  it('no Node List while the placement is unchanged: a steady pass, a pin naming the node the main runs on, a spec edit that keeps the pool', async () => {
+    for (const edit of [
+      () => {},
+      (c: CocoonSet) => {
+        c.spec.nodeName = 'node-a';
+      },
+      (c: CocoonSet) => {
+        c.spec.agent.storage = '20Gi';
+      },
+    ]) {
+      const w = edited(edit);
+      done(await w.pass());
+      expect(anyNodeQueries(w)).toEqual([]);
+    }
+  });
+
+  it('a Node List that fails (a role without nodes) lets the drift go on, as the reference; no main (a fresh set) asks nothing', async () => {
+    const w = edited((c) => {
+      c.spec.nodePool = 'nowhere';
+    });
+    w.nodeListError = 'nodes is forbidden (Forbidden, HTTP 403)';
+    done(await w.pass());
+    expect(w.ids('deletePod')).toContain('delete:demo-0');
+
+    const fresh = new PlanWorld(
+      finalizedSet((c) => {
+        c.spec.nodePool = 'nowhere';
+      }),
+    );
+    fresh.nodes = [];
+    done(await fresh.pass());
+    expect(anyNodeQueries(fresh)).toEqual([]);
+    expect(fresh.ids('createPod')).toEqual(['create:demo-0']);
   });
 });

@@ -14,6 +14,7 @@ import {
   type PassInput,
   reconcilePass,
 } from '../../src/cocoonset/plan.js';
+import { nodesMatch } from '../support/nodes.js';
 
 function clone<T>(v: T): T {
   return JSON.parse(JSON.stringify(v)) as T;
@@ -49,6 +50,13 @@ export class PlanWorld {
   readonly wokenBySet: string[] = [];
   /** When set, every apiserver read of a pod (`readPod`) fails with this text. */
   readPodError?: string;
+  /**
+   * The labels of each Node, for `anyNode`; undefined: every selector matches (a cluster with every node
+   * the tests' sets ask for).
+   */
+  nodes?: Record<string, string>[];
+  /** When set, every Node List (`anyNode`) fails with this text. */
+  nodeListError?: string;
   /** The set's desires sent to VM workflows (`askVM`), in order; the world changes nothing for them. */
   readonly asks: { pod: string; desire: string; keepTag?: true }[] = [];
 
@@ -92,6 +100,9 @@ export class PlanWorld {
         const p = this.pods.get(a.pod);
         return p ? { kind: 'pod', pod: clone(p) } : { kind: 'error', message: `pods "${a.pod}" not found` };
       }
+      case 'anyNode':
+        if (this.nodeListError !== undefined) return { kind: 'error', message: this.nodeListError };
+        return { kind: 'nodes', any: nodesMatch(this.nodes, a.labelSelector) };
       case 'listHibernations':
         this.lists++;
         return { kind: 'hibernations', items: clone(this.crs) };
@@ -162,6 +173,7 @@ export class PlanWorld {
       toolboxRecreateBackoff?: boolean;
       validatesStaticToolboxes?: boolean;
       validatesVMRules?: boolean;
+      waitsForANode?: boolean;
       spentBySet?: Record<string, string>;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
@@ -196,6 +208,7 @@ export class PlanWorld {
       toolboxRecreateBackoff: opts.toolboxRecreateBackoff ?? true,
       validatesStaticToolboxes: opts.validatesStaticToolboxes ?? true,
       validatesVMRules: opts.validatesVMRules ?? true,
+      waitsForANode: opts.waitsForANode ?? true,
       spentBySet: opts.spentBySet,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,

@@ -44,6 +44,7 @@ const cr = (verb: Verb, subresource?: 'status'): Classification => ({ custom: tr
 const API_CALLS: Record<string, Classification> = {
   readNamespacedPod: coreRes('pods', 'get'),
   listNamespacedPod: coreRes('pods', 'list'),
+  listNode: coreRes('nodes', 'list'),
   listPodForAllNamespaces: coreRes('pods', 'list'),
   createNamespacedPod: coreRes('pods', 'create'),
   replaceNamespacedPod: coreRes('pods', 'update'),

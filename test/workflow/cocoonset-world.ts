@@ -31,6 +31,7 @@ import { IMAGE, newCocoonSet } from '../support/builders.js';
 
 export { convergedPods } from '../support/builders.js';
 
+import { nodesMatch } from '../support/nodes.js';
 import { waitFor } from '../support/wait.js';
 import { type Sent, settled, workflowBundle } from './harness.js';
 
@@ -106,6 +107,8 @@ export class CocoonSetWorld {
   probeError?: string;
   /** When set, the CocoonHibernation List throws it. */
   listHibernationsError?: Error;
+  /** The labels of each Node, for `cocoonSetAnyNode`; undefined: every selector matches. */
+  nodes?: Record<string, string>[];
   /**
    * When set, the pass's first read awaits it before answering (the read runs as a local activity: what the
    * test does meanwhile lands while the workflow task is open).
@@ -424,6 +427,10 @@ export class CocoonSetWorld {
         const cs = this.requireCS();
         cs.status = mergePatch(cs.status ?? {}, body.status) as CocoonSet['status'];
         cs.metadata.resourceVersion = this.nextRV();
+      },
+      cocoonSetAnyNode: async ({ labelSelector }) => {
+        this.calls.push(`any-node ${labelSelector}`);
+        return nodesMatch(this.nodes, labelSelector);
       },
       cocoonSetListHibernations: async () => {
         this.calls.push('list-hibernations');
