@@ -289,6 +289,21 @@ export interface PassInput {
    * workflow sets it behind `patched()`.
    */
   waitsForANode?: boolean;
+  /**
+   * A pass that is blocked (`InvalidSpec`) or fails keeps a flow's phase (`Suspending`, `Suspended`,
+   * `Waking`, `Migrating`) instead of writing `Pending`: the flows keep their state in the phase. Before, an
+   * invalid edit of a released set that also un-suspended it wrote `Pending`, and the fix then created the
+   * main as a fresh pod, without the restore marker or the node hint of the released-seat wake (found by a
+   * new-user run). The workflow sets it behind `patched()`.
+   */
+  blockKeepsFlowPhase?: boolean;
+  /**
+   * The validation gate also checks what the apiserver rejects in envFrom (exactly one source per entry),
+   * resource claims (a CocoonSet pod has none to claim) and extended resources (whole numbers, request =
+   * limit): before, such an edit drift-deleted the live main and its replacement was rejected (422; found
+   * by a new-user run). The workflow sets it behind `patched()`.
+   */
+  validatesMorePodFields?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -604,8 +619,16 @@ async function fail(st: PassState, error: string): Promise<never> {
   return finish(st, { error });
 }
 
-/** The phase a blocked pass reports: `Pending` while the main is missing or not Ready, else derived. */
+/** Phases a flow keeps its state in (docs/cocoonset.md#suspend, #seat-release, #migration). */
+const FLOW_PHASES = new Set<string>(['Suspending', 'Suspended', 'Waking', 'Migrating']);
+
+/**
+ * The phase a blocked or failed pass reports: the stored phase while a flow keeps its state in it
+ * (`blockKeepsFlowPhase`), else `Pending` while the main is missing or not Ready, else derived.
+ */
 function phaseAfterBlock(st: PassState): CocoonSetPhase | '' {
+  const stored = st.cs.status?.phase ?? '';
+  if (st.input.blockKeepsFlowPhase && FLOW_PHASES.has(stored)) return stored as CocoonSetPhase;
   return podReady(st.c.main) ? '' : 'Pending';
 }
 
@@ -1851,7 +1874,7 @@ async function reconcile(st: PassState): Promise<never> {
     (st.input.capsSubAgents ? replicasReason(cs) : undefined) ??
     (st.input.validatesStaticToolboxes ? staticToolboxReason(cs) : undefined) ??
     (st.input.validatesVMRules ? vmSpecReason(cs) : undefined) ??
-    invalidSpecReason(cs, vmNameOf(c.main), tbNamesOK) ??
+    invalidSpecReason(cs, vmNameOf(c.main), tbNamesOK, st.input.validatesMorePodFields) ??
     (st.input.validatesPin ? nodePinReason(cs, agentPodName(cs, 0)) : undefined);
   if (invalid !== undefined) return blockInvalidSpec(st, invalid);
   if (st.input.waitsForANode) await placementBlock(st);

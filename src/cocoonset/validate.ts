@@ -163,11 +163,112 @@ function envFromErrors(path: string, list: V1EnvFromSource[] | undefined): PodFi
 }
 
 /**
+ * Whether `name` is an extended resource (`IsExtendedResourceName`): fully qualified, outside the
+ * `kubernetes.io/` domain and its `requests.` prefix, not a standard or hugepages resource.
+ */
+function isExtendedResource(name: string): boolean {
+  if (STANDARD_RESOURCES.has(name) || name.startsWith('hugepages-') || !name.includes('/')) return false;
+  const domain = name.slice(0, name.indexOf('/'));
+  return !(domain === 'kubernetes.io' || domain.endsWith('.kubernetes.io')) && !name.startsWith('requests.');
+}
+
+/** Whether `raw` parses as a whole-number quantity (a malformed one is reported elsewhere: true). */
+function isWholeQuantity(raw: string): boolean {
+  let q: Quantity;
+  try {
+    q = parseQuantity(raw);
+  } catch {
+    return true;
+  }
+  return q.exp >= 0 || q.unscaled % 10n ** BigInt(-q.exp) === 0n;
+}
+
+/**
+ * The rejections `validatePod` added with `validates-more-pod-fields`: an envFrom entry must name exactly
+ * one source; a container may not claim a resource claim (a CocoonSet pod declares none); an extended
+ * resource is a whole number, needs a limit, and its request equals the limit (k8s.io/kubernetes
+ * pkg/apis/core/validation `validateEnvFrom`, `validateResourceClaimNames`, `ValidateResourceRequirements`).
+ */
+function moreFieldErrors(pod: V1Pod, sourcePath: string): PodFieldError[] {
+  const out: PodFieldError[] = [];
+  const c = pod.spec?.containers?.[0];
+  (c?.envFrom ?? []).forEach((e, i) => {
+    const sources = [e.configMapRef, e.secretRef].filter((x) => x != null).length;
+    if (sources === 1) return;
+    out.push({
+      field: `spec.containers[0].envFrom[${i}]`,
+      value: '',
+      detail:
+        sources === 0
+          ? 'must specify one of: `configMapRef` or `secretRef`'
+          : 'may not have more than one field specified at a time',
+      source: `${sourcePath}.envFrom[${i}]`,
+    });
+  });
+  (c?.resources?.claims ?? []).forEach((claim, i) => {
+    out.push({
+      field: `spec.containers[0].resources.claims[${i}]`,
+      value: claim.name ?? '',
+      detail: "must name one of the pod's resourceClaims, and a CocoonSet pod has none",
+      source: `${sourcePath}.resources.claims`,
+    });
+  });
+  const requests = c?.resources?.requests ?? {};
+  const limits = c?.resources?.limits ?? {};
+  for (const name of new Set([...Object.keys(requests), ...Object.keys(limits)])) {
+    if (!isExtendedResource(name)) continue;
+    const source = `${sourcePath}.resources`;
+    for (const [kind, m] of [
+      ['requests', requests],
+      ['limits', limits],
+    ] as const) {
+      const raw = m[name];
+      if (raw === undefined) continue;
+      if (!isWholeQuantity(String(raw))) {
+        out.push({
+          field: `spec.containers[0].resources.${kind}[${name}]`,
+          value: String(raw),
+          detail: 'must be an integer',
+          source,
+        });
+      }
+    }
+    const req = requests[name];
+    const lim = limits[name];
+    if (req !== undefined && lim === undefined) {
+      out.push({
+        field: `spec.containers[0].resources.limits`,
+        value: name,
+        detail: 'Limit must be set for non overcommitable resources',
+        source,
+      });
+    } else if (req !== undefined && lim !== undefined && String(req) !== String(lim)) {
+      let equal = true;
+      try {
+        equal = compareQuantities(parseQuantity(String(req)), parseQuantity(String(lim))) === 0;
+      } catch {
+        // A malformed quantity is reported by resourcesErrors.
+      }
+      if (!equal) {
+        out.push({
+          field: `spec.containers[0].resources.requests[${name}]`,
+          value: String(req),
+          detail: `must be equal to ${name} limit of ${String(lim)}`,
+          source,
+        });
+      }
+    }
+  }
+  return out;
+}
+
+/**
  * The apiserver-style rejections of `pod` (one container; as built by src/cocoonset/pods.ts), [] when it
  * would pass validation. `sourcePath` names the CocoonSet field its options came from (`spec.agent`,
- * `spec.toolboxes[i]`) for the messages of resource values.
+ * `spec.toolboxes[i]`) for the messages of resource values. `more`: also `moreFieldErrors` (the
+ * `validates-more-pod-fields` patch).
  */
-export function validatePod(pod: V1Pod, sourcePath: string): PodFieldError[] {
+export function validatePod(pod: V1Pod, sourcePath: string, more = false): PodFieldError[] {
   const out: PodFieldError[] = [];
   out.push(...subdomainErrors('metadata.name', pod.metadata?.name ?? ''));
   for (const [k, v] of Object.entries(pod.metadata?.labels ?? {})) {
@@ -192,6 +293,7 @@ export function validatePod(pod: V1Pod, sourcePath: string): PodFieldError[] {
   const c = pod.spec?.containers?.[0];
   out.push(...resourcesErrors('spec.containers[0].resources', c?.resources, sourcePath));
   out.push(...envFromErrors('spec.containers[0].envFrom', c?.envFrom));
+  if (more) out.push(...moreFieldErrors(pod, sourcePath));
   return out;
 }
 
@@ -317,7 +419,12 @@ export function nodePinReason(cs: CocoonSet, mainPod: string): string | undefine
  * way, naming the spec field. `mainVM` is the fork-from sub-agents would get. `checkToolboxes` false skips
  * the toolboxes (their names failed the pass's own toolbox-name rules, which report them).
  */
-export function invalidSpecReason(cs: CocoonSet, mainVM: string, checkToolboxes = true): string | undefined {
+export function invalidSpecReason(
+  cs: CocoonSet,
+  mainVM: string,
+  checkToolboxes = true,
+  more = false,
+): string | undefined {
   const replicas = replicasOf(cs);
   const candidates: { path: string; opts: VMOptions; build: () => V1Pod }[] = [];
   const agentSlots = [0, ...(replicas >= 1 ? [1] : []), ...(replicas > 1 ? [replicas] : [])];
@@ -339,7 +446,7 @@ export function invalidSpecReason(cs: CocoonSet, mainVM: string, checkToolboxes 
       const value = err instanceof QuantityParseError ? err.input : String(c.opts.storage ?? '');
       return `${c.path}: Invalid value: ${JSON.stringify(value)}: ${(err as Error).message}`;
     }
-    const errs = validatePod(pod, c.path);
+    const errs = validatePod(pod, c.path, more);
     if (errs.length > 0) {
       return `pod ${pod.metadata?.name ?? ''} would be rejected: ${errs.map(formatFieldError).join('; ')}`;
     }

@@ -483,6 +483,8 @@ async function drive(
     validatesStaticToolboxes: on(io, 'validates-static-toolboxes'),
     validatesVMRules: on(io, 'validates-vm-rules'),
     waitsForANode: on(io, 'waits-for-a-node'),
+    blockKeepsFlowPhase: on(io, 'blocked-pass-keeps-flow-phase'),
+    validatesMorePodFields: on(io, 'validates-more-pod-fields'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,

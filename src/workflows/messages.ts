@@ -29,6 +29,8 @@ export const LEVELED_PATCHES: readonly string[] = [
   'validates-static-toolboxes',
   'validates-vm-rules',
   'waits-for-a-node',
+  'blocked-pass-keeps-flow-phase',
+  'validates-more-pod-fields',
 ];
 
 /**

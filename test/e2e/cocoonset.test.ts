@@ -193,6 +193,7 @@ function migrationNodes(tag: string) {
       new VkSimulator({ kube: kube.kc, registry, nodeName, pool, cpuClass: place.cpuClass, tickMs: 500 }),
   );
   return {
+    pool,
     nodeA,
     nodeB,
     sims,
@@ -212,7 +213,6 @@ function migrationNodes(tag: string) {
   };
 }
 
-/** Deletes set `name` and waits until it is gone (a test's cleanup: errors ignored). */
 /**
  * Makes the registry proxy reset every DELETE of `<vm>:hibernate` (counted in `refused`) while `down` is
  * true, and forward them once the caller sets it false; other requests pass.
@@ -293,6 +293,7 @@ async function spendMainTag(
   return deletes;
 }
 
+/** Deletes set `name` and waits until it is gone (a test's cleanup: errors ignored). */
 async function dropSet(name: string): Promise<void> {
   await sets.delete(name).catch(() => undefined);
   await sets.waitUntil(name, 'gone', (x) => x === undefined, QUICK_MS).catch(() => undefined);
@@ -1247,7 +1248,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     }
   }, 180_000);
 
-  it('a migration to a node that never takes the pod (pin on a node that does not exist) leaves the restore main unbound; the pin moved to a real node, that pod is deleted and recreated with the new pin, restored there from the tag, the tag dropped, the set Running (fails without migration-follows-pin: it stalled Migrating)', async () => {
+  it('a migration to a node that never takes the pod (a Node of the pool that no vk-cocoon serves) leaves the restore main unbound; the pin moved to a real node, that pod is deleted and recreated with the new pin, restored there from the tag, the tag dropped, the set Running (fails without migration-follows-pin: it stalled Migrating)', async () => {
     const mig = migrationNodes('ghost');
     const { nodeA, nodeB, sims } = mig;
     const ghost = `${ns}-ghost-node`;
@@ -1256,6 +1257,20 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     const vm = vmOf(name, 0);
     try {
       await mig.start();
+      // A Node object with the pool's labels and nothing behind it: the placement gate lets the migration
+      // start (a pin to a node that does not exist at all is NoMatchingNode, e2e cocoonset-faults a5).
+      await kube.core.createNode({
+        body: {
+          metadata: {
+            name: ghost,
+            labels: {
+              [Labels.nodePool]: mig.pool,
+              [Labels.snapshotCPUClass]: place.cpuClass,
+              [Labels.hostname]: ghost,
+            },
+          },
+        },
+      });
       await createSet(name, mig.spec(nodeA));
       await sets.waitPhase(name, 'Running', BRING_UP_MS);
       const first = (await podsOf(name)).get(mainPod)!;
@@ -1310,6 +1325,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     } finally {
       await dropSet(name);
       await mig.stop();
+      await kube.core.deleteNode({ name: ghost }).catch(() => undefined);
     }
   }, 180_000);
 

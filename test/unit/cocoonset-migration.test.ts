@@ -290,10 +290,10 @@ describe('migration', () => {
     const legacy = new PlanWorld(cs, [migMain(cs, 'node-b', 'vmid-new', true)]);
     legacy.tags.add(TAG);
     legacy.failures.set(`drop-tag:${VM}`, 'registry answered 503');
-    done(await legacy.pass({ migrationFailureKeepsPhase: false }));
+    done(await legacy.pass({ migrationFailureKeepsPhase: false, blockKeepsFlowPhase: false }));
     expect(legacy.cs.status?.phase).toBe('Running');
     legacy.failures.clear();
-    done(await legacy.pass({ migrationFailureKeepsPhase: false }));
+    done(await legacy.pass({ migrationFailureKeepsPhase: false, blockKeepsFlowPhase: false }));
     expect(legacy.tags.has(TAG)).toBe(true);
   });
 

@@ -277,6 +277,33 @@ describe('released-seat wake', () => {
     expect([w.droppedTags, w.tags.has(TAG)]).toEqual([[], true]);
   });
 
+  it('an un-suspend with an invalid edit keeps Suspended (InvalidSpec, nothing created); the fix then wakes from the tag with the hint, not a fresh main (ours; new-user finding: the block wrote Pending and the fix created the main without the restore marker)', async () => {
+    const cs = releaseSet(phase('Suspended', 'node-a'), (c) => {
+      c.spec.agent.image = 'localhost:5000/bad:1';
+      c.metadata.generation = 2;
+    });
+    const w = new PlanWorld(cs);
+    w.tags.add(TAG);
+    done(await w.pass());
+    expect(w.cs.status?.phase).toBe('Suspended');
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')?.reason).toBe('InvalidSpec');
+    expect(w.ids('createPod')).toEqual([]);
+
+    w.cs.spec.agent.image = 'cocoonstack/ubuntu:24.04';
+    w.cs.metadata.generation = 3;
+    done(await w.pass());
+    expect(w.cs.status?.phase).toBe('Waking');
+    expect(w.pod('demo-0')!.metadata!.annotations![Annotations.restoreFromHibernate]).toBe('true');
+    expect(
+      w.pod('demo-0')!.spec!.affinity?.nodeAffinity?.preferredDuringSchedulingIgnoredDuringExecution,
+    ).toHaveLength(1);
+
+    const old = new PlanWorld(cs);
+    old.tags.add(TAG);
+    done(await old.pass({ blockKeepsFlowPhase: false }));
+    expect(old.cs.status?.phase).toBe('Pending');
+  });
+
   it('the spec.nodeName pin wins over the hint: required affinity to the pin, no preferred term (WakeRespectsNodeNamePin; with migration off: with it, migration restores a pinned set, see cocoonset-migration)', async () => {
     const cs = releaseSet(phase('Suspended', 'node-a'), (c) => {
       c.spec.nodeName = 'node-b';

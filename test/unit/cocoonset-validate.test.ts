@@ -518,3 +518,86 @@ describe('the placement gate (ours: no live main is replaced by one no node can 
     expect(fresh.ids('createPod')).toEqual(['create:demo-0']);
   });
 });
+
+describe('invalidSpecReason with the validates-more-pod-fields checks (new-user finding: each of these deleted the live main before its replacement was rejected)', () => {
+  const reason = (mod: (c: CocoonSet) => void) => invalidSpecReason(finalizedSet(mod), MAIN_VM, true, true);
+
+  it('accepts what the apiserver accepts: one envFrom source each, whole extended resources with request = limit', () => {
+    expect(
+      reason((c) => {
+        c.spec.agent.envFrom = [{ configMapRef: { name: 'a' } }, { secretRef: { name: 'b' }, prefix: 'S_' }];
+        c.spec.agent.resources = {
+          requests: { 'example.com/gpu': '2', cpu: '500m' },
+          limits: { 'example.com/gpu': '2', 'kubernetes.io/whatever': '1.5' },
+        };
+      }),
+    ).toBeUndefined();
+  });
+
+  it('an envFrom entry with no source, or two', () => {
+    expect(
+      reason((c) => {
+        c.spec.agent.envFrom = [{ prefix: 'APP_' }];
+      }),
+    ).toBe(
+      'pod demo-0 would be rejected: spec.containers[0].envFrom[0]: Invalid value: "": must specify one of: `configMapRef` or `secretRef` (from spec.agent.envFrom[0])',
+    );
+    expect(
+      reason((c) => {
+        c.spec.agent.envFrom = [{ configMapRef: { name: 'a' }, secretRef: { name: 'b' } }];
+      }),
+    ).toContain('envFrom[0]: Invalid value: "": may not have more than one field specified at a time');
+  });
+
+  it('a resource claim (a CocoonSet pod declares no resourceClaims)', () => {
+    expect(
+      reason((c) => {
+        c.spec.agent.resources = { claims: [{ name: 'gpu' }] };
+      }),
+    ).toBe(
+      `pod demo-0 would be rejected: spec.containers[0].resources.claims[0]: Invalid value: "gpu": must name one of the pod's resourceClaims, and a CocoonSet pod has none (from spec.agent.resources.claims)`,
+    );
+  });
+
+  it('an extended resource whose request differs from its limit, has no limit, or is fractional', () => {
+    expect(
+      reason((c) => {
+        c.spec.agent.resources = { requests: { 'example.com/gpu': '1' }, limits: { 'example.com/gpu': '2' } };
+      }),
+    ).toContain(
+      'spec.containers[0].resources.requests[example.com/gpu]: Invalid value: "1": must be equal to example.com/gpu limit of 2',
+    );
+    expect(
+      reason((c) => {
+        c.spec.agent.resources = { requests: { 'example.com/gpu': '1' } };
+      }),
+    ).toContain(
+      'spec.containers[0].resources.limits: Invalid value: "example.com/gpu": Limit must be set for non overcommitable resources',
+    );
+    expect(
+      reason((c) => {
+        c.spec.agent.resources = { limits: { 'example.com/gpu': '500m' } };
+      }),
+    ).toContain('resources.limits[example.com/gpu]: Invalid value: "500m": must be an integer');
+  });
+
+  it('a pass keeps the live main on such an edit; a run recorded before the patch deleted it first', async () => {
+    const good = finalizedSet((c) => {
+      c.metadata.generation = 1;
+      c.spec.agent.replicas = 1;
+    });
+    const pods = [readyPod(buildAgentPod(good, 0, '', '')), readyPod(buildAgentPod(good, 1, MAIN_VM, ''))];
+    const bad = finalizedSet((c) => {
+      c.metadata.generation = 2;
+      c.spec.agent.replicas = 1;
+      c.spec.agent.envFrom = [{ prefix: 'APP_' }];
+    });
+    const w = new PlanWorld(bad, pods);
+    done(await w.pass());
+    expect(w.ids('deletePod')).toEqual([]);
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')?.reason).toBe('InvalidSpec');
+    const old = new PlanWorld(bad, pods);
+    done(await old.pass({ validatesMorePodFields: false }));
+    expect(old.ids('deletePod')).toContain('delete:demo-0');
+  });
+});

@@ -174,6 +174,8 @@ export class PlanWorld {
       validatesStaticToolboxes?: boolean;
       validatesVMRules?: boolean;
       waitsForANode?: boolean;
+      blockKeepsFlowPhase?: boolean;
+      validatesMorePodFields?: boolean;
       spentBySet?: Record<string, string>;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
@@ -209,6 +211,8 @@ export class PlanWorld {
       validatesStaticToolboxes: opts.validatesStaticToolboxes ?? true,
       validatesVMRules: opts.validatesVMRules ?? true,
       waitsForANode: opts.waitsForANode ?? true,
+      blockKeepsFlowPhase: opts.blockKeepsFlowPhase ?? true,
+      validatesMorePodFields: opts.validatesMorePodFields ?? true,
       spentBySet: opts.spentBySet,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
