@@ -86,7 +86,6 @@ const SENSITIVE: V1ResourceAttributes[] = [
   { verb: 'update', resource: 'pods', subresource: 'status' },
   { verb: 'create', resource: 'pods', subresource: 'binding' },
   { verb: 'delete', resource: 'nodes' },
-  { verb: 'list', resource: 'nodes' },
   { verb: 'delete', resource: 'namespaces' },
   { verb: 'update', group: 'apiextensions.k8s.io', resource: 'customresourcedefinitions' },
   { verb: 'bind', group: 'rbac.authorization.k8s.io', resource: 'clusterroles' },
