@@ -55,7 +55,7 @@ import {
   podsInNameOrder,
   subSlotsAscending,
 } from './classify.js';
-import { podSpecMatchesAgent, podSpecMatchesToolbox } from './drift.js';
+import { podSpecMatchesAgent, podSpecMatchesToolbox, schedulingMatches } from './drift.js';
 import {
   agentPodName,
   buildAgentPod,
@@ -658,9 +658,6 @@ async function blockInvalidSpec(st: PassState, reason: string): Promise<never> {
 /** How often a pass held by `placementBlock` looks for a node again, ms (no Node informer tells it). */
 export const NO_NODE_RECHECK_MS = 30_000;
 
-/** Phases in which no flow (suspend, wake, migration) keeps its state in `status.phase`. */
-const STEADY_PHASES = new Set<string>(['', 'Pending', 'Running', 'Scaling']);
-
 /** `k=v,…` of `labels`, sorted by key: a label selector of equality terms. */
 function selectorOf(labels: Record<string, string>): string {
   return Object.keys(labels)
@@ -671,18 +668,17 @@ function selectorOf(labels: Record<string, string>): string {
 
 /**
  * The label selector of the nodes the spec's main may run on (its pool and CPU-class node selector, and the
- * `spec.nodeName` pin as `kubernetes.io/hostname`), or undefined when the live `main` already runs within it:
- * its node selector has every label of the spec's (it may have more: admission adds some), and there is no
- * pin or the pin names the node it runs on (or its own pin).
+ * `spec.nodeName` pin as `kubernetes.io/hostname`), or undefined when the spec does not move the live
+ * `main`: its scheduling still matches (`schedulingMatches`, the drift rule: a main without a CPU class is
+ * adopted, not moved, when the spec gains one), and there is no pin or the pin names the node it runs on
+ * (or its own pin).
  */
 function movedPlacement(cs: CocoonSet, main: V1Pod): string | undefined {
   const wanted = buildAgentPod(cs, 0, '', '');
-  const selector = wanted.spec?.nodeSelector ?? {};
   const pin = requiredHostname(wanted);
-  const held = main.spec?.nodeSelector ?? {};
-  const sameSelector = Object.entries(selector).every(([k, v]) => held[k] === v);
   const samePin = pin === '' || pin === requiredHostname(main) || pin === (main.spec?.nodeName ?? '');
-  if (sameSelector && samePin) return undefined;
+  if (schedulingMatches(main, cs) && samePin) return undefined;
+  const selector = wanted.spec?.nodeSelector ?? {};
   return selectorOf(pin === '' ? selector : { ...selector, [Labels.hostname]: pin });
 }
 
@@ -691,15 +687,14 @@ function movedPlacement(cs: CocoonSet, main: V1Pod): string | undefined {
  * the live main has (pool, CPU class, `spec.nodeName` pin) and no node carries the new placement's labels,
  * the pass touches no pod (no drift delete, no migration), writes the roll-up with `Progressing=False`
  * reason `NoMatchingNode` and a folded Warning Event of that reason, and looks again in
- * `NO_NODE_RECHECK_MS`. Returns when there is no live main (a create of a Pending pod costs nothing), the
- * set is suspended or in a flow (suspend, wake, migration: their state is the phase, which the block would
- * overwrite), the placement is unchanged (`movedPlacement`), a node matches, or the Node List fails (a role
- * without nodes: as the reference).
+ * `NO_NODE_RECHECK_MS`; a flow's phase (an un-suspend, a migration) is kept (`phaseAfterBlock`). Returns
+ * when there is no main or a failed one (a create of a Pending pod costs nothing), a suspend is asked (it
+ * moves nothing), the placement is unchanged (`movedPlacement`), a node matches, or the Node List fails (a
+ * role without nodes: as the reference).
  */
 async function placementBlock(st: PassState): Promise<void> {
   const main = st.c.main;
-  if (!main || isTerminal(main) || st.cs.spec.suspend || !STEADY_PHASES.has(st.cs.status?.phase ?? ''))
-    return;
+  if (!main || isTerminal(main) || st.cs.spec.suspend) return;
   const wanted = movedPlacement(st.cs, main);
   if (wanted === undefined) return;
   const o = await st.r.run({ id: 'any-node', type: 'anyNode', labelSelector: wanted });

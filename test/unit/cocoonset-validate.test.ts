@@ -499,6 +499,37 @@ describe('the placement gate (ours: no live main is replaced by one no node can 
     }
   });
 
+  it('a CPU class added to a set whose main has none: the main is adopted (drift keeps it), so nothing is listed or held (helper-39: the immutable class held the whole set for ever)', async () => {
+    const w = edited((c) => {
+      c.spec.snapshotCompatibilityClass = 'cx';
+    });
+    done(await w.pass());
+    expect(anyNodeQueries(w)).toEqual([]);
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')?.reason).not.toBe('NoMatchingNode');
+  });
+
+  it('a retain set un-suspended after its pool was moved to one no node has: the hibernated main and its tag are kept, Suspended with NoMatchingNode (helper-39: the main was deleted, its tag dropped, and a fresh pod waited Pending)', async () => {
+    const good = finalizedSet((c) => {
+      c.metadata.generation = 1;
+    });
+    const main = liveOn(readyPod(buildAgentPod(good, 0, '', '')), 'node-a', 'vm-0');
+    main.metadata!.annotations![Annotations.hibernate] = 'true';
+    main.metadata!.annotations![Annotations.lifecycleState] = 'hibernated';
+    const cs = finalizedSet((c) => {
+      c.metadata.generation = 3;
+      c.spec.nodePool = 'nowhere';
+      c.status = { phase: 'Suspended' } as CocoonSet['status'];
+    });
+    const w = new PlanWorld(cs, [main]);
+    w.nodes = NODES;
+    w.tags.add(`${MAIN_VM}:hibernate`);
+    const step = done(await w.pass());
+    expect(step.result.requeueAfterMs).toBe(NO_NODE_RECHECK_MS);
+    expect([w.ids('deletePod'), w.droppedTags, w.asks]).toEqual([[], [], []]);
+    expect(w.cs.status?.phase).toBe('Suspended');
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')?.reason).toBe('NoMatchingNode');
+  });
+
   it('a Node List that fails (a role without nodes) lets the drift go on, as the reference; no main (a fresh set) asks nothing', async () => {
     const w = edited((c) => {
       c.spec.nodePool = 'nowhere';
