@@ -640,19 +640,24 @@ function phaseAfterBlock(st: PassState): CocoonSetPhase | '' {
  * edit (which starts a pass) can change the answer.
  */
 async function blockInvalidSpec(st: PassState, reason: string): Promise<never> {
-  const message = `invalid spec, no pod changed: ${reason}`;
-  st.r.effect({
-    id: `event:${EventReasons.invalidSpec}`,
-    type: 'event',
-    eventType: 'Warning',
-    reason: EventReasons.invalidSpec,
-    message,
-  });
-  const status = await writeStatus(st, phaseAfterBlock(st), 'status', {
-    reason: ConditionReasons.invalidSpec,
-    message,
-  });
-  return finish(st, {}, status);
+  return block(st, EventReasons.invalidSpec, `invalid spec, no pod changed: ${reason}`, 0);
+}
+
+/**
+ * Ends a pass that touched no pod because of `reason` (`InvalidSpec`, `NoMatchingNode`: an Event reason and
+ * a `Progressing` condition reason alike): a folded Warning Event with `message`, the roll-up with
+ * `Progressing=False` `reason` `message` in `phaseAfterBlock`'s phase, and another pass in `requeueAfterMs`
+ * (0: none).
+ */
+async function block(
+  st: PassState,
+  reason: typeof EventReasons.invalidSpec | typeof EventReasons.noMatchingNode,
+  message: string,
+  requeueAfterMs: number,
+): Promise<never> {
+  st.r.effect({ id: `event:${reason}`, type: 'event', eventType: 'Warning', reason, message });
+  const status = await writeStatus(st, phaseAfterBlock(st), 'status', { reason, message });
+  return finish(st, { requeueAfterMs }, status);
 }
 
 /** How often a pass held by `placementBlock` looks for a node again, ms (no Node informer tells it). */
@@ -700,18 +705,7 @@ async function placementBlock(st: PassState): Promise<void> {
   const o = await st.r.run({ id: 'any-node', type: 'anyNode', labelSelector: wanted });
   if (o.kind !== 'nodes' || o.any) return;
   const message = `no node has the labels the spec gives the main (${wanted}): main pod ${st.ns}/${main.metadata?.name ?? ''} is kept and no pod changed; add such a node or change the spec`;
-  st.r.effect({
-    id: `event:${EventReasons.noMatchingNode}`,
-    type: 'event',
-    eventType: 'Warning',
-    reason: EventReasons.noMatchingNode,
-    message,
-  });
-  const status = await writeStatus(st, phaseAfterBlock(st), 'status', {
-    reason: ConditionReasons.noMatchingNode,
-    message,
-  });
-  return finish(st, { requeueAfterMs: NO_NODE_RECHECK_MS }, status);
+  return block(st, EventReasons.noMatchingNode, message, NO_NODE_RECHECK_MS);
 }
 
 /** Builds a pod, turning a builder exception into Go's wrapped error. */
