@@ -75,6 +75,16 @@ async function invalidSpec(name: string): Promise<CocoonSet | undefined> {
   );
 }
 
+/** Waits until set `name` shows `Progressing` reason `Stable` at its current generation (60 s). */
+async function stable(name: string): Promise<CocoonSet | undefined> {
+  return sets.waitUntil(
+    name,
+    'Progressing back to Stable at the current generation',
+    (cs) => current(cs) && progressing(cs)?.reason === 'Stable',
+    60_000,
+  );
+}
+
 async function waitRunning(name: string, agents: number): Promise<CocoonSet> {
   return (await sets.waitUntil(
     name,
@@ -168,12 +178,7 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
     expect(events[0]).toMatchObject({ type: 'Warning', message: progressing(blocked)?.message });
 
     await sets.patchSpec(name, { agent: { storage: '10Gi' } });
-    const fixed = await sets.waitUntil(
-      name,
-      'Progressing back to Stable at the fixed generation',
-      (cs) => current(cs) && progressing(cs)?.reason === 'Stable',
-      60_000,
-    );
+    const fixed = await stable(name);
     expect(fixed?.status).toMatchObject({ phase: 'Running', readyAgents: 2 });
     expect(uids(await podsOf(name))).toEqual(before);
   });
@@ -197,12 +202,7 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
     expect(rig.op?.child.signalCode).toBeNull();
 
     await sets.patchSpec(name, { agent: { replicas: 1 } });
-    await sets.waitUntil(
-      name,
-      'Progressing back to Stable at the fixed generation',
-      (cs) => current(cs) && progressing(cs)?.reason === 'Stable',
-      60_000,
-    );
+    await stable(name);
     expect(uids(await podsOf(name))).toEqual(before);
 
     // A clone image vk-cocoon cannot resolve under its registry (a registry port): the webhook's rule, so the
@@ -215,12 +215,7 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
     await passFinished(name);
     expect(uids(await podsOf(name))).toEqual(before);
     await sets.patchSpec(name, { agent: { mode: 'run', image: IMAGE } });
-    await sets.waitUntil(
-      name,
-      'Progressing back to Stable after the image edit back',
-      (cs) => current(cs) && progressing(cs)?.reason === 'Stable',
-      60_000,
-    );
+    await stable(name);
     expect(uids(await podsOf(name))).toEqual(before);
   });
 
@@ -256,12 +251,7 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
     await noNode(`${Labels.nodePool}=${pool},${Labels.hostname}=no-such-node`);
 
     await sets.patchSpec(name, { nodeName: null });
-    await sets.waitUntil(
-      name,
-      'Progressing back to Stable after the edits back',
-      (cs) => current(cs) && progressing(cs)?.reason === 'Stable',
-      60_000,
-    );
+    await stable(name);
     expect(uids(await podsOf(name))).toEqual(before);
   });
 
