@@ -55,11 +55,12 @@ import {
   podsInNameOrder,
   subSlotsAscending,
 } from './classify.js';
-import { podSpecMatchesAgent, podSpecMatchesToolbox, schedulingMatches } from './drift.js';
+import { podNodePool, podSpecMatchesAgent, podSpecMatchesToolbox, schedulingMatches } from './drift.js';
 import {
   agentPodName,
   buildAgentPod,
   buildToolboxPod,
+  nodePoolOf,
   preferredHostnameAffinity,
   requiredHostname,
   toolboxPodName,
@@ -304,6 +305,14 @@ export interface PassInput {
    * by a new-user run). The workflow sets it behind `patched()`.
    */
   validatesMorePodFields?: boolean;
+  /**
+   * A released-seat wake whose restore main no node took yet (unbound, no VM) follows an edit of the
+   * placement (pool, CPU class, `spec.nodeName` pin): the pod is deleted and the next pass creates it again,
+   * restoring from the same `:hibernate` tag, with the new placement. Before, the wake waited on the old
+   * pod for ever (found by a new-user run; the migration does the same since `migrationFollowsPin`). The
+   * workflow sets it behind `patched()`.
+   */
+  releasedWakeFollowsPlacement?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -1751,6 +1760,12 @@ async function releasedWake(st: PassState): Promise<void> {
   if (!engaged || !st.input.registryConfigured) return;
   if (!main) return startReleasedWake(st, hint);
   const mainName = main.metadata?.name ?? '';
+  if (waking && st.input.releasedWakeFollowsPlacement && unboundRestore(main) && !placedAsSpec(st.cs, main)) {
+    // Ours: no VM ever ran in this pod and the tag stays, so recreating it under the new placement loses
+    // nothing (next pass: `startReleasedWake`). The reference waits on it for ever.
+    await deletePod(st, mainName, `wake: delete restore main no node took (placement changed)`);
+    return writeStatusAndFinish(st, 'Waking', { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });
+  }
   if (waking && !vmAwake(st, main)) {
     const msg = podUnschedulable(main);
     if (msg !== '') {
@@ -1791,6 +1806,26 @@ async function releasedWake(st: PassState): Promise<void> {
     return finish(st, { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });
   const err = errText(o);
   if (err !== undefined) return fail(st, `wake: confirm delete of ${st.ns}/${mainName}: ${err}`);
+}
+
+/** A restore-marked pod no node has taken (no `spec.nodeName`) and that runs no VM. */
+function unboundRestore(pod: V1Pod): boolean {
+  return (pod.spec?.nodeName ?? '') === '' && restoreFromHibernate(pod) && !vmLive(pod);
+}
+
+/**
+ * Whether `pod` is placed as the current spec would place a new main: same pool, same CPU class (exactly:
+ * an unbound pod has no VM to adopt, unlike drift's `schedulingMatches`), same required hostname (the
+ * `spec.nodeName` pin, or none).
+ */
+function placedAsSpec(cs: CocoonSet, pod: V1Pod): boolean {
+  const wanted = buildAgentPod(cs, 0, '', '');
+  const classOf = (p: V1Pod) => p.spec?.nodeSelector?.[Labels.snapshotCPUClass] ?? '';
+  return (
+    podNodePool(pod) === nodePoolOf(cs) &&
+    classOf(pod) === classOf(wanted) &&
+    requiredHostname(pod) === requiredHostname(wanted)
+  );
 }
 
 /**

@@ -485,6 +485,7 @@ async function drive(
     waitsForANode: on(io, 'waits-for-a-node'),
     blockKeepsFlowPhase: on(io, 'blocked-pass-keeps-flow-phase'),
     validatesMorePodFields: on(io, 'validates-more-pod-fields'),
+    releasedWakeFollowsPlacement: on(io, 'released-wake-follows-placement'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,

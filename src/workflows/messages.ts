@@ -31,6 +31,7 @@ export const LEVELED_PATCHES: readonly string[] = [
   'waits-for-a-node',
   'blocked-pass-keeps-flow-phase',
   'validates-more-pod-fields',
+  'released-wake-follows-placement',
 ];
 
 /**

@@ -1120,6 +1120,99 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     }
   }, 300_000);
 
+  it('a released wake whose restore main waits for a seat follows a nodePool edit: the unbound pod is deleted and recreated in the new pool, restored there from the same tag, the tag dropped, the hint cleared, placement "pool" (fails without released-wake-follows-placement: it waited Waking on the old pod)', async () => {
+    const full = `${ns}-wk-full`;
+    const free = `${ns}-wk-free`;
+    const [fullNode, freeNode] = [`${full}-node`, `${free}-node`];
+    const simOf = (pool: string, nodeName: string, seats: number) =>
+      new VkSimulator({
+        kube: kube.kc,
+        registry,
+        nodeName,
+        pool,
+        cpuClass: place.cpuClass,
+        seats,
+        tickMs: 500,
+      });
+    const sims = [simOf(full, fullNode, 1), simOf(free, freeNode, 4)];
+    const specIn = (pool: string): CocoonSet['spec'] => ({
+      ...realisticSpec(AGENT_V1, TOOLBOX_IMAGE, { pool, cpuClass: place.cpuClass }),
+      agent: { image: AGENT_V1, replicas: 0 },
+      toolboxes: [],
+      hibernatePolicy: 'release',
+    });
+    const name = 'wake-moves';
+    const mainPod = `${name}-0`;
+    const vm = vmOf(name, 0);
+    try {
+      for (const s of sims) await s.start();
+      await createSet(name, specIn(full));
+      await sets.waitPhase(name, 'Running', BRING_UP_MS);
+      await sets.patchSpec(name, { suspend: true });
+      await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
+      await waitFor(
+        'the main pod deleted',
+        async () => ((await podsOf(name)).has(mainPod) ? undefined : true),
+        QUICK_MS,
+      );
+      await createSet('wake-blocker', specIn(full));
+      await sets.waitPhase('wake-blocker', 'Running', BRING_UP_MS);
+
+      await sets.patchSpec(name, { suspend: false });
+      await waitFor(
+        'WakeNoCapacity',
+        async () => ((await setEvents(name, EventReasons.wakeNoCapacity)).length > 0 ? true : undefined),
+        QUICK_MS,
+      );
+      const waiting = (await podsOf(name)).get(mainPod)!;
+      expect(waiting.spec?.nodeName ?? '').toBe('');
+      expect(waiting.spec?.nodeSelector?.[Labels.nodePool]).toBe(full);
+
+      const startedOnFree = sims[1]!.state().started.length;
+      await sets.patchSpec(name, { nodePool: free });
+      const moved = await waitFor(
+        `${mainPod} running on ${freeNode}`,
+        async () => {
+          const p = (await podsOf(name)).get(mainPod);
+          return p && p.spec?.nodeName === freeNode && podReady(p) && vmIDOf(p) !== '' ? p : undefined;
+        },
+        QUICK_MS,
+        { describe: () => rec.podHistory(mainPod).slice(-2) },
+      );
+      expect(moved.metadata?.uid).not.toBe(waiting.metadata?.uid);
+      expect(moved.spec?.nodeSelector?.[Labels.nodePool]).toBe(free);
+      expect(moved.metadata?.annotations?.[Annotations.restoreFromHibernate]).toBe('true');
+      const restored = sims[1]!
+        .state()
+        .started.slice(startedOnFree)
+        .filter((v) => v.name === vm);
+      expect(restored).toHaveLength(1);
+      expect(restored[0]!.source).toMatch(new RegExp(`^restore .*${vm}`));
+      const running = await sets.waitPhase(name, 'Running', QUICK_MS);
+      expect(running.metadata.annotations?.[Annotations.hibernatedOnNode]).toBeUndefined();
+      await waitFor(
+        'the tag dropped once the VM is live',
+        async () => ((await headTag(registry, vm, Tags.hibernate)) === 404 ? true : undefined),
+        QUICK_MS,
+      );
+      expect(
+        metricSum(await metrics(), 'cocoon_operator_slot_release_wake_total', {
+          cocoonset: name,
+          placement: 'pool',
+        }),
+      ).toBe(1);
+      // The pod that waited for a seat was never bound and never ran a VM.
+      const versions = rec.podHistory(mainPod).filter((x) => x.uid === waiting.metadata?.uid);
+      expect(versions.filter((x) => x.vmID !== '' || x.running)).toEqual([]);
+    } finally {
+      for (const set of [name, 'wake-blocker']) await sets.delete(set).catch(() => undefined);
+      for (const set of [name, 'wake-blocker'])
+        await sets.waitUntil(set, 'gone', (x) => x === undefined, QUICK_MS).catch(() => undefined);
+      for (const s of sims) await s.stop();
+      for (const n of [fullNode, freeNode]) await kube.core.deleteNode({ name: n }).catch(() => undefined);
+    }
+  }, 300_000);
+
   it('a pinned set moved to a second node (spec.nodeName edited): Migrating, the main snapshotted on the first node, deleted there only once vk reports it hibernated (vk takes 8 s from the push to the removal: fails without migration-waits-for-quiesce), recreated on the second and restored from its snapshot (its state kept), the tag dropped once it runs there', async () => {
     const mig = migrationNodes('mig');
     const { nodeA, nodeB, sims } = mig;

@@ -38,6 +38,7 @@
  * | WakeLeavesSuspendedPlaceholderToNormalFlow      | wake › a Suspended placeholder main goes to un-suspend        |
  * | WakeScoresPlacementOnceAcrossStaleStatusReentry | wake › scores the placement once across a stale re-entry      |
  * | (ours) WakeNoCapacity                           | wake › WakeNoCapacity while the scheduler finds no seat       |
+ * | (ours) WakeFollowsPlacement                      | wake › follows a placement edit while its restore waits       |
  * | (ours, deliberate difference)                   | wake › keeps the tag while a CocoonHibernation holds the VM   |
  */
 import type { V1Pod } from '@kubernetes/client-node';
@@ -543,6 +544,72 @@ describe('released-seat wake', () => {
     const w2 = new PlanWorld(cs, [quiet]);
     expect(done(await w2.pass()).result).toEqual(OK_5S);
     expect([w2.events, w2.metrics, w2.cs.status?.phase]).toEqual([[], [], 'Waking']);
+  });
+
+  it('follows a placement edit (pool, CPU class, pin cleared) while its restore main waits unbound: the pod is deleted (Waking, 5 s) and the next pass creates it restoring from the same tag with the new placement (a pinned set through the migration); a bound restore, an unchanged placement and the old version wait (deliberate: the reference waits on the old pod for ever)', async () => {
+    const unbound = (cs: CocoonSet) => restoreMarked(main(cs));
+    const edits: [string, (c: CocoonSet) => void][] = [
+      ['pool', (c) => (c.spec.nodePool = 'big')],
+      ['class', (c) => (c.spec.snapshotCompatibilityClass = 'n2-v2')],
+      ['pin cleared', (c) => delete c.spec.nodeName],
+    ];
+    for (const [what, edit] of edits) {
+      const before = releaseSet(phase('Waking', 'node-a'), (c) => {
+        c.spec.nodeName = 'node-a';
+        c.spec.snapshotCompatibilityClass = 'n2-v1';
+      });
+      const cs = releaseSet(
+        phase('Waking', 'node-a'),
+        (c) => {
+          c.spec.nodeName = 'node-a';
+          c.spec.snapshotCompatibilityClass = 'n2-v1';
+        },
+        edit,
+      );
+      const w = new PlanWorld(cs, [unbound(before)]);
+      w.tags.add(TAG);
+      expect(done(await w.pass()).result, what).toEqual(OK_5S);
+      expect(w.ids('deletePod'), what).toEqual(['delete:demo-0']);
+      expect([w.pod('demo-0'), w.cs.status?.phase, w.droppedTags], what).toEqual([undefined, 'Waking', []]);
+      done(await w.pass());
+      const again = w.pod('demo-0')!;
+      expect(again.metadata!.annotations![Annotations.restoreFromHibernate], what).toBe('true');
+      expect(again.spec!.nodeSelector, what).toEqual(main(w.cs).spec!.nodeSelector);
+      expect(again.spec!.affinity, what).toEqual(
+        w.cs.spec.nodeName
+          ? main(w.cs).spec!.affinity
+          : {
+              nodeAffinity: {
+                preferredDuringSchedulingIgnoredDuringExecution: [
+                  {
+                    weight: 100,
+                    preference: {
+                      matchExpressions: [{ key: Labels.hostname, operator: 'In', values: ['node-a'] }],
+                    },
+                  },
+                ],
+              },
+            },
+      );
+      // A pinned set's restore main is the migration's to create (it runs first), as at any pinned wake.
+      expect([w.tags.has(TAG), w.cs.status?.phase], what).toEqual([
+        true,
+        w.cs.spec.nodeName ? 'Migrating' : 'Waking',
+      ]);
+    }
+    const waits = async (w: PlanWorld, what: string) => {
+      w.tags.add(TAG);
+      expect(done(await w.pass()).result, what).toEqual(OK_5S);
+      expect([w.ids('deletePod'), w.ids('createPod'), w.cs.status?.phase], what).toEqual([[], [], 'Waking']);
+    };
+    const cs = releaseSet(phase('Waking', 'node-a'));
+    await waits(new PlanWorld(cs, [unbound(cs)]), 'unchanged');
+    const moved = releaseSet(phase('Waking', 'node-a'), (c) => (c.spec.nodePool = 'big'));
+    await waits(new PlanWorld(moved, [onNode(unbound(cs), 'node-a')]), 'bound');
+    const old = new PlanWorld(moved, [unbound(cs)]);
+    old.tags.add(TAG);
+    expect(done(await old.pass({ releasedWakeFollowsPlacement: false })).result).toEqual(OK_5S);
+    expect([old.ids('deletePod'), old.cs.status?.phase]).toEqual([[], 'Waking']);
   });
 
   it('keeps the tag while a live CocoonHibernation holds the VM, or while the main is being hibernated again; still clears the hint (deliberate: the reference drops it unconditionally)', async () => {

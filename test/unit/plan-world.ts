@@ -176,6 +176,7 @@ export class PlanWorld {
       waitsForANode?: boolean;
       blockKeepsFlowPhase?: boolean;
       validatesMorePodFields?: boolean;
+      releasedWakeFollowsPlacement?: boolean;
       spentBySet?: Record<string, string>;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
@@ -213,6 +214,7 @@ export class PlanWorld {
       waitsForANode: opts.waitsForANode ?? true,
       blockKeepsFlowPhase: opts.blockKeepsFlowPhase ?? true,
       validatesMorePodFields: opts.validatesMorePodFields ?? true,
+      releasedWakeFollowsPlacement: opts.releasedWakeFollowsPlacement ?? true,
       spentBySet: opts.spentBySet,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
