@@ -147,6 +147,11 @@ export const EventReasons = {
    * `Progressing=False NoMatchingNode`).
    */
   noMatchingNode: 'NoMatchingNode',
+  /**
+   * Ours: the edited spec's clone-mode agent image is not in the registry, so the live main is kept
+   * (Warning, with `Progressing=False ImageNotFound`).
+   */
+  imageNotFound: 'ImageNotFound',
 } as const;
 
 /**
@@ -284,4 +289,9 @@ export const ConditionReasons = {
    * labels no node has; the live main stays and no pod is touched until a node matches or the spec changes.
    */
   noMatchingNode: 'NoMatchingNode',
+  /**
+   * Ours, on `Progressing=False`: the spec's new clone-mode agent image is not in the registry; the live
+   * main stays and no pod is touched until the image is pushed or the spec changes.
+   */
+  imageNotFound: 'ImageNotFound',
 } as const;

@@ -83,7 +83,7 @@ import {
   staticToolboxReason,
   vmSpecReason,
 } from './validate.js';
-import { hibernatePolicyOf, replicasOf } from './vmspec.js';
+import { agentModeOf, hibernatePolicyOf, parseVMSpec, replicasOf } from './vmspec.js';
 
 /** Requeue delay while waiting for the main / for a terminating predecessor (`requeueWaitForMain`). */
 export const REQUEUE_WAIT_FOR_MAIN_MS = 5_000;
@@ -313,6 +313,13 @@ export interface PassInput {
    * workflow sets it behind `patched()`.
    */
   releasedWakeFollowsPlacement?: boolean;
+  /**
+   * A live main whose edited spec gives it another clone-mode image is kept while that image is not in the
+   * registry (`cloneImageBlock`): the pass touches no pod and says `Progressing=False ImageNotFound`,
+   * looking again every `NO_IMAGE_RECHECK_MS`. Before, a mistyped tag drift-deleted the running main and
+   * its replacement failed to clone (found by a new-user run). The workflow sets it behind `patched()`.
+   */
+  driftWaitsForCloneImage?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -358,6 +365,8 @@ export type PassAction =
   | { id: string; type: 'anyNode'; labelSelector: string }
   /** Registry `HasManifest(vmName, "hibernate")`. Outcome: probe | error. */
   | { id: string; type: 'probeHibernate'; vmName: string }
+  /** Registry `HasManifest(repo, tag)` of a clone-mode base image. Outcome: probe | error. */
+  | { id: string; type: 'probeImage'; repo: string; tag: string }
   /** JSON merge patch on `/status`; `status` is the resulting status to mirror. Outcome: ok | error. */
   | { id: string; type: 'patchStatus'; body: { status: Record<string, unknown> }; status: CocoonSetStatus }
   /** Emit a Kubernetes Event on the CocoonSet (fire and forget). Outcome: ok. */
@@ -660,7 +669,10 @@ async function blockInvalidSpec(st: PassState, reason: string): Promise<never> {
  */
 async function block(
   st: PassState,
-  reason: typeof EventReasons.invalidSpec | typeof EventReasons.noMatchingNode,
+  reason:
+    | typeof EventReasons.invalidSpec
+    | typeof EventReasons.noMatchingNode
+    | typeof EventReasons.imageNotFound,
   message: string,
   requeueAfterMs: number,
 ): Promise<never> {
@@ -715,6 +727,50 @@ async function placementBlock(st: PassState): Promise<void> {
   if (o.kind !== 'nodes' || o.any) return;
   const message = `no node has the labels the spec gives the main (${wanted}): main pod ${st.ns}/${main.metadata?.name ?? ''} is kept and no pod changed; add such a node or change the spec`;
   return block(st, EventReasons.noMatchingNode, message, NO_NODE_RECHECK_MS);
+}
+
+/** How often a pass held by `cloneImageBlock` probes the registry for the image again, ms. */
+export const NO_IMAGE_RECHECK_MS = 30_000;
+
+/**
+ * `repo` and `tag` (default `latest`) of a registry-relative clone image `repo[:tag]` (vk-cocoon's
+ * `ociutil.ParseRef` under its registry; the validation gate has already refused any other shape).
+ */
+export function cloneImageRef(image: string): { repo: string; tag: string } {
+  const colon = image.lastIndexOf(':');
+  if (colon < 0 || image.indexOf('/', colon) >= 0) return { repo: image, tag: 'latest' };
+  return { repo: image.slice(0, colon), tag: image.slice(colon + 1) };
+}
+
+/**
+ * The clone-image gate (ours; the reference has none), next to the placement gate: when the spec gives the
+ * live main another clone-mode image (an edit its drift would answer by deleting the main, and its
+ * sub-agents after it) and the registry answers that it has no such image (HEAD of its manifest, on the
+ * registry task queue), the pass touches no pod, writes the roll-up with `Progressing=False` reason
+ * `ImageNotFound` and a folded Warning Event of that reason, and probes again in `NO_IMAGE_RECHECK_MS`; a
+ * flow's phase is kept (`phaseAfterBlock`). A registry error fails the pass (retried with backoff): the
+ * replacement is not known to come up. Returns when there is no main, or a failed one, or it runs no VM
+ * (nothing to keep),
+ * a suspend is asked (it replaces nothing), there is no registry, the agent runs in `run` mode, or the
+ * main already runs that image in clone mode. vk-cocoon also clones from an image a node holds locally;
+ * such an image is refused here until the main pod is deleted by hand.
+ */
+async function cloneImageBlock(st: PassState): Promise<void> {
+  const main = st.c.main;
+  const agent = st.cs.spec.agent;
+  const image = agent.image ?? '';
+  if (!main || !vmLive(main) || isTerminal(main) || st.cs.spec.suspend || !st.input.registryConfigured)
+    return;
+  if (image === '' || agentModeOf(agent) !== 'clone') return;
+  const current = parseVMSpec(main);
+  if (current.mode === 'clone' && current.image === image) return;
+  const { repo, tag } = cloneImageRef(image);
+  const o = await st.r.run({ id: `image-probe:${repo}:${tag}`, type: 'probeImage', repo, tag });
+  if (o.kind !== 'probe')
+    return fail(st, `probe clone image ${repo}:${tag}: ${errText(o) ?? 'unexpected outcome'}`);
+  if (o.present) return;
+  const message = `clone image ${repo}:${tag} is not in the registry: main pod ${st.ns}/${main.metadata?.name ?? ''} is kept and no pod changed; push the image or change spec.agent.image`;
+  return block(st, EventReasons.imageNotFound, message, NO_IMAGE_RECHECK_MS);
 }
 
 /** Builds a pod, turning a builder exception into Go's wrapped error. */
@@ -1902,6 +1958,7 @@ async function reconcile(st: PassState): Promise<never> {
     (st.input.validatesPin ? nodePinReason(cs, agentPodName(cs, 0)) : undefined);
   if (invalid !== undefined) return blockInvalidSpec(st, invalid);
   if (st.input.waitsForANode) await placementBlock(st);
+  if (st.input.driftWaitsForCloneImage) await cloneImageBlock(st);
   // 6. Generation stamp on every classified pod, in name order.
   const generation = cs.metadata.generation ?? 0;
   if (st.input.batchPodLoops) await stampAll(st, generation);

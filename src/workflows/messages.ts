@@ -32,6 +32,7 @@ export const LEVELED_PATCHES: readonly string[] = [
   'blocked-pass-keeps-flow-phase',
   'validates-more-pod-fields',
   'released-wake-follows-placement',
+  'drift-waits-for-clone-image',
 ];
 
 /**

@@ -17,12 +17,14 @@ import type { Client } from '@temporalio/client';
 import type { temporal as proto } from '@temporalio/proto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cocoonSetWorkflowId } from '../../src/api/ids.js';
-import { KIND_COCOONSET, Labels } from '../../src/api/keys.js';
+import { Annotations, KIND_COCOONSET, Labels } from '../../src/api/keys.js';
 import { podReady } from '../../src/api/pod.js';
 import type { CocoonSet } from '../../src/api/types.js';
+import { NO_IMAGE_RECHECK_MS } from '../../src/cocoonset/plan.js';
 import { summarizePod } from '../../src/cocoonset/summary.js';
 import type { KubeClients } from '../../src/kube/client.js';
 import { waitFor } from '../support/wait.js';
+import { pushBaseImage } from '../vksim/oci.js';
 import { type CocoonSets, cocoonSetWorkflowState } from './cocoonset-harness.js';
 import { operatorEvents } from './hibernation-harness.js';
 import { OperatorRig } from './operator-rig.js';
@@ -254,6 +256,52 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
     await stable(name);
     expect(uids(await podsOf(name))).toEqual(before);
   });
+
+  it('(a6) a clone-mode image edit to a tag the registry lacks (a typo): Progressing=False ImageNotFound naming it, the live pods kept (new-user finding: the main was deleted and its replacement never came up); once the image is pushed the next look (30 s) takes the edit: main and sub-agent recreated with it (fails without drift-waits-for-clone-image)', async () => {
+    const name = 'typo';
+    made.push(name);
+    const [v1, v2] = [`faults-e2e/${ns}:v1`, `faults-e2e/${ns}:v2`];
+    await pushBaseImage(rig.registry, v1);
+    await sets.create(name, { agent: { image: v1, mode: 'clone', replicas: 1, storage: '10Gi' } });
+    await waitRunning(name, 2);
+    const before = uids(await podsOf(name));
+
+    await sets.patchSpec(name, { agent: { image: v2 } });
+    const held = await sets.waitUntil(
+      name,
+      'Progressing=False ImageNotFound',
+      (cs) => current(cs) && progressing(cs)?.reason === 'ImageNotFound',
+      60_000,
+    );
+    expect(progressing(held)?.message).toBe(
+      `clone image ${v2} is not in the registry: main pod ${ns}/${name}-0 is kept and no pod changed; push the image or change spec.agent.image`,
+    );
+    expect(held?.status?.phase).toBe('Running');
+    const [event] = await operatorEvents(kube, ns, name, 'ImageNotFound', KIND_COCOONSET);
+    expect(event?.type).toBe('Warning');
+    await passFinished(name);
+    expect(uids(await podsOf(name))).toEqual(before);
+
+    await pushBaseImage(rig.registry, v2);
+    const replaced = await waitFor(
+      'main and sub-agent recreated with the pushed image',
+      async () => {
+        const pods = await podsOf(name);
+        const done =
+          pods.length === 2 &&
+          pods.every(
+            (p) =>
+              p.metadata?.uid !== before[p.metadata?.name ?? ''] &&
+              p.metadata?.annotations?.[Annotations.image] === v2 &&
+              podReady(p),
+          );
+        return done ? pods : undefined;
+      },
+      NO_IMAGE_RECHECK_MS + BRING_UP_MS,
+    );
+    expect(replaced).toHaveLength(2);
+    await waitRunning(name, 2);
+  }, 600_000);
 
   it('(a3) a set named past 63 characters (the CRD admits 253; its pods cannot carry that label): InvalidSpec naming the label, no pod created; deleting it completes (new-user finding: every pass failed at the pod List with no status)', async () => {
     const name = 'a'.repeat(70);

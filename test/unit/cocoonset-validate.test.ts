@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import { Annotations, Labels } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
-import { NO_NODE_RECHECK_MS } from '../../src/cocoonset/plan.js';
+import { cloneImageRef, NO_IMAGE_RECHECK_MS, NO_NODE_RECHECK_MS } from '../../src/cocoonset/plan.js';
 import { buildAgentPod } from '../../src/cocoonset/pods.js';
 import {
   invalidSpecReason,
@@ -630,5 +630,102 @@ describe('invalidSpecReason with the validates-more-pod-fields checks (new-user 
     const old = new PlanWorld(bad, pods);
     done(await old.pass({ validatesMorePodFields: false }));
     expect(old.ids('deletePod')).toContain('delete:demo-0');
+  });
+});
+
+describe('the clone-image gate (ours: no live main is replaced by one whose clone image the registry lacks)', () => {
+  /** A Running set of a main and one sub-agent, both live on node-a; then `edit` at generation 2. */
+  const edited = (edit: (c: CocoonSet) => void, images: string[] = []) => {
+    const good = finalizedSet((c) => {
+      c.metadata.generation = 1;
+      c.spec.agent.replicas = 1;
+    });
+    const pods = [
+      liveOn(readyPod(buildAgentPod(good, 0, '', '')), 'node-a', 'vm-0'),
+      liveOn(readyPod(buildAgentPod(good, 1, MAIN_VM, 'node-a')), 'node-a', 'vm-1'),
+    ];
+    const cs = finalizedSet((c) => {
+      c.metadata.generation = 2;
+      c.spec.agent.replicas = 1;
+      edit(c);
+    });
+    const w = new PlanWorld(cs, pods);
+    w.images = new Set(images);
+    return w;
+  };
+  const toTypo = (c: CocoonSet) => {
+    c.spec.agent.image = 'cocoon/agent:v2-typo';
+  };
+
+  it('an image edit to a tag the registry lacks: ImageNotFound naming it, the main and sub-agent kept, a probe again in 30 s; once pushed the drift goes on; without the patch the main was deleted first', async () => {
+    const w = edited(toTypo);
+    const step = done(await w.pass());
+    expect(step.result).toEqual({ requeue: false, requeueAfterMs: NO_IMAGE_RECHECK_MS, error: undefined });
+    expect(w.probes).toEqual(['cocoon/agent:v2-typo']);
+    expect(w.log.map((a) => a.type).sort()).toEqual(['event', 'patchStatus', 'probeImage']);
+    expect(w.ids('deletePod')).toEqual([]);
+    const message =
+      'clone image cocoon/agent:v2-typo is not in the registry: main pod ns/demo-0 is kept and no pod changed; push the image or change spec.agent.image';
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')).toMatchObject({
+      status: 'False',
+      reason: 'ImageNotFound',
+      message,
+    });
+    expect(w.cs.status).toMatchObject({ phase: 'Running', readyAgents: 2 });
+    expect(w.events).toEqual([{ eventType: 'Warning', reason: 'ImageNotFound', message }]);
+
+    w.images!.add('cocoon/agent:v2-typo');
+    expect(done(await w.pass()).result.requeue).toBe(true);
+    expect(w.ids('deletePod')).toEqual(['delete:demo-0']);
+
+    const old = edited(toTypo);
+    done(await old.pass({ driftWaitsForCloneImage: false }));
+    expect([old.probes, old.ids('deletePod')]).toEqual([[], ['delete:demo-0']]);
+  });
+
+  it('probes only a new clone image of a live main: not for another drift (same image), run mode, a main with no VM or a failed one, or without a registry', async () => {
+    const noProbe = async (w: PlanWorld, what: string, opts: { registryConfigured?: boolean } = {}) => {
+      done(await w.pass(opts));
+      expect([w.probes, w.ids('deletePod')], what).toEqual([[], ['delete:demo-0']]);
+    };
+    await noProbe(
+      edited((c) => {
+        c.spec.agent.resources = { limits: { cpu: '3' } };
+      }),
+      'same image',
+    );
+    await noProbe(
+      edited((c) => {
+        toTypo(c);
+        c.spec.agent.mode = 'run';
+      }),
+      'run mode',
+    );
+    await noProbe(edited(toTypo), 'no registry', { registryConfigured: false });
+    const pending = edited(toTypo);
+    delete pending.pod('demo-0')!.metadata!.annotations![Annotations.vmID];
+    await noProbe(pending, 'no VM');
+    const failed = edited(toTypo);
+    failed.pod('demo-0')!.metadata!.annotations![Annotations.lifecycleState] = 'failed';
+    await noProbe(failed, 'failed main');
+  });
+
+  it('a registry error fails the pass (ReconcileFailed, retried) and touches no pod: the new image is not known to exist', async () => {
+    const w = edited(toTypo);
+    w.probeError = 'registry down';
+    const step = done(await w.pass());
+    expect(step.result.error).toBe('probe clone image cocoon/agent:v2-typo: registry down');
+    expect(w.ids('deletePod')).toEqual([]);
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')?.reason).toBe('ReconcileFailed');
+  });
+
+  it('cloneImageRef: repo[:tag], tag latest by default (vk-cocoon ociutil.ParseRef)', () => {
+    expect(cloneImageRef('agent')).toEqual({ repo: 'agent', tag: 'latest' });
+    expect(cloneImageRef('cocoon/agent')).toEqual({ repo: 'cocoon/agent', tag: 'latest' });
+    expect(cloneImageRef('cocoon/agent:v2')).toEqual({ repo: 'cocoon/agent', tag: 'v2' });
+    expect(cloneImageRef('ghcr.io/cocoonstack/cocoon/ubuntu:24.04')).toEqual({
+      repo: 'ghcr.io/cocoonstack/cocoon/ubuntu',
+      tag: '24.04',
+    });
   });
 });

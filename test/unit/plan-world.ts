@@ -55,6 +55,8 @@ export class PlanWorld {
    * the tests' sets ask for).
    */
   nodes?: Record<string, string>[];
+  /** Clone-mode base images in the registry (`repo:tag`); undefined: every image the tests name. */
+  images?: Set<string>;
   /** When set, every Node List (`anyNode`) fails with this text. */
   nodeListError?: string;
   /** The set's desires sent to VM workflows (`askVM`), in order; the world changes nothing for them. */
@@ -106,6 +108,10 @@ export class PlanWorld {
       case 'listHibernations':
         this.lists++;
         return { kind: 'hibernations', items: clone(this.crs) };
+      case 'probeImage':
+        this.probes.push(`${a.repo}:${a.tag}`);
+        if (this.probeError !== undefined) return { kind: 'error', message: this.probeError };
+        return { kind: 'probe', present: this.images === undefined || this.images.has(`${a.repo}:${a.tag}`) };
       case 'probeHibernate':
         this.probes.push(a.vmName);
         if (this.probeError !== undefined) return { kind: 'error', message: this.probeError };
@@ -177,6 +183,7 @@ export class PlanWorld {
       blockKeepsFlowPhase?: boolean;
       validatesMorePodFields?: boolean;
       releasedWakeFollowsPlacement?: boolean;
+      driftWaitsForCloneImage?: boolean;
       spentBySet?: Record<string, string>;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
@@ -215,6 +222,7 @@ export class PlanWorld {
       blockKeepsFlowPhase: opts.blockKeepsFlowPhase ?? true,
       validatesMorePodFields: opts.validatesMorePodFields ?? true,
       releasedWakeFollowsPlacement: opts.releasedWakeFollowsPlacement ?? true,
+      driftWaitsForCloneImage: opts.driftWaitsForCloneImage ?? true,
       spentBySet: opts.spentBySet,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,

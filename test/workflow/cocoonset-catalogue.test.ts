@@ -330,6 +330,7 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
       expect(uidOf(w, 'demo-1')).toBe(deadUID);
       expect(w.historyWrites).toEqual([]);
 
+      w.tags.add('ghcr.io/cocoonstack/cocoon/ubuntu:26.04'); // the clone image the edit names
       await w.editSpec((c) => {
         c.spec.agent.image = 'ghcr.io/cocoonstack/cocoon/ubuntu:26.04';
       });
