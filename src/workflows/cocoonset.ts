@@ -486,6 +486,7 @@ async function drive(
     blockKeepsFlowPhase: on(io, 'blocked-pass-keeps-flow-phase'),
     validatesMorePodFields: on(io, 'validates-more-pod-fields'),
     releasedWakeFollowsPlacement: on(io, 'released-wake-follows-placement'),
+    driftWaitsForCloneImage: on(io, 'drift-waits-for-clone-image'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,
@@ -635,6 +636,9 @@ async function execute(
           kind: 'probe',
           present: await registry.hasManifest({ vmName: a.vmName, tag: Tags.hibernate }),
         };
+      case 'probeImage':
+        // A base image's repository sits under the registry like a VM's snapshot repository.
+        return { kind: 'probe', present: await registry.hasManifest({ vmName: a.repo, tag: a.tag }) };
       case 'patchStatus': {
         await kube.cocoonSetPatchStatus({ namespace, name: state.name, body: a.body });
         // Logged only: the Kubernetes Event stream has no phase change, and an operator log without the
@@ -694,10 +698,17 @@ async function execute(
           log.warn('cocoonset metric not counted', { metric: a.metric, error: errorMessage(err) });
         }
         return { kind: 'ok' };
+      default:
+        return unhandled(a);
     }
   } catch (err) {
     return { kind: 'error', message: errorMessage(err) };
   }
+}
+
+/** Compile-time exhaustiveness of `execute`: an action type without its case fails the type check here. */
+function unhandled(a: never): never {
+  throw new Error(`unhandled pass action ${JSON.stringify(a)}`);
 }
 
 /**
