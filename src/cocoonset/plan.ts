@@ -320,6 +320,22 @@ export interface PassInput {
    * its replacement failed to clone (found by a new-user run). The workflow sets it behind `patched()`.
    */
   driftWaitsForCloneImage?: boolean;
+  /**
+   * A main no node has taken (no `spec.nodeName`, no VM) whose required hostname is not the spec's pin (the
+   * pin changed or was cleared) counts as drifted: deleted and created again under the current pin. Before,
+   * drift did not compare the pin (as the reference), so a set created with a mistyped `spec.nodeName` kept
+   * its Pending main on the old pin after the fix, for ever (found by a new-user run). The workflow sets it
+   * behind `patched()`.
+   */
+  unboundMainFollowsPin?: boolean;
+  /**
+   * A retain suspend neither asks a pod no node has taken (no `spec.nodeName`, no VM) to hibernate nor waits
+   * for it: it runs no VM, so no node could ever report it hibernated (a restore pod's VM lives in its tag
+   * alone); once a node takes it, the next pass asks. Before, the suspend waited in `Suspending` for ever
+   * (found by a new-user run; the release suspend does the same since `releaseSkipsUnbound`). The workflow
+   * sets it behind `patched()`.
+   */
+  retainSkipsUnbound?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -1486,7 +1502,10 @@ async function suspendRetain(st: PassState): Promise<never> {
     return finish(st, { requeue: true });
   }
   const pods = podsInNameOrder(st.c);
-  await hibernateAll(st, pods);
+  await hibernateAll(
+    st,
+    pods.filter((p) => !(st.input.retainSkipsUnbound && unbound(p))),
+  );
   return writeStatusAndFinish(st, 'Suspended', {});
 }
 
@@ -1586,10 +1605,9 @@ async function suspendRelease(st: PassState): Promise<never> {
   // Ours (`releaseSkipsUnbound`): a pod no node took (a wake's restore pod waiting for a seat) runs no VM, so
   // there is nothing to hibernate (its VM lives in the tag alone) and no node could ever report it
   // hibernated: it is released as it is, not waited for.
-  const unbound = (p: V1Pod) => st.input.releaseSkipsUnbound && (p.spec?.nodeName ?? '') === '' && !vmLive(p);
   await hibernateAll(
     st,
-    pods.filter((p) => !unbound(p)),
+    pods.filter((p) => !(st.input.releaseSkipsUnbound && unbound(p))),
     true,
   );
   const cs = currentCS(st);
@@ -1864,9 +1882,23 @@ async function releasedWake(st: PassState): Promise<void> {
   if (err !== undefined) return fail(st, `wake: confirm delete of ${st.ns}/${mainName}: ${err}`);
 }
 
-/** A restore-marked pod no node has taken (no `spec.nodeName`) and that runs no VM. */
+/** A pod no node has taken (no `spec.nodeName`) and that runs no VM. */
+function unbound(pod: V1Pod): boolean {
+  return (pod.spec?.nodeName ?? '') === '' && !vmLive(pod);
+}
+
+/** A restore-marked pod no node has taken and that runs no VM (`unbound`). */
 function unboundRestore(pod: V1Pod): boolean {
-  return (pod.spec?.nodeName ?? '') === '' && restoreFromHibernate(pod) && !vmLive(pod);
+  return unbound(pod) && restoreFromHibernate(pod);
+}
+
+/**
+ * A main no node has taken whose required hostname is not the one the spec's pin gives (`unboundMainFollowsPin`):
+ * nothing runs in it, so it is rebuilt under the current pin.
+ */
+function unboundOffPin(st: PassState, main: V1Pod): boolean {
+  if (!st.input.unboundMainFollowsPin || !unbound(main)) return false;
+  return requiredHostname(main) !== requiredHostname(buildAgentPod(st.cs, 0, '', ''));
 }
 
 /**
@@ -2033,7 +2065,7 @@ async function reconcile(st: PassState): Promise<never> {
     }
   }
   // 12. Main drift: delete, requeue.
-  if (main && !podSpecMatchesAgent(main, cs, 0) && !inHibernateRound(st, main)) {
+  if (main && (!podSpecMatchesAgent(main, cs, 0) || unboundOffPin(st, main)) && !inHibernateRound(st, main)) {
     // Ours: not while the main's tag is spent (`driftWaitsForSpentTag`): its re-create would wait for the tag.
     await holdMainWhileSpent(st, main.metadata!.name!, '', st.input.driftWaitsForSpentTag, '');
     if (await deletePod(st, main.metadata!.name!, 'delete drifted main agent'))

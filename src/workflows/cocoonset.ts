@@ -487,6 +487,8 @@ async function drive(
     validatesMorePodFields: on(io, 'validates-more-pod-fields'),
     releasedWakeFollowsPlacement: on(io, 'released-wake-follows-placement'),
     driftWaitsForCloneImage: on(io, 'drift-waits-for-clone-image'),
+    unboundMainFollowsPin: on(io, 'unbound-main-follows-pin'),
+    retainSkipsUnbound: on(io, 'retain-suspend-skips-unbound'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,

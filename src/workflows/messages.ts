@@ -33,6 +33,8 @@ export const LEVELED_PATCHES: readonly string[] = [
   'validates-more-pod-fields',
   'released-wake-follows-placement',
   'drift-waits-for-clone-image',
+  'unbound-main-follows-pin',
+  'retain-suspend-skips-unbound',
 ];
 
 /**

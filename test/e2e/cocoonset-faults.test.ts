@@ -17,7 +17,7 @@ import type { Client } from '@temporalio/client';
 import type { temporal as proto } from '@temporalio/proto';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { cocoonSetWorkflowId } from '../../src/api/ids.js';
-import { Annotations, KIND_COCOONSET, Labels } from '../../src/api/keys.js';
+import { Annotations, KIND_COCOONSET, Labels, VK_DEFAULT_NODE_NAME } from '../../src/api/keys.js';
 import { podReady } from '../../src/api/pod.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { NO_IMAGE_RECHECK_MS } from '../../src/cocoonset/plan.js';
@@ -302,6 +302,26 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
     expect(replaced).toHaveLength(2);
     await waitRunning(name, 2);
   }, 600_000);
+
+  it('(a7) a set created pinned to a node that does not exist (a typo): its main waits unbound; the pin fixed, that pod is deleted and created again on the real node, Running (fails without unbound-main-follows-pin: it stayed Pending on the old pin)', async () => {
+    const name = 'pinfix';
+    made.push(name);
+    await sets.create(name, { ...spec(0, '10Gi'), nodeName: 'cocoon-pol' });
+    const stuck = await waitFor(
+      'the main created, pinned to the typo, unbound',
+      async () => {
+        const main = (await podsOf(name)).find((p) => p.metadata?.name === `${name}-0`);
+        return main && (main.spec?.nodeName ?? '') === '' ? main : undefined;
+      },
+      60_000,
+    );
+    await sets.patchSpec(name, { nodeName: VK_DEFAULT_NODE_NAME });
+    const running = await waitRunning(name, 1);
+    expect(running.status?.phase).toBe('Running');
+    const main = (await podsOf(name)).find((p) => p.metadata?.name === `${name}-0`)!;
+    expect(main.metadata?.uid).not.toBe(stuck.metadata?.uid);
+    expect(main.spec?.nodeName).toBe(VK_DEFAULT_NODE_NAME);
+  });
 
   it('(a3) a set named past 63 characters (the CRD admits 253; its pods cannot carry that label): InvalidSpec naming the label, no pod created; deleting it completes (new-user finding: every pass failed at the pod List with no status)', async () => {
     const name = 'a'.repeat(70);

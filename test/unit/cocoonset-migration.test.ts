@@ -297,6 +297,38 @@ describe('migration', () => {
     expect(legacy.tags.has(TAG)).toBe(true);
   });
 
+  it('a fresh main no node took (a set created with a mistyped pin): once the pin is fixed or cleared it is deleted and created again on the new pin; a bound main and a main on its pin are left to the migration and the normal flow (deliberate difference: drift does not compare the pin, so the reference leaves it Pending for ever)', async () => {
+    for (const next of ['node-b', '']) {
+      const typo = migSet('nodeb');
+      const cs = migSet('nodeb', phase('Pending'));
+      if (next === '') delete cs.spec.nodeName;
+      else cs.spec.nodeName = next;
+      const w = new PlanWorld(cs, [migMain(typo, '', '', false)]);
+      expect(done(await w.pass()).result.requeue, next).toBe(true);
+      expect(w.ids('deletePod'), next).toEqual(['delete:demo-0']);
+      done(await w.pass());
+      const rebuilt = w.pod('demo-0')!;
+      expect(requiredHosts(rebuilt), next).toEqual(next === '' ? undefined : pinTerm(next));
+      expect(rebuilt.metadata?.annotations?.[Annotations.restoreFromHibernate], next).toBeUndefined();
+      // On its pin, unbound: Pending, nothing deleted.
+      expect(done(await w.pass()).result, next).toEqual(PENDING_5S);
+      expect([w.ids('deletePod'), w.cs.status?.phase], next).toEqual([['delete:demo-0'], 'Pending']);
+
+      const legacy = new PlanWorld(cs, [migMain(typo, '', '', false)]);
+      expect(done(await legacy.pass({ unboundMainFollowsPin: false })).result, next).toEqual(PENDING_5S);
+      expect(legacy.ids('deletePod'), next).toEqual([]);
+    }
+    // A main a node took with its VM running is the migration's (a pin change moves it with its state).
+    const before = migSet('node-a');
+    const live = new PlanWorld(migSet('node-b', phase('Running')), [migMain(before, 'node-a', 'vm-1', true)]);
+    done(await live.pass());
+    expect([live.ids('deletePod'), live.cs.status?.phase, live.asks]).toEqual([
+      [],
+      'Migrating',
+      [{ pod: 'demo-0', desire: 'Hibernate' }],
+    ]);
+  });
+
   it('a restore main no node took (unbound, pinned to a node that never takes it): Migrating with Progressing=False Unschedulable and the scheduler message; after the pin moved: deleted, then rebuilt pinned to the new node, the tag kept; after the pin is cleared: rebuilt unpinned (deliberate difference: the reference leaves it Pending for ever)', async () => {
     for (const next of ['node-b', '']) {
       const cs = migSet('ghost-node', phase('Migrating'));

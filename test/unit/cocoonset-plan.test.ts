@@ -582,13 +582,20 @@ describe('suspend (retain)', () => {
       c.spec.suspend = true;
       c.metadata.generation = generation;
     };
+  /** `p` bound to node-a (a node took it: the retain suspend waits for it). */
+  const bound = (p: V1Pod) => {
+    p.spec!.nodeName = 'node-a';
+    return p;
+  };
   /** A pod of `cs` as vk-cocoon leaves it hibernated for the set's generation (stamped by earlier passes). */
   const hibernatedPod = (cs: CocoonSet, p: V1Pod) =>
-    lifecycleHibernated(
-      annotate(p, {
-        [Annotations.cocoonSetGeneration]: String(cs.metadata.generation ?? 0),
-        [Annotations.hibernate]: 'true',
-      }),
+    bound(
+      lifecycleHibernated(
+        annotate(p, {
+          [Annotations.cocoonSetGeneration]: String(cs.metadata.generation ?? 0),
+          [Annotations.hibernate]: 'true',
+        }),
+      ),
     );
   const suspendWorld = (...mods: ((c: CocoonSet) => void)[]) => {
     const cs = finalizedSet(suspended(), ...mods);
@@ -598,9 +605,9 @@ describe('suspend (retain)', () => {
   it('asks every pod VM workflow, in name order and in one batch, to hibernate; Suspending and a 5 s poll until vk reports', async () => {
     const { cs, w } = suspendWorld(replicas(1), toolboxes('tb'));
     for (const p of [
-      readyPod(buildAgentPod(cs, 0, '', '')),
-      readyPod(buildAgentPod(cs, 1, 'vk-ns-demo-0', '')),
-      readyPod(buildToolboxPod(cs, { name: 'tb' })),
+      bound(readyPod(buildAgentPod(cs, 0, '', ''))),
+      bound(readyPod(buildAgentPod(cs, 1, 'vk-ns-demo-0', ''))),
+      bound(readyPod(buildToolboxPod(cs, { name: 'tb' }))),
     ])
       w.pods.set(p.metadata!.name!, p);
     const end = done(await w.pass());
@@ -733,7 +740,7 @@ describe('suspend (retain)', () => {
   it('ignores a stale tag: lifecycle hibernated and its generation floor come before the probe', async () => {
     // AllOwnedPodsHibernatedIgnoresStaleTag (a771f1c, 472581f).
     const { cs, w } = suspendWorld();
-    const main = annotate(buildAgentPod(cs, 0, '', ''), { [Annotations.cocoonSetGeneration]: '1' });
+    const main = bound(annotate(buildAgentPod(cs, 0, '', ''), { [Annotations.cocoonSetGeneration]: '1' }));
     w.pods.set('demo-0', main);
     w.tags.add('vk-ns-demo-0:hibernate');
     done(await w.pass());
@@ -752,8 +759,8 @@ describe('suspend (retain)', () => {
     const tb = { name: 'vnc', mode: 'static' as const, staticVMID: 'qemu-1', staticIP: '10.0.0.1' };
     const { cs, w } = suspendWorld(replicas(1), (c) => (c.spec.toolboxes = [tb]));
     w.pods.set('demo-0', hibernatedPod(cs, buildAgentPod(cs, 0, '', '')));
-    w.pods.set('demo-1', failed(buildAgentPod(cs, 1, 'vk-ns-demo-0', '')));
-    w.pods.set('demo-vnc', readyPod(buildToolboxPod(cs, tb)));
+    w.pods.set('demo-1', bound(failed(buildAgentPod(cs, 1, 'vk-ns-demo-0', ''))));
+    w.pods.set('demo-vnc', bound(readyPod(buildToolboxPod(cs, tb))));
     w.tags.add('vk-ns-demo-0:hibernate');
     done(await w.pass());
     expect(w.cs.status?.phase).toBe('Suspended');
@@ -837,9 +844,33 @@ describe('suspend (retain)', () => {
     expect([w.cs.status?.phase, w.asks]).toEqual(['Failed', []]);
   });
 
+  it('neither asks nor waits for a pod no node took (a restore main pinned to a node that never takes it): Suspended at once; once a node takes it the next pass asks and waits (deliberate difference: the reference waits in Suspending for ever)', async () => {
+    const { cs, w } = suspendWorld((c) => (c.spec.nodeName = 'ghost'));
+    const restore = annotate(buildAgentPod(cs, 0, '', ''), { [Annotations.restoreFromHibernate]: 'true' });
+    w.pods.set('demo-0', restore);
+    w.tags.add('vk-ns-demo-0:hibernate');
+    expect(done(await w.pass()).result).toEqual({ requeue: false, requeueAfterMs: 0, error: undefined });
+    expect([w.cs.status?.phase, w.asks, w.ids('deletePod'), w.tags.has('vk-ns-demo-0:hibernate')]).toEqual([
+      'Suspended',
+      [],
+      [],
+      true,
+    ]);
+    bound(restore);
+    done(await w.pass());
+    expect([w.cs.status?.phase, w.asks]).toEqual(['Suspending', [{ pod: 'demo-0', desire: 'Hibernate' }]]);
+
+    const legacy = new PlanWorld(cs, [annotate(buildAgentPod(cs, 0, '', ''), {})]);
+    done(await legacy.pass({ retainSkipsUnbound: false }));
+    expect([legacy.cs.status?.phase, legacy.asks]).toEqual([
+      'Suspending',
+      [{ pod: 'demo-0', desire: 'Hibernate' }],
+    ]);
+  });
+
   it('shows a CocoonHibernation that holds a VM awake on Progressing (reason DesireConflict) while Suspending', async () => {
     const { cs, w } = suspendWorld();
-    w.pods.set('demo-0', readyPod(buildAgentPod(cs, 0, '', '')));
+    w.pods.set('demo-0', bound(readyPod(buildAgentPod(cs, 0, '', ''))));
     done(
       await w.pass({ desireConflicts: { 'demo-0': 'VM vk-ns-demo-0 is held by cocoonhibernation keep' } }),
     );

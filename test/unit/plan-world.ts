@@ -184,6 +184,8 @@ export class PlanWorld {
       validatesMorePodFields?: boolean;
       releasedWakeFollowsPlacement?: boolean;
       driftWaitsForCloneImage?: boolean;
+      unboundMainFollowsPin?: boolean;
+      retainSkipsUnbound?: boolean;
       spentBySet?: Record<string, string>;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
@@ -223,6 +225,8 @@ export class PlanWorld {
       validatesMorePodFields: opts.validatesMorePodFields ?? true,
       releasedWakeFollowsPlacement: opts.releasedWakeFollowsPlacement ?? true,
       driftWaitsForCloneImage: opts.driftWaitsForCloneImage ?? true,
+      unboundMainFollowsPin: opts.unboundMainFollowsPin ?? true,
+      retainSkipsUnbound: opts.retainSkipsUnbound ?? true,
       spentBySet: opts.spentBySet,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
