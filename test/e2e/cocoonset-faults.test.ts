@@ -303,7 +303,7 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
     await waitRunning(name, 2);
   }, 600_000);
 
-  it('(a7) a set created pinned to a node that does not exist (a typo): its main waits unbound; the pin fixed, that pod is deleted and created again on the real node, Running (fails without unbound-main-follows-pin: it stayed Pending on the old pin)', async () => {
+  it('(a7) a set created pinned to a node that does not exist (a typo): its main waits unbound; suspended (retain), it is Suspended at once; un-suspended with the pin fixed, that pod is deleted and created again on the real node, Running (fails without retain-suspend-skips-unbound: Suspending for ever; and without unbound-main-follows-pin: Pending on the old pin for ever)', async () => {
     const name = 'pinfix';
     made.push(name);
     await sets.create(name, { ...spec(0, '10Gi'), nodeName: 'cocoon-pol' });
@@ -315,7 +315,12 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
       },
       60_000,
     );
-    await sets.patchSpec(name, { nodeName: VK_DEFAULT_NODE_NAME });
+    // Suspended meanwhile: nothing runs in that pod, so there is nothing to hibernate or wait for.
+    await sets.patchSpec(name, { suspend: true });
+    await sets.waitUntil(name, 'Suspended', (cs) => current(cs) && cs?.status?.phase === 'Suspended', 60_000);
+    expect((await podsOf(name)).map((p) => p.metadata?.uid)).toEqual([stuck.metadata?.uid]);
+
+    await sets.patchSpec(name, { suspend: false, nodeName: VK_DEFAULT_NODE_NAME });
     const running = await waitRunning(name, 1);
     expect(running.status?.phase).toBe('Running');
     const main = (await podsOf(name)).find((p) => p.metadata?.name === `${name}-0`)!;
