@@ -321,12 +321,11 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
     expect((await podsOf(name)).map((p) => p.metadata?.uid)).toEqual([stuck.metadata?.uid]);
 
     await sets.patchSpec(name, { suspend: false, nodeName: VK_DEFAULT_NODE_NAME });
-    const running = await waitRunning(name, 1);
-    expect(running.status?.phase).toBe('Running');
+    await sets.waitUntil(name, 'Running', (cs) => current(cs) && cs?.status?.phase === 'Running', 60_000);
     const main = (await podsOf(name)).find((p) => p.metadata?.name === `${name}-0`)!;
     expect(main.metadata?.uid).not.toBe(stuck.metadata?.uid);
     expect(main.spec?.nodeName).toBe(VK_DEFAULT_NODE_NAME);
-  });
+  }, 240_000);
 
   it('(a3) a set named past 63 characters (the CRD admits 253; its pods cannot carry that label): InvalidSpec naming the label, no pod created; deleting it completes (new-user finding: every pass failed at the pod List with no status)', async () => {
     const name = 'a'.repeat(70);
