@@ -336,6 +336,13 @@ export interface PassInput {
    * sets it behind `patched()`.
    */
   retainSkipsUnbound?: boolean;
+  /**
+   * Sub-agents of a main without a snapshot CPU class (adopted from before the set had one) are built
+   * without the class selector: they fork from the main on its node, and vk-cocoon refuses a classed pod on a
+   * node of another class or none. Before, they were refused for ever (found by a new-user run). The
+   * workflow sets it behind `patched()`.
+   */
+  subAgentsFollowMainClass?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -1068,9 +1075,14 @@ function mainHibernating(st: PassState, crs: readonly CocoonHibernation[]): bool
  */
 async function ensureSubAgents(
   st: PassState,
-  mainVM: string,
-  mainNode: string,
+  main: V1Pod,
 ): Promise<{ changed: boolean; requeueAfterMs: number }> {
+  const mainVM = vmNameOf(main);
+  const mainNode = main.spec?.nodeName ?? '';
+  // Ours (`subAgentsFollowMainClass`): a sub-agent forks on its main's node, so it takes the main's class.
+  const classless =
+    st.input.subAgentsFollowMainClass === true &&
+    (main.spec?.nodeSelector?.[Labels.snapshotCPUClass] ?? '') === '';
   const replicas = replicasOf(st.cs);
   let changed = false;
   let requeueAfterMs = 0;
@@ -1179,7 +1191,11 @@ async function ensureSubAgents(
     const pods: V1Pod[] = [];
     for (const slot of missing) {
       pods.push(
-        await build(st, `build sub-agent slot ${slot}`, () => buildAgentPod(st.cs, slot, mainVM, mainNode)),
+        await build(st, `build sub-agent slot ${slot}`, () => {
+          const pod = buildAgentPod(st.cs, slot, mainVM, mainNode);
+          if (classless) delete pod.spec?.nodeSelector?.[Labels.snapshotCPUClass];
+          return pod;
+        }),
       );
     }
     const probeErrs = await restoreMarks(st, pods, podsRestorableByCR(crs.items));
@@ -2079,7 +2095,7 @@ async function reconcile(st: PassState): Promise<never> {
   if (!podReady(main) || (st.input.hibernatingMainHoldsMembers && hibernateRequested(main)))
     return writeStatusAndFinish(st, 'Pending', { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });
   // 16–18. Sub-agents, then toolboxes.
-  const sub = await ensureSubAgents(st, vmNameOf(main), main.spec?.nodeName ?? '');
+  const sub = await ensureSubAgents(st, main);
   const tbChanged = await ensureToolboxes(st);
   // 19. Any create/delete: requeue without a status write.
   if (sub.changed || tbChanged) return finish(st, { requeue: true });

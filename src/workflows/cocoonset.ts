@@ -489,6 +489,7 @@ async function drive(
     driftWaitsForCloneImage: on(io, 'drift-waits-for-clone-image'),
     unboundMainFollowsPin: on(io, 'unbound-main-follows-pin'),
     retainSkipsUnbound: on(io, 'retain-suspend-skips-unbound'),
+    subAgentsFollowMainClass: on(io, 'sub-agents-follow-main-class'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,

@@ -35,6 +35,7 @@ export const LEVELED_PATCHES: readonly string[] = [
   'drift-waits-for-clone-image',
   'unbound-main-follows-pin',
   'retain-suspend-skips-unbound',
+  'sub-agents-follow-main-class',
 ];
 
 /**

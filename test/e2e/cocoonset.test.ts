@@ -1213,6 +1213,42 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     }
   }, 300_000);
 
+  it('a set created without a CPU class that gains one (adding it is allowed once): the classless main is adopted, and a new sub-agent comes up next to it without the class selector, which the node would refuse (fails without sub-agents-follow-main-class: refused for ever)', async () => {
+    const name = 'gains-class';
+    const classless = realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place);
+    delete classless.snapshotCompatibilityClass;
+    classless.agent = { image: AGENT_V1, replicas: 0 };
+    classless.toolboxes = [];
+    try {
+      await createSet(name, classless);
+      await sets.waitPhase(name, 'Running', BRING_UP_MS);
+      const main = (await podsOf(name)).get(`${name}-0`)!;
+      expect(main.spec?.nodeSelector?.[Labels.snapshotCPUClass]).toBeUndefined();
+
+      await sets.patchSpec(name, { snapshotCompatibilityClass: 'e2e-other-class', agent: { replicas: 1 } });
+      const sub = await waitFor(
+        `${name}-1 Ready next to the main`,
+        async () => {
+          const p = (await podsOf(name)).get(`${name}-1`);
+          return p && podReady(p) && vmIDOf(p) !== '' ? p : undefined;
+        },
+        QUICK_MS,
+        { describe: () => rec.podHistory(`${name}-1`).slice(-2) },
+      );
+      expect(sub.spec?.nodeName).toBe(main.spec?.nodeName);
+      expect(sub.spec?.nodeSelector?.[Labels.snapshotCPUClass]).toBeUndefined();
+      expect((await podsOf(name)).get(`${name}-0`)?.metadata?.uid).toBe(main.metadata?.uid);
+      await sets.waitUntil(
+        name,
+        'Running with 2 agents',
+        (cs) => cs?.status?.phase === 'Running' && cs.status.readyAgents === 2,
+        QUICK_MS,
+      );
+    } finally {
+      await dropSet(name);
+    }
+  }, 300_000);
+
   it('a pinned set moved to a second node (spec.nodeName edited): Migrating, the main snapshotted on the first node, deleted there only once vk reports it hibernated (vk takes 8 s from the push to the removal: fails without migration-waits-for-quiesce), recreated on the second and restored from its snapshot (its state kept), the tag dropped once it runs there', async () => {
     const mig = migrationNodes('mig');
     const { nodeA, nodeB, sims } = mig;

@@ -5,7 +5,7 @@
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
-import { Annotations } from '../../src/api/keys.js';
+import { Annotations, Labels } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { mainPodFailedReason } from '../../src/cocoonset/classify.js';
 import { migrationMayEngage, wakeMayEngage } from '../../src/cocoonset/plan.js';
@@ -17,6 +17,7 @@ import {
   finalizedSet,
   hibernation,
   lifecycleHibernated,
+  liveOn,
   newCocoonSet,
   readyPod,
 } from '../support/builders.js';
@@ -1122,5 +1123,34 @@ describe('planner protocol', () => {
     expect(progressing?.message).toContain(
       `spec.agent: Invalid value: "1kk": unable to parse quantity's suffix`,
     );
+  });
+});
+
+describe('sub-agents of a main without a CPU class', () => {
+  it('are built without the class selector when the spec gained a class the main (adopted) does not have: they fork on its node, which vk-cocoon would refuse them on; a classed main gives them its class; the old version built them classed (deliberate difference: refused for ever)', async () => {
+    const classless = finalizedSet((c) => (c.metadata.generation = 1));
+    const main = liveOn(readyPod(buildAgentPod(classless, 0, '', '')), 'node-a', 'vm-0');
+    const withClass = finalizedSet(replicas(1), (c) => {
+      c.metadata.generation = 2;
+      c.spec.snapshotCompatibilityClass = 'n2-v1';
+    });
+    const w = new PlanWorld(withClass, [main]);
+    done(await w.pass());
+    const sub = w.pod('demo-1')!;
+    expect([sub.spec?.nodeName, sub.spec?.nodeSelector?.[Labels.snapshotCPUClass]]).toEqual([
+      'node-a',
+      undefined,
+    ]);
+    expect(w.ids('deletePod')).toEqual([]);
+
+    const classed = new PlanWorld(withClass, [
+      liveOn(readyPod(buildAgentPod(withClass, 0, '', '')), 'node-a', 'vm-0'),
+    ]);
+    done(await classed.pass());
+    expect(classed.pod('demo-1')!.spec?.nodeSelector?.[Labels.snapshotCPUClass]).toBe('n2-v1');
+
+    const legacy = new PlanWorld(withClass, [main]);
+    done(await legacy.pass({ subAgentsFollowMainClass: false }));
+    expect(legacy.pod('demo-1')!.spec?.nodeSelector?.[Labels.snapshotCPUClass]).toBe('n2-v1');
   });
 });

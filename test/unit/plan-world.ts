@@ -186,6 +186,7 @@ export class PlanWorld {
       driftWaitsForCloneImage?: boolean;
       unboundMainFollowsPin?: boolean;
       retainSkipsUnbound?: boolean;
+      subAgentsFollowMainClass?: boolean;
       spentBySet?: Record<string, string>;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
@@ -227,6 +228,7 @@ export class PlanWorld {
       driftWaitsForCloneImage: opts.driftWaitsForCloneImage ?? true,
       unboundMainFollowsPin: opts.unboundMainFollowsPin ?? true,
       retainSkipsUnbound: opts.retainSkipsUnbound ?? true,
+      subAgentsFollowMainClass: opts.subAgentsFollowMainClass ?? true,
       spentBySet: opts.spentBySet,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
