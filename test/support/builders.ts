@@ -104,17 +104,24 @@ export function readyPod(p: V1Pod): V1Pod {
 
 /**
  * Every pod of `cs` as earlier passes and vk-cocoon left them: built from the spec (main, sub-agents
- * forked from the main and bound to `mainNode`, toolboxes), all Ready.
+ * forked from the main, toolboxes), all bound to `mainNode` and Ready.
  */
-export function convergedPods(cs: CocoonSet, mainNode = ''): V1Pod[] {
-  const main = readyPod(buildAgentPod(cs, 0, '', ''));
+export function convergedPods(cs: CocoonSet, mainNode = CONVERGED_NODE): V1Pod[] {
+  const bind = (p: V1Pod) => {
+    p.spec!.nodeName = mainNode;
+    return p;
+  };
+  const main = bind(readyPod(buildAgentPod(cs, 0, '', '')));
   const pods = [main];
   for (let slot = 1; slot <= (cs.spec.agent.replicas ?? 0); slot++) {
     pods.push(readyPod(buildAgentPod(cs, slot, vmNameOf(main), mainNode)));
   }
-  for (const tb of cs.spec.toolboxes ?? []) pods.push(readyPod(buildToolboxPod(cs, tb)));
+  for (const tb of cs.spec.toolboxes ?? []) pods.push(bind(readyPod(buildToolboxPod(cs, tb))));
   return pods;
 }
+
+/** The node `convergedPods` and the workflow tests' scheduler bind pods to (a Ready pod is bound). */
+export const CONVERGED_NODE = 'node-a';
 
 /** `liveOn(p, node, vmID)`: the pod's VM runs on `node` (VM id `vmID`, a running container). */
 export function liveOn(p: V1Pod, node: string, vmID: string): V1Pod {

@@ -27,7 +27,7 @@ import {
 } from '../../src/watcher/cocoonset-signals.js';
 import { cocoonSetStart } from '../../src/watcher/routes.js';
 import type { CocoonSetStateView } from '../../src/workflows/cocoonset.js';
-import { IMAGE, newCocoonSet } from '../support/builders.js';
+import { CONVERGED_NODE, IMAGE, newCocoonSet } from '../support/builders.js';
 
 export { convergedPods } from '../support/builders.js';
 
@@ -277,6 +277,8 @@ export class CocoonSetWorld {
   /** Marks a pod Running + Ready (vk-cocoon's VM came up). */
   async makeReady(name: string): Promise<void> {
     await this.updatePod(name, (p) => {
+      // A Ready pod is bound: the scheduler's part, when the pass did not pin it.
+      p.spec = { ...(p.spec ?? { containers: [] }), nodeName: p.spec?.nodeName || CONVERGED_NODE };
       p.status = { phase: 'Running', conditions: [{ type: 'Ready', status: 'True' }] };
     });
   }

@@ -131,6 +131,8 @@ describe('CocoonSet workflow', () => {
       expect(w.creates).toEqual([]);
       await w.finishDeletes();
       await waitFor('main recreated', () => w.creates.includes('demo-0'));
+      // The set asks once a node has taken the new main (a pod no node took runs no VM to hibernate).
+      await w.makeReady('demo-0');
       await waitFor(
         'the set asks for hibernate',
         () => w.pod('demo-0')?.metadata?.annotations?.[Annotations.hibernate] === 'true',
