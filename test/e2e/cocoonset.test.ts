@@ -181,6 +181,44 @@ async function metrics(): Promise<string> {
 }
 
 /**
+ * Checks the end of set `name`'s released-seat wake of `vm`: `sim` restored it exactly once since its
+ * `started` list had `since` entries, the `:hibernate` tag is dropped (waited for), and the wake was scored
+ * once with `placement`.
+ */
+async function expectReleasedWakeDone(
+  name: string,
+  vm: string,
+  sim: VkSimulator,
+  since: number,
+  placement: 'hint-node' | 'pool',
+): Promise<void> {
+  const restored = sim
+    .state()
+    .started.slice(since)
+    .filter((v) => v.name === vm);
+  expect(restored).toHaveLength(1);
+  expect(restored[0]!.source).toMatch(new RegExp(`^restore .*${vm}`));
+  await waitFor(
+    'the tag dropped once the VM is live',
+    async () => ((await headTag(registry, vm, Tags.hibernate)) === 404 ? true : undefined),
+    QUICK_MS,
+  );
+  expect(
+    metricSum(await metrics(), 'cocoon_operator_slot_release_wake_total', { cocoonset: name, placement }),
+  ).toBe(1);
+}
+
+/** A main-only set of `pool` (the e2e CPU class) that releases its seat when suspended. */
+function releaseSpec(pool: string): CocoonSet['spec'] {
+  return {
+    ...realisticSpec(AGENT_V1, TOOLBOX_IMAGE, { pool, cpuClass: place.cpuClass }),
+    agent: { image: AGENT_V1, replicas: 0 },
+    toolboxes: [],
+    hibernatePolicy: 'release',
+  };
+}
+
+/**
  * Two simulator nodes `<ns>-<tag>-a` and `-b` of a pool of their own (`<ns>-<tag>`) for a migration test, and
  * the spec of a main-only set of that pool pinned to a node; `stop` stops them and deletes their nodes.
  */
@@ -1018,18 +1056,12 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
       seats: 1,
       tickMs: 500,
     });
-    const releaseSpec = (): CocoonSet['spec'] => ({
-      ...realisticSpec(AGENT_V1, TOOLBOX_IMAGE, { pool, cpuClass: place.cpuClass }),
-      agent: { image: AGENT_V1, replicas: 0 },
-      toolboxes: [],
-      hibernatePolicy: 'release',
-    });
     const name = 'release';
     const mainPod = `${name}-0`;
     const vm = vmOf(name, 0);
     try {
       await one.start();
-      await createSet(name, releaseSpec());
+      await createSet(name, releaseSpec(pool));
       await sets.waitPhase(name, 'Running', BRING_UP_MS);
       const first = (await podsOf(name)).get(mainPod)!;
       expect(first.spec?.nodeName).toBe(node);
@@ -1051,7 +1083,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
       ).toBe(1);
 
       // Another set takes the only seat meanwhile.
-      await createSet('blocker', releaseSpec());
+      await createSet('blocker', releaseSpec(pool));
       await sets.waitPhase('blocker', 'Running', BRING_UP_MS);
 
       const startedBefore = one.state().started.length;
@@ -1093,24 +1125,8 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
       await sets.waitUntil('blocker', 'gone', (x) => x === undefined, QUICK_MS);
       const running = await sets.waitPhase(name, 'Running', BRING_UP_MS);
       expect(running.metadata.annotations?.[Annotations.hibernatedOnNode]).toBeUndefined();
-      const restored = one
-        .state()
-        .started.slice(startedBefore)
-        .filter((v) => v.name === vm);
-      expect(restored).toHaveLength(1);
-      expect(restored[0]!.source).toMatch(new RegExp(`^restore .*${vm}`));
       expect((await podsOf(name)).get(mainPod)?.spec?.nodeName).toBe(node);
-      await waitFor(
-        'the tag dropped once the VM is live',
-        async () => ((await headTag(registry, vm, Tags.hibernate)) === 404 ? true : undefined),
-        QUICK_MS,
-      );
-      expect(
-        metricSum(await metrics(), 'cocoon_operator_slot_release_wake_total', {
-          cocoonset: name,
-          placement: 'hint-node',
-        }),
-      ).toBe(1);
+      await expectReleasedWakeDone(name, vm, one, startedBefore, 'hint-node');
     } finally {
       for (const set of [name, 'blocker']) await sets.delete(set).catch(() => undefined);
       for (const set of [name, 'blocker'])
@@ -1135,18 +1151,12 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
         tickMs: 500,
       });
     const sims = [simOf(full, fullNode, 1), simOf(free, freeNode, 4)];
-    const specIn = (pool: string): CocoonSet['spec'] => ({
-      ...realisticSpec(AGENT_V1, TOOLBOX_IMAGE, { pool, cpuClass: place.cpuClass }),
-      agent: { image: AGENT_V1, replicas: 0 },
-      toolboxes: [],
-      hibernatePolicy: 'release',
-    });
     const name = 'wake-moves';
     const mainPod = `${name}-0`;
     const vm = vmOf(name, 0);
     try {
       for (const s of sims) await s.start();
-      await createSet(name, specIn(full));
+      await createSet(name, releaseSpec(full));
       await sets.waitPhase(name, 'Running', BRING_UP_MS);
       await sets.patchSpec(name, { suspend: true });
       await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
@@ -1155,7 +1165,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
         async () => ((await podsOf(name)).has(mainPod) ? undefined : true),
         QUICK_MS,
       );
-      await createSet('wake-blocker', specIn(full));
+      await createSet('wake-blocker', releaseSpec(full));
       await sets.waitPhase('wake-blocker', 'Running', BRING_UP_MS);
 
       await sets.patchSpec(name, { suspend: false });
@@ -1182,25 +1192,9 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
       expect(moved.metadata?.uid).not.toBe(waiting.metadata?.uid);
       expect(moved.spec?.nodeSelector?.[Labels.nodePool]).toBe(free);
       expect(moved.metadata?.annotations?.[Annotations.restoreFromHibernate]).toBe('true');
-      const restored = sims[1]!
-        .state()
-        .started.slice(startedOnFree)
-        .filter((v) => v.name === vm);
-      expect(restored).toHaveLength(1);
-      expect(restored[0]!.source).toMatch(new RegExp(`^restore .*${vm}`));
       const running = await sets.waitPhase(name, 'Running', QUICK_MS);
       expect(running.metadata.annotations?.[Annotations.hibernatedOnNode]).toBeUndefined();
-      await waitFor(
-        'the tag dropped once the VM is live',
-        async () => ((await headTag(registry, vm, Tags.hibernate)) === 404 ? true : undefined),
-        QUICK_MS,
-      );
-      expect(
-        metricSum(await metrics(), 'cocoon_operator_slot_release_wake_total', {
-          cocoonset: name,
-          placement: 'pool',
-        }),
-      ).toBe(1);
+      await expectReleasedWakeDone(name, vm, sims[1]!, startedOnFree, 'pool');
       // The pod that waited for a seat was never bound and never ran a VM.
       const versions = rec.podHistory(mainPod).filter((x) => x.uid === waiting.metadata?.uid);
       expect(versions.filter((x) => x.vmID !== '' || x.running)).toEqual([]);
@@ -1682,12 +1676,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     const progressing = async () =>
       (await sets.get(name))?.status?.conditions?.find((c) => c.type === CONDITION_PROGRESSING);
     try {
-      await createSet(name, {
-        ...realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place),
-        agent: { image: AGENT_V1, replicas: 0 },
-        toolboxes: [],
-        hibernatePolicy: 'release',
-      });
+      await createSet(name, releaseSpec(place.pool));
       await sets.waitPhase(name, 'Running', BRING_UP_MS);
       await sets.patchSpec(name, { suspend: true });
       await sets.waitPhase(name, 'Suspended', BRING_UP_MS);

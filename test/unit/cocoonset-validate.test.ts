@@ -410,27 +410,32 @@ describe('vmSpecReason (cocoon-webhook CocoonSet rules the CRD does not enforce)
   });
 });
 
+/** A Running set of a main and one sub-agent, both live on node-a; then `edit` at generation 2. */
+function editedRunningSet(edit: (c: CocoonSet) => void): PlanWorld {
+  const good = finalizedSet((c) => {
+    c.metadata.generation = 1;
+    c.spec.agent.replicas = 1;
+  });
+  const pods = [
+    liveOn(readyPod(buildAgentPod(good, 0, '', '')), 'node-a', 'vm-0'),
+    liveOn(readyPod(buildAgentPod(good, 1, MAIN_VM, 'node-a')), 'node-a', 'vm-1'),
+  ];
+  const cs = finalizedSet((c) => {
+    c.metadata.generation = 2;
+    c.spec.agent.replicas = 1;
+    edit(c);
+  });
+  return new PlanWorld(cs, pods);
+}
+
 describe('the placement gate (ours: no live main is replaced by one no node can take)', () => {
   const NODES = [
     { [Labels.nodePool]: 'default', [Labels.hostname]: 'node-a' },
     { [Labels.nodePool]: 'gpu', [Labels.hostname]: 'node-g' },
   ];
-  /** A Running set of a main and one sub-agent, the main live on node-a; then `edit` at generation 2. */
+  /** `editedRunningSet(edit)` in a cluster of `opts.nodes` (default NODES). */
   const edited = (edit: (c: CocoonSet) => void, opts: { nodes?: Record<string, string>[] } = {}) => {
-    const good = finalizedSet((c) => {
-      c.metadata.generation = 1;
-      c.spec.agent.replicas = 1;
-    });
-    const pods = [
-      liveOn(readyPod(buildAgentPod(good, 0, '', '')), 'node-a', 'vm-0'),
-      liveOn(readyPod(buildAgentPod(good, 1, MAIN_VM, 'node-a')), 'node-a', 'vm-1'),
-    ];
-    const cs = finalizedSet((c) => {
-      c.metadata.generation = 2;
-      c.spec.agent.replicas = 1;
-      edit(c);
-    });
-    const w = new PlanWorld(cs, pods);
+    const w = editedRunningSet(edit);
     w.nodes = 'nodes' in opts ? opts.nodes : NODES;
     return w;
   };
@@ -634,23 +639,10 @@ describe('invalidSpecReason with the validates-more-pod-fields checks (new-user 
 });
 
 describe('the clone-image gate (ours: no live main is replaced by one whose clone image the registry lacks)', () => {
-  /** A Running set of a main and one sub-agent, both live on node-a; then `edit` at generation 2. */
-  const edited = (edit: (c: CocoonSet) => void, images: string[] = []) => {
-    const good = finalizedSet((c) => {
-      c.metadata.generation = 1;
-      c.spec.agent.replicas = 1;
-    });
-    const pods = [
-      liveOn(readyPod(buildAgentPod(good, 0, '', '')), 'node-a', 'vm-0'),
-      liveOn(readyPod(buildAgentPod(good, 1, MAIN_VM, 'node-a')), 'node-a', 'vm-1'),
-    ];
-    const cs = finalizedSet((c) => {
-      c.metadata.generation = 2;
-      c.spec.agent.replicas = 1;
-      edit(c);
-    });
-    const w = new PlanWorld(cs, pods);
-    w.images = new Set(images);
+  /** `editedRunningSet(edit)` with a registry that holds no clone image. */
+  const edited = (edit: (c: CocoonSet) => void) => {
+    const w = editedRunningSet(edit);
+    w.images = new Set();
     return w;
   };
   const toTypo = (c: CocoonSet) => {
