@@ -83,7 +83,7 @@ import {
   staticToolboxReason,
   vmSpecReason,
 } from './validate.js';
-import { agentModeOf, hibernatePolicyOf, parseVMSpec, replicasOf } from './vmspec.js';
+import { agentModeOf, hibernatePolicyOf, parseVMSpec, replicasOf, toolboxModeOf } from './vmspec.js';
 
 /** Requeue delay while waiting for the main / for a terminating predecessor (`requeueWaitForMain`). */
 export const REQUEUE_WAIT_FOR_MAIN_MS = 5_000;
@@ -766,33 +766,71 @@ export function cloneImageRef(image: string): { repo: string; tag: string } {
 }
 
 /**
+ * A live pod whose replacement the spec would clone from another image (`image`, named by `field`), or
+ * undefined: the pod runs a VM and is not failed (else there is nothing to keep), the spec's `mode` is
+ * `clone` with a non-empty image, and the pod does not already run that image in clone mode.
+ */
+function newCloneImage(
+  pod: V1Pod | undefined,
+  mode: string,
+  image: string,
+  field: string,
+): { pod: V1Pod; image: string; field: string } | undefined {
+  if (!pod || !vmLive(pod) || isTerminal(pod) || mode !== 'clone' || image === '') return undefined;
+  const current = parseVMSpec(pod);
+  if (current.mode === 'clone' && current.image === image) return undefined;
+  return { pod, image, field };
+}
+
+/**
  * The clone-image gate (ours; the reference has none), next to the placement gate: when the spec gives the
- * live main another clone-mode image (an edit its drift would answer by deleting the main, and its
- * sub-agents after it) and the registry answers that it has no such image (HEAD of its manifest, on the
- * registry task queue), the pass touches no pod, writes the roll-up with `Progressing=False` reason
- * `ImageNotFound` and a folded Warning Event of that reason, and probes again in `NO_IMAGE_RECHECK_MS`; a
- * flow's phase is kept (`phaseAfterBlock`). A registry error fails the pass (retried with backoff): the
- * replacement is not known to come up. Returns when there is no main, or a failed one, or it runs no VM
- * (nothing to keep),
- * a suspend is asked (it replaces nothing), there is no registry, the agent runs in `run` mode, or the
- * main already runs that image in clone mode. vk-cocoon also clones from an image a node holds locally;
- * such an image is refused here until the main pod is deleted by hand.
+ * live main or a live toolbox another clone-mode image (an edit drift would answer by deleting the pod, and
+ * for the main its sub-agents after it) and the registry answers that it has no such image (HEAD of its
+ * manifest, on the registry task queue; each image once, all at once), the pass touches no pod, writes the
+ * roll-up with `Progressing=False` reason `ImageNotFound` naming each missing image and the pod it keeps,
+ * with a folded Warning Event of that reason, and probes again in `NO_IMAGE_RECHECK_MS`; a flow's phase is
+ * kept (`phaseAfterBlock`). A registry error fails the pass (retried with backoff): the replacement is not
+ * known to come up. Nothing is probed while a suspend is asked (it replaces nothing) or without a registry.
+ * vk-cocoon also clones from an image a node holds locally; such an image is refused here until the pod is
+ * deleted by hand.
  */
 async function cloneImageBlock(st: PassState): Promise<void> {
-  const main = st.c.main;
+  if (st.cs.spec.suspend || !st.input.registryConfigured) return;
   const agent = st.cs.spec.agent;
-  const image = agent.image ?? '';
-  if (!main || !vmLive(main) || isTerminal(main) || st.cs.spec.suspend || !st.input.registryConfigured)
-    return;
-  if (image === '' || agentModeOf(agent) !== 'clone') return;
-  const current = parseVMSpec(main);
-  if (current.mode === 'clone' && current.image === image) return;
-  const { repo, tag } = cloneImageRef(image);
-  const o = await st.r.run({ id: `image-probe:${repo}:${tag}`, type: 'probeImage', repo, tag });
-  if (o.kind !== 'probe')
-    return fail(st, `probe clone image ${repo}:${tag}: ${errText(o) ?? 'unexpected outcome'}`);
-  if (o.present) return;
-  const message = `clone image ${repo}:${tag} is not in the registry: main pod ${st.ns}/${main.metadata?.name ?? ''} is kept and no pod changed; push the image or change spec.agent.image`;
+  const wants = [
+    newCloneImage(st.c.main, agentModeOf(agent), agent.image ?? '', 'spec.agent.image'),
+    ...(st.cs.spec.toolboxes ?? []).map((tb, i) =>
+      newCloneImage(
+        st.c.toolbox.get(tb.name),
+        toolboxModeOf(tb),
+        tb.image ?? '',
+        `spec.toolboxes[${i}].image`,
+      ),
+    ),
+  ].filter((w) => w !== undefined);
+  if (wants.length === 0) return;
+  const images = [...new Set(wants.map((w) => w.image))];
+  const outcomes = await st.r.runAll(
+    images.map((image): PassAction => {
+      const { repo, tag } = cloneImageRef(image);
+      return { id: `image-probe:${repo}:${tag}`, type: 'probeImage', repo, tag };
+    }),
+  );
+  const present = new Map<string, boolean>();
+  for (const [i, o] of outcomes.entries()) {
+    const { repo, tag } = cloneImageRef(images[i]!);
+    if (o.kind !== 'probe')
+      return fail(st, `probe clone image ${repo}:${tag}: ${errText(o) ?? 'unexpected outcome'}`);
+    present.set(images[i]!, o.present);
+  }
+  const missing = wants.filter((w) => present.get(w.image) === false);
+  if (missing.length === 0) return;
+  const kept = missing.map((w) => {
+    const { repo, tag } = cloneImageRef(w.image);
+    const role = w.pod === st.c.main ? 'main' : 'toolbox';
+    return `clone image ${repo}:${tag} is not in the registry: ${role} pod ${st.ns}/${w.pod.metadata?.name ?? ''} is kept`;
+  });
+  const message = `${kept.join('; ')} and no pod changed; push the image or change ${missing.map((w) => w.field).join(', ')}`;
   return block(st, EventReasons.imageNotFound, message, NO_IMAGE_RECHECK_MS);
 }
 

@@ -257,16 +257,22 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
     expect(uids(await podsOf(name))).toEqual(before);
   });
 
-  it('(a6) a clone-mode image edit to a tag the registry lacks (a typo): Progressing=False ImageNotFound naming it, the live pods kept (new-user finding: the main was deleted and its replacement never came up); once the image is pushed the next look (30 s) takes the edit: main and sub-agent recreated with it (fails without drift-waits-for-clone-image)', async () => {
+  it('(a6) a clone-mode image edit of the agent and a toolbox to a tag the registry lacks (a typo): Progressing=False ImageNotFound naming it for both, the live pods kept (new-user findings: the main, or the toolbox, was deleted and its replacement never came up); once the image is pushed the next look (30 s) takes the edit: main, sub-agent and toolbox recreated with it (fails without drift-waits-for-clone-image)', async () => {
     const name = 'typo';
     made.push(name);
     const [v1, v2] = [`faults-e2e/${ns}:v1`, `faults-e2e/${ns}:v2`];
     await pushBaseImage(rig.registry, v1);
-    await sets.create(name, { agent: { image: v1, mode: 'clone', replicas: 1, storage: '10Gi' } });
+    await sets.create(name, {
+      agent: { image: v1, mode: 'clone', replicas: 1, storage: '10Gi' },
+      toolboxes: [{ name: 'tools', mode: 'clone', image: v1 }],
+    });
     await waitRunning(name, 2);
     const before = uids(await podsOf(name));
 
-    await sets.patchSpec(name, { agent: { image: v2 } });
+    await sets.patchSpec(name, {
+      agent: { image: v2 },
+      toolboxes: [{ name: 'tools', mode: 'clone', image: v2 }],
+    });
     const held = await sets.waitUntil(
       name,
       'Progressing=False ImageNotFound',
@@ -274,7 +280,7 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
       60_000,
     );
     expect(progressing(held)?.message).toBe(
-      `clone image ${v2} is not in the registry: main pod ${ns}/${name}-0 is kept and no pod changed; push the image or change spec.agent.image`,
+      `clone image ${v2} is not in the registry: main pod ${ns}/${name}-0 is kept; clone image ${v2} is not in the registry: toolbox pod ${ns}/${name}-tools is kept and no pod changed; push the image or change spec.agent.image, spec.toolboxes[0].image`,
     );
     expect(held?.status?.phase).toBe('Running');
     const [event] = await operatorEvents(kube, ns, name, 'ImageNotFound', KIND_COCOONSET);
@@ -284,11 +290,11 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
 
     await pushBaseImage(rig.registry, v2);
     const replaced = await waitFor(
-      'main and sub-agent recreated with the pushed image',
+      'main, sub-agent and toolbox recreated with the pushed image',
       async () => {
         const pods = await podsOf(name);
         const done =
-          pods.length === 2 &&
+          pods.length === 3 &&
           pods.every(
             (p) =>
               p.metadata?.uid !== before[p.metadata?.name ?? ''] &&
@@ -299,7 +305,7 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
       },
       NO_IMAGE_RECHECK_MS + BRING_UP_MS,
     );
-    expect(replaced).toHaveLength(2);
+    expect(replaced).toHaveLength(3);
     await waitRunning(name, 2);
   }, 600_000);
 

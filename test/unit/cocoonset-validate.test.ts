@@ -7,7 +7,7 @@ import { describe, expect, it } from 'vitest';
 import { Annotations, Labels } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { cloneImageRef, NO_IMAGE_RECHECK_MS, NO_NODE_RECHECK_MS } from '../../src/cocoonset/plan.js';
-import { buildAgentPod } from '../../src/cocoonset/pods.js';
+import { buildAgentPod, buildToolboxPod } from '../../src/cocoonset/pods.js';
 import {
   invalidSpecReason,
   isRelativeImageRef,
@@ -700,6 +700,46 @@ describe('the clone-image gate (ours: no live main is replaced by one whose clon
     const failed = edited(toTypo);
     failed.pod('demo-0')!.metadata!.annotations![Annotations.lifecycleState] = 'failed';
     await noProbe(failed, 'failed main');
+  });
+
+  it('a live clone-mode toolbox likewise: its image edit to a tag the registry lacks keeps it (and names it), together with the main when both change; an image the registry has goes on; a run-mode toolbox is not probed', async () => {
+    const tb = { name: 'tools', mode: 'clone' as const, image: 'cocoon/tools:v1' };
+    const before = finalizedSet((c) => {
+      c.metadata.generation = 1;
+      c.spec.toolboxes = [tb];
+    });
+    const world = (edit: (c: CocoonSet) => void, images: string[] = []) => {
+      const cs = finalizedSet((c) => {
+        c.metadata.generation = 2;
+        c.spec.toolboxes = [{ ...tb }];
+        edit(c);
+      });
+      const w = new PlanWorld(cs, [
+        liveOn(readyPod(buildAgentPod(before, 0, '', '')), 'node-a', 'vm-0'),
+        liveOn(readyPod(buildToolboxPod(before, tb)), 'node-a', 'vm-tb'),
+      ]);
+      w.images = new Set(images);
+      return w;
+    };
+    const w = world((c) => {
+      c.spec.toolboxes![0]!.image = 'cocoon/tools:v2-typo';
+      toTypo(c);
+    });
+    expect(done(await w.pass()).result.requeueAfterMs).toBe(NO_IMAGE_RECHECK_MS);
+    expect(w.probes.sort()).toEqual(['cocoon/agent:v2-typo', 'cocoon/tools:v2-typo']);
+    expect(w.ids('deletePod')).toEqual([]);
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')?.message).toBe(
+      'clone image cocoon/agent:v2-typo is not in the registry: main pod ns/demo-0 is kept; clone image cocoon/tools:v2-typo is not in the registry: toolbox pod ns/demo-tools is kept and no pod changed; push the image or change spec.agent.image, spec.toolboxes[0].image',
+    );
+    const pushed = world((c) => (c.spec.toolboxes![0]!.image = 'cocoon/tools:v2'), ['cocoon/tools:v2']);
+    done(await pushed.pass());
+    expect([pushed.probes, pushed.ids('deletePod')]).toEqual([['cocoon/tools:v2'], ['delete:demo-tools']]);
+    const run = world((c) => {
+      c.spec.toolboxes![0]!.mode = 'run';
+      c.spec.toolboxes![0]!.image = 'cocoon/tools:v2-typo';
+    });
+    done(await run.pass());
+    expect([run.probes, run.ids('deletePod')]).toEqual([[], ['delete:demo-tools']]);
   });
 
   it('a registry error fails the pass (ReconcileFailed, retried) and touches no pod: the new image is not known to exist', async () => {
