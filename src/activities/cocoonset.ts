@@ -155,6 +155,15 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
       return listPodPage(input.namespace, input.name, input.continue);
     },
 
+    /**
+     * The CocoonSet's current `metadata.generation`, or null when it is gone: a pass asks before its first pod
+     * delete whether the spec it planned from is still the current one (docs/cocoonset.md#a-pass-in-order).
+     */
+    async cocoonSetGeneration(input: { namespace: string; name: string }): Promise<number | null> {
+      const cs = await getCocoonSet(input.namespace, input.name);
+      return cs ? (cs.metadata.generation ?? 0) : null;
+    },
+
     /** Creates a pod (docs/cocoonset.md#a-pass-in-order): `ok`, or `alreadyExists` on 409. */
     async cocoonSetCreatePod(input: { namespace: string; pod: V1Pod }): Promise<'ok' | 'alreadyExists'> {
       try {

@@ -343,6 +343,13 @@ export interface PassInput {
    * workflow sets it behind `patched()`.
    */
   subAgentsFollowMainClass?: boolean;
+  /**
+   * Before its first pod delete a pass reads the CocoonSet's generation and, when the spec changed since the
+   * pass read it, ends there and runs again on the new spec (`specStillCurrent`). Before, two quick edits
+   * (an image there and back, replicas 0 then 3) had the first edit's pass delete running VMs the final
+   * spec keeps (found by a new-user run). The workflow sets it behind `patched()`.
+   */
+  deletesCheckGeneration?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -369,6 +376,8 @@ export type PassAction =
   | { id: string; type: 'patchCocoonSetAnnotations'; annotations: Record<string, string | null> }
   /** Delete a pod. Outcome: ok | notFound | error. */
   | { id: string; type: 'deletePod'; pod: string }
+  /** The CocoonSet's current `metadata.generation` (null: it is gone). Outcome: generation | error. */
+  | { id: string; type: 'readGeneration' }
   /** Create a pod. Outcome: ok | alreadyExists | error. */
   | { id: string; type: 'createPod'; pod: V1Pod }
   /** Read a pod (from the cache). Outcome: pod | error (NotFound is an error here). */
@@ -422,6 +431,7 @@ export type ActionOutcome =
   | { kind: 'hibernations'; items: CocoonHibernation[] }
   | { kind: 'probe'; present: boolean }
   | { kind: 'nodes'; any: boolean }
+  | { kind: 'generation'; generation: number | null }
   | { kind: 'pod'; pod: V1Pod };
 
 /** controller-runtime's Result/error, as the pass ends. */
@@ -624,6 +634,8 @@ interface PassState {
   failPhase?: CocoonSetPhase;
   /** Pods this pass did not create because their VM's `:hibernate` tag is spent (`createWaitsForSpentTag`). */
   spentWaits?: SpentTag[];
+  /** The pass has read the CocoonSet's generation before a delete and found its spec current. */
+  specChecked?: boolean;
   /** Failed toolboxes too young to recreate (`toolboxRecreateBackoff`): pod, failure, ms until it may be. */
   toolboxWaits?: { pod: string; failure: string; waitMs: number }[];
 }
@@ -908,8 +920,28 @@ async function writeStatusAndFinish(
   return finish(st, result, status);
 }
 
-/** Deletes a pod; NotFound counts as done. Resolves false when it was already gone. */
+/**
+ * Ends the pass, with another at once, when the CocoonSet's spec is no longer the one the pass planned from
+ * (ours, `deletesCheckGeneration`): its generation, read from the apiserver, differs (or the set is gone).
+ * Asked once per pass, before its first pod delete: a delete planned from a replaced spec may take a running
+ * VM the current spec keeps. A read error fails the pass (nothing deleted). No status write: the next pass
+ * writes its own.
+ */
+async function specStillCurrent(st: PassState): Promise<void> {
+  if (!st.input.deletesCheckGeneration || st.specChecked) return;
+  const o = await st.r.run({ id: 'generation', type: 'readGeneration' });
+  if (o.kind !== 'generation')
+    return fail(st, `read cocoonset generation before a pod delete: ${errText(o) ?? 'unexpected outcome'}`);
+  if (o.generation !== (st.cs.metadata.generation ?? 0)) return finish(st, { requeue: true });
+  st.specChecked = true;
+}
+
+/**
+ * Deletes a pod, once the spec is known current (`specStillCurrent`); NotFound counts as done. Resolves false
+ * when it was already gone.
+ */
 async function deletePod(st: PassState, pod: string, prefix: string): Promise<boolean> {
+  await specStillCurrent(st);
   const o = await st.r.run({ id: `delete:${pod}`, type: 'deletePod', pod });
   const err = errText(o);
   if (err !== undefined) return fail(st, `${prefix}: ${err}`);
@@ -1251,6 +1283,7 @@ async function ensureSubAgents(
 
   const extra = subSlotsAscending(st.c).filter((slot) => slot > replicas);
   if (st.input.batchPodLoops && extra.length > 0) {
+    await specStillCurrent(st);
     const outcomes = await st.r.runAll(
       extra.map((slot): PassAction => {
         const pod = st.c.sub.get(slot)!.metadata!.name!;

@@ -490,6 +490,7 @@ async function drive(
     unboundMainFollowsPin: on(io, 'unbound-main-follows-pin'),
     retainSkipsUnbound: on(io, 'retain-suspend-skips-unbound'),
     subAgentsFollowMainClass: on(io, 'sub-agents-follow-main-class'),
+    deletesCheckGeneration: on(io, 'deletes-check-generation'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,
@@ -604,6 +605,11 @@ async function execute(
         return { kind: await kube.cocoonSetDeletePod({ namespace, pod: a.pod }) };
       case 'createPod':
         return { kind: await kube.cocoonSetCreatePod({ namespace, pod: a.pod }) };
+      case 'readGeneration':
+        return {
+          kind: 'generation',
+          generation: await kube.cocoonSetGeneration({ namespace, name: state.name }),
+        };
       case 'getPod':
         return { kind: 'pod', pod: await kube.cocoonSetGetPod({ namespace, pod: a.pod }) };
       case 'readPod':

@@ -36,6 +36,7 @@ export const LEVELED_PATCHES: readonly string[] = [
   'unbound-main-follows-pin',
   'retain-suspend-skips-unbound',
   'sub-agents-follow-main-class',
+  'deletes-check-generation',
 ];
 
 /**

@@ -365,6 +365,7 @@ describe('sub-agent triage', () => {
     // The new pod is a fresh fork of the main: a `:hibernate` tag a suspend left would make vk refuse it.
     expect(w.ids()).toEqual([
       'history:1',
+      'generation',
       'delete:demo-1',
       'list-hibernations',
       'drop-tag:vk-ns-demo-1',
@@ -440,6 +441,7 @@ describe('sub-agent triage', () => {
     expect(readRebuildHistory(edited.cs).has(1)).toBe(false);
     expect(edited.ids()).toEqual([
       'history:1',
+      'generation',
       'delete:demo-1',
       'list-hibernations',
       'drop-tag:vk-ns-demo-1',
@@ -559,14 +561,20 @@ describe('toolboxes', () => {
       failed(buildToolboxPod(cs, { name: 'tb' })),
     ]);
     expect(done(await w.pass()).result.requeue).toBe(true);
-    expect(w.ids()).toEqual(['delete:demo-tb', 'list-hibernations', 'drop-tag:vk-ns-demo-tb']);
+    // The set's generation is read before the first delete (deletesCheckGeneration).
+    expect(w.ids()).toEqual(['generation', 'delete:demo-tb', 'list-hibernations', 'drop-tag:vk-ns-demo-tb']);
     const drift = new PlanWorld(
       finalizedSet((c) => (c.spec.toolboxes = [{ name: 'tb', image: 'v2' }])),
       [readyPod(buildAgentPod(cs, 0, '', '')), readyPod(buildToolboxPod(cs, { name: 'tb', image: 'v1' }))],
     );
     done(await drift.pass());
     // The List first: a live toolbox is not replaced while its VM's tag is spent (driftWaitsForSpentTag).
-    expect(drift.ids()).toEqual(['list-hibernations', 'delete:demo-tb', 'drop-tag:vk-ns-demo-tb']);
+    expect(drift.ids()).toEqual([
+      'list-hibernations',
+      'generation',
+      'delete:demo-tb',
+      'drop-tag:vk-ns-demo-tb',
+    ]);
   });
 });
 
@@ -1152,5 +1160,55 @@ describe('sub-agents of a main without a CPU class', () => {
     const legacy = new PlanWorld(withClass, [main]);
     done(await legacy.pass({ subAgentsFollowMainClass: false }));
     expect(legacy.pod('demo-1')!.spec?.nodeSelector?.[Labels.snapshotCPUClass]).toBe('n2-v1');
+  });
+});
+
+describe('a pass planned from a replaced spec deletes nothing (ours: deletesCheckGeneration)', () => {
+  it('reads the generation once before its first delete; an edit that landed since ends the pass (another at once) with the running pods kept: a main drift, a scale-down; the old version deleted them', async () => {
+    const before = finalizedSet(replicas(2), (c) => (c.metadata.generation = 3));
+    const pods = () => convergedPods(before);
+    const cases: [string, (c: CocoonSet) => void][] = [
+      ['image edit', (c) => (c.spec.agent.image = 'cocoon/agent:v2')],
+      ['scale to 0', (c) => (c.spec.agent.replicas = 0)],
+    ];
+    for (const [what, edit] of cases) {
+      const planned = finalizedSet(replicas(2), (c) => (c.metadata.generation = 4), edit);
+      const w = new PlanWorld(planned, pods());
+      w.storedGeneration = 5; // edited again (back) after the pass read generation 4
+      expect(done(await w.pass()).result, what).toEqual({
+        requeue: true,
+        requeueAfterMs: 0,
+        error: undefined,
+      });
+      expect([w.ids('deletePod'), w.pods.size], what).toEqual([[], 3]);
+      expect(
+        w.ids().filter((id) => id === 'generation'),
+        what,
+      ).toEqual(['generation']);
+
+      const current = new PlanWorld(planned, pods());
+      done(await current.pass());
+      expect(current.ids('deletePod').length, what).toBeGreaterThan(0);
+      expect(
+        current.ids().filter((id) => id === 'generation'),
+        what,
+      ).toEqual(['generation']);
+
+      const legacy = new PlanWorld(planned, pods());
+      legacy.storedGeneration = 5;
+      done(await legacy.pass({ deletesCheckGeneration: false }));
+      expect(legacy.ids('deletePod').length, what).toBeGreaterThan(0);
+    }
+  });
+
+  it('a read error fails the pass before any delete', async () => {
+    const before = finalizedSet(replicas(1), (c) => (c.metadata.generation = 3));
+    const planned = finalizedSet(replicas(0), (c) => (c.metadata.generation = 4));
+    const w = new PlanWorld(planned, convergedPods(before));
+    w.failures.set('generation', 'apiserver down');
+    expect(done(await w.pass()).result.error).toBe(
+      'read cocoonset generation before a pod delete: apiserver down',
+    );
+    expect(w.ids('deletePod')).toEqual([]);
   });
 });

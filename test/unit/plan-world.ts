@@ -57,6 +57,11 @@ export class PlanWorld {
   nodes?: Record<string, string>[];
   /** Clone-mode base images in the registry (`repo:tag`); undefined: every image the tests name. */
   images?: Set<string>;
+  /**
+   * The generation the apiserver holds for the set (`readGeneration`); undefined: the world's own. A test
+   * sets it to stage an edit that landed after the pass read the set.
+   */
+  storedGeneration?: number;
   /** When set, every Node List (`anyNode`) fails with this text. */
   nodeListError?: string;
   /** The set's desires sent to VM workflows (`askVM`), in order; the world changes nothing for them. */
@@ -102,6 +107,8 @@ export class PlanWorld {
         const p = this.pods.get(a.pod);
         return p ? { kind: 'pod', pod: clone(p) } : { kind: 'error', message: `pods "${a.pod}" not found` };
       }
+      case 'readGeneration':
+        return { kind: 'generation', generation: this.storedGeneration ?? this.cs.metadata.generation ?? 0 };
       case 'anyNode':
         if (this.nodeListError !== undefined) return { kind: 'error', message: this.nodeListError };
         return { kind: 'nodes', any: nodesMatch(this.nodes, a.labelSelector) };
@@ -187,6 +194,7 @@ export class PlanWorld {
       unboundMainFollowsPin?: boolean;
       retainSkipsUnbound?: boolean;
       subAgentsFollowMainClass?: boolean;
+      deletesCheckGeneration?: boolean;
       spentBySet?: Record<string, string>;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
@@ -229,6 +237,7 @@ export class PlanWorld {
       unboundMainFollowsPin: opts.unboundMainFollowsPin ?? true,
       retainSkipsUnbound: opts.retainSkipsUnbound ?? true,
       subAgentsFollowMainClass: opts.subAgentsFollowMainClass ?? true,
+      deletesCheckGeneration: opts.deletesCheckGeneration ?? true,
       spentBySet: opts.spentBySet,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,

@@ -348,6 +348,13 @@ export class CocoonSetWorld {
         );
         return { cs: clone(this.cs), ...this.page(token, 0) };
       },
+      cocoonSetGeneration: async () => {
+        this.calls.push('read generation');
+        const hook = this.onGenerationRead;
+        this.onGenerationRead = undefined;
+        await hook?.();
+        return this.cs ? (this.cs.metadata.generation ?? 0) : null;
+      },
       cocoonSetListPods: async ({ continue: token }) => {
         this.calls.push('list-pods');
         const [snap, offset] = token.split('@');
@@ -515,6 +522,12 @@ export class CocoonSetWorld {
    * A user edit of the CocoonSet: applies `fn`, bumps `metadata.generation` (the apiserver does for a
    * spec change) and signals the workflow as the watcher does.
    */
+  /**
+   * Runs once, inside the next `cocoonSetGeneration` read, before it answers: a test stages an edit that lands
+   * between a pass's read of the set and its deletes.
+   */
+  onGenerationRead?: () => Promise<void>;
+
   async editSpec(fn: (cs: CocoonSet) => void): Promise<void> {
     const cs = this.requireCS();
     fn(cs);

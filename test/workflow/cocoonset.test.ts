@@ -85,6 +85,25 @@ describe('CocoonSet workflow', () => {
     });
   });
 
+  it('two quick edits (replicas 0, then back to 2) landing between a pass read and its deletes: that pass deletes nothing and the next one, on the current spec, keeps every sub-agent (deletes-check-generation; found by a new-user run)', async () => {
+    const cs = demoSet(withFinalizer);
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    const before = uids(world);
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      await w.settledAfter(0);
+      w.onGenerationRead = () => w.editSpec((c) => (c.spec.agent.replicas = 2));
+      await w.editSpec((c) => (c.spec.agent.replicas = 0));
+      await waitFor('the generation read before the deletes', () => w.onGenerationRead === undefined);
+      await w.settled(env);
+      expect(w.calls.filter((c) => c.startsWith('delete'))).toEqual([]);
+      expect(uids(w)).toEqual(before);
+      expect(w.cs?.status).toMatchObject({ phase: 'Running', readyAgents: 3 });
+      expect(w.cs?.status?.observedGeneration).toBe(w.cs?.metadata.generation);
+    });
+  });
+
   it('a steady pass keeps every pod and makes no CocoonHibernation list and no registry call', async () => {
     const cs = demoSet(withFinalizer);
     const world = new CocoonSetWorld(cs, convergedPods(cs));
