@@ -634,8 +634,8 @@ interface PassState {
   failPhase?: CocoonSetPhase;
   /** Pods this pass did not create because their VM's `:hibernate` tag is spent (`createWaitsForSpentTag`). */
   spentWaits?: SpentTag[];
-  /** The pass has read the CocoonSet's generation before a delete and found its spec current. */
-  specChecked?: boolean;
+  /** How often the pass has read the CocoonSet's generation before a delete (`specStillCurrent`). */
+  generationReads?: number;
   /** Failed toolboxes too young to recreate (`toolboxRecreateBackoff`): pod, failure, ms until it may be. */
   toolboxWaits?: { pod: string; failure: string; waitMs: number }[];
 }
@@ -778,9 +778,11 @@ export function cloneImageRef(image: string): { repo: string; tag: string } {
 }
 
 /**
- * A live pod whose replacement the spec would clone from another image (`image`, named by `field`), or
- * undefined: the pod runs a VM and is not failed (else there is nothing to keep), the spec's `mode` is
- * `clone` with a non-empty image, and the pod does not already run that image in clone mode.
+ * A pod holding a VM whose replacement the spec would clone from another image (`image`, named by `field`),
+ * or undefined: a node has taken the pod (its VM runs, or is hibernated there: a retain set being
+ * un-suspended, whose wake drift would follow with a delete) and it is not failed (else there is nothing to
+ * keep), the spec's `mode` is `clone` with a non-empty image, and the pod does not already name that image
+ * in clone mode.
  */
 function newCloneImage(
   pod: V1Pod | undefined,
@@ -788,7 +790,7 @@ function newCloneImage(
   image: string,
   field: string,
 ): { pod: V1Pod; image: string; field: string } | undefined {
-  if (!pod || !vmLive(pod) || isTerminal(pod) || mode !== 'clone' || image === '') return undefined;
+  if (!pod || unbound(pod) || isTerminal(pod) || mode !== 'clone' || image === '') return undefined;
   const current = parseVMSpec(pod);
   if (current.mode === 'clone' && current.image === image) return undefined;
   return { pod, image, field };
@@ -796,13 +798,14 @@ function newCloneImage(
 
 /**
  * The clone-image gate (ours; the reference has none), next to the placement gate: when the spec gives the
- * live main or a live toolbox another clone-mode image (an edit drift would answer by deleting the pod, and
+ * main or a toolbox that holds a VM (`newCloneImage`) another clone-mode image (an edit drift would answer by deleting the pod, and
  * for the main its sub-agents after it) and the registry answers that it has no such image (HEAD of its
  * manifest, on the registry task queue; each image once, all at once), the pass touches no pod, writes the
  * roll-up with `Progressing=False` reason `ImageNotFound` naming each missing image and the pod it keeps,
  * with a folded Warning Event of that reason, and probes again in `NO_IMAGE_RECHECK_MS`; a flow's phase is
  * kept (`phaseAfterBlock`). A registry error fails the pass (retried with backoff): the replacement is not
- * known to come up. Nothing is probed while a suspend is asked (it replaces nothing) or without a registry.
+ * known to come up. Nothing is probed while a suspend is asked (it replaces nothing; the un-suspend is
+ * held here, before any VM is woken) or without a registry.
  * vk-cocoon also clones from an image a node holds locally; such an image is refused here until the pod is
  * deleted by hand.
  */
@@ -923,17 +926,18 @@ async function writeStatusAndFinish(
 /**
  * Ends the pass, with another at once, when the CocoonSet's spec is no longer the one the pass planned from
  * (ours, `deletesCheckGeneration`): its generation, read from the apiserver, differs (or the set is gone).
- * Asked once per pass, before its first pod delete: a delete planned from a replaced spec may take a running
- * VM the current spec keeps. A read error fails the pass (nothing deleted). No status write: the next pass
- * writes its own.
+ * Asked right before each pod delete (one read for a batch): a delete planned from a replaced spec may take
+ * a running VM the current spec keeps. An edit that lands between the read and the delete (one activity
+ * round trip) still goes unseen. A read error fails the pass (nothing deleted). No status write: the next
+ * pass writes its own.
  */
 async function specStillCurrent(st: PassState): Promise<void> {
-  if (!st.input.deletesCheckGeneration || st.specChecked) return;
-  const o = await st.r.run({ id: 'generation', type: 'readGeneration' });
+  if (!st.input.deletesCheckGeneration) return;
+  st.generationReads = (st.generationReads ?? 0) + 1;
+  const o = await st.r.run({ id: `generation:${st.generationReads}`, type: 'readGeneration' });
   if (o.kind !== 'generation')
     return fail(st, `read cocoonset generation before a pod delete: ${errText(o) ?? 'unexpected outcome'}`);
   if (o.generation !== (st.cs.metadata.generation ?? 0)) return finish(st, { requeue: true });
-  st.specChecked = true;
 }
 
 /**

@@ -257,7 +257,7 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
     expect(uids(await podsOf(name))).toEqual(before);
   });
 
-  it('(a6) a clone-mode image edit of the agent and a toolbox to a tag the registry lacks (a typo): Progressing=False ImageNotFound naming it for both, the live pods kept (new-user findings: the main, or the toolbox, was deleted and its replacement never came up); once the image is pushed the next look (30 s) takes the edit: main, sub-agent and toolbox recreated with it (fails without drift-waits-for-clone-image)', async () => {
+  it('(a6) a clone-mode image edit of the agent and a toolbox to a tag the registry lacks (a typo): Progressing=False ImageNotFound naming it for both, the live pods kept (new-user findings: the main, or the toolbox, was deleted and its replacement never came up); once the image is pushed the next look (30 s) takes the edit: main, sub-agent and toolbox recreated with it; later suspended and un-suspended together with another typo: held before any VM is woken (fails without drift-waits-for-clone-image)', async () => {
     const name = 'typo';
     made.push(name);
     const [v1, v2] = [`faults-e2e/${ns}:v1`, `faults-e2e/${ns}:v2`];
@@ -307,6 +307,30 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
     );
     expect(replaced).toHaveLength(3);
     await waitRunning(name, 2);
+
+    // Suspended (retain), then un-suspended together with a typo: held before any VM is woken, the
+    // hibernated pods kept with their tags (new-user finding: woken, deleted, tags dropped, replacement failed).
+    await sets.patchSpec(name, { suspend: true });
+    await sets.waitUntil(
+      name,
+      'Suspended',
+      (cs) => current(cs) && cs?.status?.phase === 'Suspended',
+      BRING_UP_MS,
+    );
+    const hibernated = uids(await podsOf(name));
+    const v3 = `faults-e2e/${ns}:v3`;
+    await sets.patchSpec(name, { suspend: false, agent: { image: v3 } });
+    const heldAsleep = await sets.waitUntil(
+      name,
+      'Progressing=False ImageNotFound at the un-suspend',
+      (cs) => current(cs) && progressing(cs)?.reason === 'ImageNotFound',
+      60_000,
+    );
+    expect(heldAsleep?.status?.phase).toBe('Suspended');
+    await passFinished(name);
+    const asleep = await podsOf(name);
+    expect(uids(asleep)).toEqual(hibernated);
+    expect(asleep.every((p) => p.metadata?.annotations?.[Annotations.hibernate] === 'true')).toBe(true);
   }, 600_000);
 
   it('(a7) a set created pinned to a node that does not exist (a typo): its main waits unbound; suspended (retain), it is Suspended at once; un-suspended with the pin fixed, that pod is deleted and created again on the real node, Running (fails without retain-suspend-skips-unbound: Suspending for ever; and without unbound-main-follows-pin: Pending on the old pin for ever)', async () => {

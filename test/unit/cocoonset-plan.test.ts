@@ -365,7 +365,7 @@ describe('sub-agent triage', () => {
     // The new pod is a fresh fork of the main: a `:hibernate` tag a suspend left would make vk refuse it.
     expect(w.ids()).toEqual([
       'history:1',
-      'generation',
+      'generation:1',
       'delete:demo-1',
       'list-hibernations',
       'drop-tag:vk-ns-demo-1',
@@ -441,7 +441,7 @@ describe('sub-agent triage', () => {
     expect(readRebuildHistory(edited.cs).has(1)).toBe(false);
     expect(edited.ids()).toEqual([
       'history:1',
-      'generation',
+      'generation:1',
       'delete:demo-1',
       'list-hibernations',
       'drop-tag:vk-ns-demo-1',
@@ -562,7 +562,12 @@ describe('toolboxes', () => {
     ]);
     expect(done(await w.pass()).result.requeue).toBe(true);
     // The set's generation is read before the first delete (deletesCheckGeneration).
-    expect(w.ids()).toEqual(['generation', 'delete:demo-tb', 'list-hibernations', 'drop-tag:vk-ns-demo-tb']);
+    expect(w.ids()).toEqual([
+      'generation:1',
+      'delete:demo-tb',
+      'list-hibernations',
+      'drop-tag:vk-ns-demo-tb',
+    ]);
     const drift = new PlanWorld(
       finalizedSet((c) => (c.spec.toolboxes = [{ name: 'tb', image: 'v2' }])),
       [readyPod(buildAgentPod(cs, 0, '', '')), readyPod(buildToolboxPod(cs, { name: 'tb', image: 'v1' }))],
@@ -571,7 +576,7 @@ describe('toolboxes', () => {
     // The List first: a live toolbox is not replaced while its VM's tag is spent (driftWaitsForSpentTag).
     expect(drift.ids()).toEqual([
       'list-hibernations',
-      'generation',
+      'generation:1',
       'delete:demo-tb',
       'drop-tag:vk-ns-demo-tb',
     ]);
@@ -1164,7 +1169,7 @@ describe('sub-agents of a main without a CPU class', () => {
 });
 
 describe('a pass planned from a replaced spec deletes nothing (ours: deletesCheckGeneration)', () => {
-  it('reads the generation once before its first delete; an edit that landed since ends the pass (another at once) with the running pods kept: a main drift, a scale-down; the old version deleted them', async () => {
+  it('reads the generation right before its deletes; an edit that landed since ends the pass (another at once) with the running pods kept: a main drift, a scale-down; the old version deleted them', async () => {
     const before = finalizedSet(replicas(2), (c) => (c.metadata.generation = 3));
     const pods = () => convergedPods(before);
     const cases: [string, (c: CocoonSet) => void][] = [
@@ -1182,17 +1187,18 @@ describe('a pass planned from a replaced spec deletes nothing (ours: deletesChec
       });
       expect([w.ids('deletePod'), w.pods.size], what).toEqual([[], 3]);
       expect(
-        w.ids().filter((id) => id === 'generation'),
+        w.ids().filter((id) => id.startsWith('generation')),
         what,
-      ).toEqual(['generation']);
+      ).toEqual(['generation:1']);
 
       const current = new PlanWorld(planned, pods());
       done(await current.pass());
       expect(current.ids('deletePod').length, what).toBeGreaterThan(0);
+      // One read right before each delete step (a batch is one step).
       expect(
-        current.ids().filter((id) => id === 'generation'),
+        current.ids().filter((id) => id.startsWith('generation')),
         what,
-      ).toEqual(['generation']);
+      ).toEqual(['generation:1']);
 
       const legacy = new PlanWorld(planned, pods());
       legacy.storedGeneration = 5;
@@ -1205,7 +1211,7 @@ describe('a pass planned from a replaced spec deletes nothing (ours: deletesChec
     const before = finalizedSet(replicas(1), (c) => (c.metadata.generation = 3));
     const planned = finalizedSet(replicas(0), (c) => (c.metadata.generation = 4));
     const w = new PlanWorld(planned, convergedPods(before));
-    w.failures.set('generation', 'apiserver down');
+    w.failures.set('generation:1', 'apiserver down');
     expect(done(await w.pass()).result.error).toBe(
       'read cocoonset generation before a pod delete: apiserver down',
     );

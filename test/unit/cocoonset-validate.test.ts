@@ -15,7 +15,15 @@ import {
   validatePod,
   vmSpecReason,
 } from '../../src/cocoonset/validate.js';
-import { finalizedSet, liveOn, newCocoonSet, readyPod, withFinalizer } from '../support/builders.js';
+import {
+  annotate,
+  finalizedSet,
+  lifecycleHibernated,
+  liveOn,
+  newCocoonSet,
+  readyPod,
+  withFinalizer,
+} from '../support/builders.js';
 import { done, PlanWorld } from './plan-world.js';
 
 const MAIN_VM = 'vk-ns-demo-0';
@@ -675,7 +683,7 @@ describe('the clone-image gate (ours: no live main is replaced by one whose clon
     expect([old.probes, old.ids('deletePod')]).toEqual([[], ['delete:demo-0']]);
   });
 
-  it('probes only a new clone image of a live main: not for another drift (same image), run mode, a main with no VM or a failed one, or without a registry', async () => {
+  it('probes only a new clone image of a main a node took: not for another drift (same image), run mode, a main no node took or a failed one, or without a registry', async () => {
     const noProbe = async (w: PlanWorld, what: string, opts: { registryConfigured?: boolean } = {}) => {
       done(await w.pass(opts));
       expect([w.probes, w.ids('deletePod')], what).toEqual([[], ['delete:demo-0']]);
@@ -694,9 +702,10 @@ describe('the clone-image gate (ours: no live main is replaced by one whose clon
       'run mode',
     );
     await noProbe(edited(toTypo), 'no registry', { registryConfigured: false });
-    const pending = edited(toTypo);
-    delete pending.pod('demo-0')!.metadata!.annotations![Annotations.vmID];
-    await noProbe(pending, 'no VM');
+    const unbound = edited(toTypo);
+    delete unbound.pod('demo-0')!.metadata!.annotations![Annotations.vmID];
+    delete unbound.pod('demo-0')!.spec!.nodeName;
+    await noProbe(unbound, 'no node took it');
     const failed = edited(toTypo);
     failed.pod('demo-0')!.metadata!.annotations![Annotations.lifecycleState] = 'failed';
     await noProbe(failed, 'failed main');
@@ -740,6 +749,48 @@ describe('the clone-image gate (ours: no live main is replaced by one whose clon
     });
     done(await run.pass());
     expect([run.probes, run.ids('deletePod')]).toEqual([[], ['delete:demo-tools']]);
+  });
+
+  it('a retain set un-suspended together with an image edit to a tag the registry lacks: held before any VM is woken (its hibernated main is kept, with its :hibernate tag); while suspended nothing is probed (found by a new-user run: the main was woken, deleted, its tag dropped, and the replacement never came up)', async () => {
+    const good = finalizedSet((c) => {
+      c.metadata.generation = 1;
+      c.spec.suspend = true;
+    });
+    const hibernated = lifecycleHibernated(
+      annotate(liveOn(readyPod(buildAgentPod(good, 0, '', '')), 'node-a', 'vm-0'), {
+        [Annotations.hibernate]: 'true',
+        [Annotations.cocoonSetGeneration]: '1',
+      }),
+    );
+    delete hibernated.metadata!.annotations![Annotations.vmID];
+    const cs = finalizedSet((c) => {
+      c.metadata.generation = 2;
+      c.status = { phase: 'Suspended' } as CocoonSet['status'];
+      toTypo(c);
+    });
+    const w = new PlanWorld(cs, [hibernated]);
+    w.images = new Set();
+    w.tags.add('vk-ns-demo-0:hibernate');
+    expect(done(await w.pass()).result.requeueAfterMs).toBe(NO_IMAGE_RECHECK_MS);
+    expect([w.probes, w.asks, w.ids('deletePod'), w.cs.status?.phase]).toEqual([
+      ['cocoon/agent:v2-typo'],
+      [],
+      [],
+      'Suspended',
+    ]);
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')?.reason).toBe('ImageNotFound');
+    // Still suspended (the edit made while suspended): the suspend goes on, no probe.
+    const still = new PlanWorld(
+      finalizedSet((c) => {
+        c.metadata.generation = 2;
+        c.spec.suspend = true;
+        toTypo(c);
+      }),
+      [hibernated],
+    );
+    still.images = new Set();
+    done(await still.pass());
+    expect(still.probes.filter((p) => p.includes('agent'))).toEqual([]);
   });
 
   it('a registry error fails the pass (ReconcileFailed, retried) and touches no pod: the new image is not known to exist', async () => {
