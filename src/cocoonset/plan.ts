@@ -825,23 +825,25 @@ async function cloneImageBlock(st: PassState): Promise<void> {
   ].filter((w) => w !== undefined);
   if (wants.length === 0) return;
   const images = [...new Set(wants.map((w) => w.image))];
+  const refs = images.map(cloneImageRef);
   const outcomes = await st.r.runAll(
-    images.map((image): PassAction => {
-      const { repo, tag } = cloneImageRef(image);
-      return { id: `image-probe:${repo}:${tag}`, type: 'probeImage', repo, tag };
-    }),
+    refs.map(
+      ({ repo, tag }): PassAction => ({ id: `image-probe:${repo}:${tag}`, type: 'probeImage', repo, tag }),
+    ),
   );
   const present = new Map<string, boolean>();
   for (const [i, o] of outcomes.entries()) {
-    const { repo, tag } = cloneImageRef(images[i]!);
     if (o.kind !== 'probe')
-      return fail(st, `probe clone image ${repo}:${tag}: ${errText(o) ?? 'unexpected outcome'}`);
+      return fail(
+        st,
+        `probe clone image ${refs[i]!.repo}:${refs[i]!.tag}: ${errText(o) ?? 'unexpected outcome'}`,
+      );
     present.set(images[i]!, o.present);
   }
   const missing = wants.filter((w) => present.get(w.image) === false);
   if (missing.length === 0) return;
   const kept = missing.map((w) => {
-    const { repo, tag } = cloneImageRef(w.image);
+    const { repo, tag } = refs[images.indexOf(w.image)]!;
     const role = w.pod === st.c.main ? 'main' : 'toolbox';
     return `clone image ${repo}:${tag} is not in the registry: ${role} pod ${st.ns}/${w.pod.metadata?.name ?? ''} is kept`;
   });
