@@ -392,3 +392,30 @@ export function compareQuantities(a: Quantity, b: Quantity): -1 | 0 | 1 {
 export function quantityIsZero(q: Quantity): boolean {
   return q.unscaled === 0n;
 }
+
+/** `a` and `b` as unscaled integers at their common (smaller) exponent. */
+function aligned(a: Quantity, b: Quantity): { a: bigint; b: bigint; exp: number } {
+  const exp = Math.min(a.exp, b.exp);
+  return { a: a.unscaled * pow10(a.exp - exp), b: b.unscaled * pow10(b.exp - exp), exp };
+}
+
+/**
+ * Exact `a + b` (Go `Quantity.Add`, k8s.io/apimachinery v0.34 pkg/api/resource/quantity.go): the sum
+ * keeps `a`'s format, or takes `b`'s when `a` is zero, as Go's receiver does; it carries no literal, so
+ * `quantityToString` prints it canonically (`1536Mi` + `2Gi` → `3584Mi`, `500m` + `1` → `1500m`), as Go
+ * clears the cached string on Add. Arbitrary precision: no int64 overflow, no rounding (both operands are
+ * multiples of 10^-9 after parsing, so the sum is too).
+ */
+export function addQuantities(a: Quantity, b: Quantity): Quantity {
+  const x = aligned(a, b);
+  return { unscaled: x.a + x.b, exp: x.exp, format: a.unscaled === 0n ? b.format : a.format };
+}
+
+/**
+ * Exact `a - b` (Go `Quantity.Sub`): same format rule as `addQuantities` (`a`'s, or `b`'s when `a` is
+ * zero), no literal. The result may be negative (`6Gi` - `2Gi` → `4Gi`, `1` - `1500m` → `-500m`).
+ */
+export function subtractQuantities(a: Quantity, b: Quantity): Quantity {
+  const x = aligned(a, b);
+  return { unscaled: x.a - x.b, exp: x.exp, format: a.unscaled === 0n ? b.format : a.format };
+}
