@@ -24,6 +24,7 @@ import {
   VERSION,
 } from '../api/keys.js';
 import type { CocoonHibernation, CocoonSet } from '../api/types.js';
+import type { NamespaceLimits } from '../cocoonset/admission.js';
 import type { PassMetric } from '../cocoonset/plan.js';
 import { summarizePod } from '../cocoonset/summary.js';
 import { type KubeClients, mergePatch, statusCodeOf } from '../kube/client.js';
@@ -342,6 +343,43 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
         return list.items.length > 0;
       } catch (err) {
         throw kubeFailure(err, `list nodes matching ${input.labelSelector}`);
+      }
+    },
+
+    /**
+     * The namespace's LimitRanges and ResourceQuotas, trimmed to what the admission prediction reads
+     * (src/cocoonset/admission.ts): a pass asks before it deletes a live pod to replace it
+     * (docs/cocoonset.md#a-pass-in-order). Two Lists. Errors: the apiserver's (a 403 is non-retryable: the
+     * pass then fails with it, deleting nothing).
+     */
+    async cocoonSetNamespaceLimits(input: { namespace: string }): Promise<NamespaceLimits> {
+      try {
+        const [ranges, quotas] = await Promise.all([
+          core.listNamespacedLimitRange({ namespace: input.namespace }),
+          core.listNamespacedResourceQuota({ namespace: input.namespace }),
+        ]);
+        return {
+          limitRanges: ranges.items.map((lr) => ({
+            name: lr.metadata?.name ?? '',
+            limits: (lr.spec?.limits ?? []).map((l) => ({
+              type: l.type,
+              ...(l.min ? { min: l.min } : {}),
+              ...(l.max ? { max: l.max } : {}),
+              ...(l._default ? { default: l._default } : {}),
+              ...(l.defaultRequest ? { defaultRequest: l.defaultRequest } : {}),
+              ...(l.maxLimitRequestRatio ? { maxLimitRequestRatio: l.maxLimitRequestRatio } : {}),
+            })),
+          })),
+          quotas: quotas.items.map((q) => ({
+            name: q.metadata?.name ?? '',
+            ...(q.spec?.scopes ? { scopes: q.spec.scopes } : {}),
+            ...(q.spec?.scopeSelector ? { scopeSelector: q.spec.scopeSelector } : {}),
+            ...(q.status?.hard ? { hard: q.status.hard } : {}),
+            ...(q.status?.used ? { used: q.status.used } : {}),
+          })),
+        };
+      } catch (err) {
+        throw kubeFailure(err, `list limitranges and resourcequotas in ${input.namespace}`);
       }
     },
 

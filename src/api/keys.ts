@@ -48,6 +48,14 @@ export const Annotations = {
   postCloneErrors: 'vm.cocoonstack.io/post-clone-errors',
 } as const;
 
+/**
+ * The annotation the apiserver's LimitRanger admission plugin writes on a pod whose container resources it
+ * defaulted from the namespace's LimitRanges: `LimitRanger plugin set: <names> request for container <c>;
+ * <names> limit for container <c>` (k8s.io/kubernetes plugin/pkg/admission/limitranger
+ * `mergePodResourceRequirements`). Read, never written (src/cocoonset/drift.ts `limitRangerDefaults`).
+ */
+export const LIMIT_RANGER_ANNOTATION = 'kubernetes.io/limit-ranger';
+
 /** Label keys written on managed pods and read from nodes (docs/wire-contract.md#on-pods). */
 export const Labels = {
   cocoonSet: 'cocoonset.cocoonstack.io/name',
@@ -152,6 +160,11 @@ export const EventReasons = {
    * (Warning, with `Progressing=False ImageNotFound`).
    */
   imageNotFound: 'ImageNotFound',
+  /**
+   * Ours: the namespace's LimitRange or ResourceQuota would refuse a pod the edited spec replaces a live one
+   * with, so the live pods are kept (Warning, with `Progressing=False ExceedsNamespaceLimits`).
+   */
+  exceedsNamespaceLimits: 'ExceedsNamespaceLimits',
 } as const;
 
 /**
@@ -294,4 +307,10 @@ export const ConditionReasons = {
    * main stays and no pod is touched until the image is pushed or the spec changes.
    */
   imageNotFound: 'ImageNotFound',
+  /**
+   * Ours, on `Progressing=False`: the apiserver's LimitRanger or ResourceQuota admission would refuse a pod
+   * the edited spec replaces a live one with (the message quotes its refusal); the live pods stay and no pod
+   * is touched until the spec or the namespace's limits change.
+   */
+  exceedsNamespaceLimits: 'ExceedsNamespaceLimits',
 } as const;

@@ -8,7 +8,7 @@
  * annotations and the runtime annotations (except static toolboxes, docs/cocoonset.md#drift).
  */
 import type { V1EnvFromSource, V1ResourceRequirements } from '@kubernetes/client-node';
-import { DEFAULT_NODE_POOL, Labels } from '../api/keys.js';
+import { DEFAULT_NODE_POOL, Labels, LIMIT_RANGER_ANNOTATION } from '../api/keys.js';
 import type { PodLike } from '../api/pod.js';
 import type { CocoonSet, ToolboxSpec } from '../api/types.js';
 import { isTerminal } from './classify.js';
@@ -55,21 +55,66 @@ function quantityEqual(have: string | undefined, want: string | undefined): bool
   return compareQuantities(parseQuantity(have), quantityFromJSON(want)) === 0;
 }
 
+/** How the drift rules read a pod (the workflow sets each behind `patched()`). */
+export interface DriftOptions {
+  /**
+   * A cpu or memory request or limit the spec leaves unset and the apiserver's LimitRanger set on the pod
+   * from the namespace's LimitRange defaults (`limitRangerDefaults`) is not drift. Without it (as the
+   * reference), a set in a namespace whose LimitRange has defaults saw every pod it created drift and
+   * deleted it again, on every pass: no VM ever stayed up.
+   */
+  limitRangeDefaults?: boolean;
+}
+
+/**
+ * The resources of container `container` that the LimitRanger admission plugin defaulted, read from the
+ * pod's `kubernetes.io/limit-ranger` annotation (`LimitRanger plugin set: cpu, memory request for
+ * container agent; cpu limit for container agent`; k8s.io/kubernetes plugin/pkg/admission/limitranger
+ * `mergeContainerResources`). Empty sets when the pod has no such annotation or it does not parse.
+ */
+export function limitRangerDefaults(
+  pod: PodLike,
+  container: string,
+): { requests: ReadonlySet<string>; limits: ReadonlySet<string> } {
+  const out = { requests: new Set<string>(), limits: new Set<string>() };
+  const raw = pod.metadata?.annotations?.[LIMIT_RANGER_ANNOTATION] ?? '';
+  const prefix = 'LimitRanger plugin set: ';
+  if (!raw.startsWith(prefix)) return out;
+  for (const entry of raw.slice(prefix.length).split('; ')) {
+    const m = /^(.+) (request|limit) for container (.+)$/.exec(entry);
+    if (!m || m[3] !== container) continue;
+    const into = m[2] === 'request' ? out.requests : out.limits;
+    for (const name of m[1]!.split(', ')) into.add(name);
+  }
+  return out;
+}
+
 /**
  * `resourcesMatch(pod, want)` (docs/cocoonset.md#drift): for cpu and memory, container 0's limit equals
  * `want.limits`, and its request equals `want.requests` — or `want.limits` when `want.requests` is empty as a
- * whole (the apiserver's defaulting). A pod without containers never matches. Throws QuantityParseError on a
- * malformed quantity.
+ * whole (the apiserver's defaulting). With `opts.limitRangeDefaults`, a value `want` leaves unset that the
+ * LimitRanger set (`limitRangerDefaults`) matches. A pod without containers never matches. Throws
+ * QuantityParseError on a malformed quantity.
  */
-export function resourcesMatch(pod: PodLike, want: V1ResourceRequirements | undefined): boolean {
+export function resourcesMatch(
+  pod: PodLike,
+  want: V1ResourceRequirements | undefined,
+  opts: DriftOptions = {},
+): boolean {
   const container = pod.spec?.containers?.[0];
   if (!container) return false;
   const have = container.resources ?? {};
   const wantLimits = want?.limits ?? {};
   const wantRequests = want?.requests && Object.keys(want.requests).length > 0 ? want.requests : wantLimits;
+  const defaulted = opts.limitRangeDefaults
+    ? limitRangerDefaults(pod, container.name ?? '')
+    : { requests: new Set<string>(), limits: new Set<string>() };
+  const matches = (have: string | undefined, want: string | undefined, byLimitRanger: boolean) =>
+    (want === undefined && byLimitRanger) || quantityEqual(have, want);
   return COMPARED_RESOURCES.every(
     (r) =>
-      quantityEqual(have.limits?.[r], wantLimits[r]) && quantityEqual(have.requests?.[r], wantRequests[r]),
+      matches(have.limits?.[r], wantLimits[r], defaulted.limits.has(r)) &&
+      matches(have.requests?.[r], wantRequests[r], defaulted.requests.has(r)),
   );
 }
 
@@ -92,7 +137,12 @@ export function envFromEqual(a: V1EnvFromSource[] | undefined, b: V1EnvFromSourc
  * pod's own VM name and, for sub-agents (slot > 0), its own fork-from, so neither can drift; a main with a
  * fork-from does. Then resources (cpu/memory), service account (empty ≡ `default`), envFrom and scheduling.
  */
-export function podSpecMatchesAgent(pod: PodLike, cs: CocoonSet, slot: number): boolean {
+export function podSpecMatchesAgent(
+  pod: PodLike,
+  cs: CocoonSet,
+  slot: number,
+  opts: DriftOptions = {},
+): boolean {
   const agent = cs.spec.agent;
   const current = parseVMSpec(pod);
   const want = vmSpecFromAgent(
@@ -102,7 +152,7 @@ export function podSpecMatchesAgent(pod: PodLike, cs: CocoonSet, slot: number): 
     slot > 0 ? current.forkFrom : '',
   );
   if (!vmSpecsEqual(current, want)) return false;
-  if (!resourcesMatch(pod, agent.resources)) return false;
+  if (!resourcesMatch(pod, agent.resources, opts)) return false;
   const podSA = pod.spec?.serviceAccountName || 'default';
   const wantSA = agent.serviceAccountName || 'default';
   if (podSA !== wantSA) return false;
@@ -115,11 +165,16 @@ export function podSpecMatchesAgent(pod: PodLike, cs: CocoonSet, slot: number): 
  * be empty), resources, scheduling, and for `static` mode the runtime id / ip / vnc-port must equal the
  * spec's. Service account and envFrom are not compared.
  */
-export function podSpecMatchesToolbox(pod: PodLike, cs: CocoonSet, tb: ToolboxSpec): boolean {
+export function podSpecMatchesToolbox(
+  pod: PodLike,
+  cs: CocoonSet,
+  tb: ToolboxSpec,
+  opts: DriftOptions = {},
+): boolean {
   const current = parseVMSpec(pod);
   const want = vmSpecFromToolbox(tb, current.vmName, cs.spec.snapshotPolicy);
   if (!vmSpecsEqual(current, want)) return false;
-  if (!resourcesMatch(pod, tb.resources)) return false;
+  if (!resourcesMatch(pod, tb.resources, opts)) return false;
   if (!schedulingMatches(pod, cs)) return false;
   if (tb.mode === 'static') {
     const rt = parseVMRuntime(pod);

@@ -20,7 +20,7 @@
  * do the flows for a run recorded before their switch (suspend delegated; migration and wake offered to
  * `io`, which declines).
  */
-import type { V1Pod } from '@kubernetes/client-node';
+import type { V1Pod, V1ResourceRequirements } from '@kubernetes/client-node';
 import {
   Annotations,
   CONDITION_PROGRESSING,
@@ -44,6 +44,7 @@ import {
 } from '../api/pod.js';
 import type { CocoonHibernation, CocoonSet, CocoonSetPhase, ToolboxSpec } from '../api/types.js';
 import type { OperatorMetrics } from '../metrics.js';
+import { type NamespaceLimits, namespaceLimitsRefusal, type Replacement } from './admission.js';
 import {
   type Classified,
   classifyPods,
@@ -55,11 +56,18 @@ import {
   podsInNameOrder,
   subSlotsAscending,
 } from './classify.js';
-import { podNodePool, podSpecMatchesAgent, podSpecMatchesToolbox, schedulingMatches } from './drift.js';
+import {
+  type DriftOptions,
+  podNodePool,
+  podSpecMatchesAgent,
+  podSpecMatchesToolbox,
+  schedulingMatches,
+} from './drift.js';
 import {
   agentPodName,
   buildAgentPod,
   buildToolboxPod,
+  containerResources,
   nodePoolOf,
   preferredHostnameAffinity,
   requiredHostname,
@@ -350,6 +358,21 @@ export interface PassInput {
    * spec keeps (found by a new-user run). The workflow sets it behind `patched()`.
    */
   deletesCheckGeneration?: boolean;
+  /**
+   * Drift ignores a cpu or memory request or limit the spec leaves unset and the apiserver's LimitRanger set
+   * from the namespace's LimitRange defaults (src/cocoonset/drift.ts `DriftOptions`). Before (as the
+   * reference), in such a namespace every pod the set created drifted at once and was deleted again, on
+   * every pass. The workflow sets it behind `patched()`.
+   */
+  driftIgnoresLimitRangeDefaults?: boolean;
+  /**
+   * A pass that would delete live pods to replace them (drift) first reads the namespace's LimitRanges and
+   * ResourceQuotas and keeps the pods while admission would refuse a replacement (`namespaceLimitsBlock`):
+   * `Progressing=False ExceedsNamespaceLimits` with the apiserver's wording, looked at again every
+   * `NAMESPACE_LIMITS_RECHECK_MS`. Before, a resources edit past the namespace's quota deleted the running
+   * main and its replacement was refused (403). The workflow sets it behind `patched()`.
+   */
+  driftChecksNamespaceLimits?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -397,6 +420,8 @@ export type PassAction =
   | { id: string; type: 'anyNode'; labelSelector: string }
   /** Registry `HasManifest(vmName, "hibernate")`. Outcome: probe | error. */
   | { id: string; type: 'probeHibernate'; vmName: string }
+  /** The namespace's LimitRanges and ResourceQuotas (src/cocoonset/admission.ts). Outcome: limits | error. */
+  | { id: string; type: 'readNamespaceLimits' }
   /** Registry `HasManifest(repo, tag)` of a clone-mode base image. Outcome: probe | error. */
   | { id: string; type: 'probeImage'; repo: string; tag: string }
   /** JSON merge patch on `/status`; `status` is the resulting status to mirror. Outcome: ok | error. */
@@ -432,6 +457,7 @@ export type ActionOutcome =
   | { kind: 'probe'; present: boolean }
   | { kind: 'nodes'; any: boolean }
   | { kind: 'generation'; generation: number | null }
+  | { kind: 'limits'; limits: NamespaceLimits }
   | { kind: 'pod'; pod: V1Pod };
 
 /** controller-runtime's Result/error, as the pass ends. */
@@ -707,7 +733,8 @@ async function block(
   reason:
     | typeof EventReasons.invalidSpec
     | typeof EventReasons.noMatchingNode
-    | typeof EventReasons.imageNotFound,
+    | typeof EventReasons.imageNotFound
+    | typeof EventReasons.exceedsNamespaceLimits,
   message: string,
   requeueAfterMs: number,
 ): Promise<never> {
@@ -851,6 +878,83 @@ async function cloneImageBlock(st: PassState): Promise<void> {
   return block(st, EventReasons.imageNotFound, message, NO_IMAGE_RECHECK_MS);
 }
 
+/** How this pass's drift rules read a pod (the run's patches). */
+function driftOptions(st: PassState): DriftOptions {
+  return { limitRangeDefaults: st.input.driftIgnoresLimitRangeDefaults === true };
+}
+
+/** How often a pass held by `namespaceLimitsBlock` reads the namespace's limits again, ms (not watched). */
+export const NAMESPACE_LIMITS_RECHECK_MS = 30_000;
+
+/**
+ * The pods this pass's drift would delete to replace them, each with the container resources its
+ * replacement gets: the main, sub-agents of a slot the spec keeps and toolboxes the spec names, that a node
+ * has taken (their VM runs, or is hibernated there) and that are neither failed nor being deleted, whose
+ * spec drifted (`podSpecMatchesAgent`, `podSpecMatchesToolbox`).
+ */
+function driftReplacements(st: PassState): { pod: V1Pod; replacement: Replacement }[] {
+  const { cs, c } = st;
+  const live = (p: V1Pod | undefined): p is V1Pod =>
+    p !== undefined && !unbound(p) && !isTerminal(p) && p.metadata?.deletionTimestamp == null;
+  const replacing = (pod: V1Pod, resources: V1ResourceRequirements) => ({
+    pod,
+    replacement: {
+      pod: pod.metadata?.name ?? '',
+      container: pod.spec?.containers?.[0]?.name ?? '',
+      resources,
+      replaces: pod.spec?.containers?.[0]?.resources ?? {},
+    },
+  });
+  const out: { pod: V1Pod; replacement: Replacement }[] = [];
+  const agent = () => containerResources(cs.spec.agent);
+  if (live(c.main) && !podSpecMatchesAgent(c.main, cs, 0, driftOptions(st)))
+    out.push(replacing(c.main, agent()));
+  const replicas = replicasOf(cs);
+  for (const [slot, pod] of c.sub) {
+    if (slot <= replicas && live(pod) && !podSpecMatchesAgent(pod, cs, slot, driftOptions(st)))
+      out.push(replacing(pod, agent()));
+  }
+  for (const tb of cs.spec.toolboxes ?? []) {
+    const pod = c.toolbox.get(tb.name);
+    if (live(pod) && !podSpecMatchesToolbox(pod, cs, tb, driftOptions(st)))
+      out.push(replacing(pod, containerResources(tb)));
+  }
+  return out;
+}
+
+/**
+ * The namespace-limits gate (ours; the reference has none), after the clone-image gate: when the pass's
+ * drift would delete live pods to replace them (`driftReplacements`), it reads the namespace's LimitRanges
+ * and ResourceQuotas (one activity) and asks src/cocoonset/admission.ts whether the apiserver would refuse
+ * a replacement (a LimitRange's min, max or ratio; a quota the replacements exceed once the pods they
+ * replace no longer count; a quota that has not counted a resource it limits yet). If so the pass touches no pod, writes
+ * the roll-up with `Progressing=False` reason `ExceedsNamespaceLimits` quoting the refusal, with a folded
+ * Warning Event of that reason, and looks again in `NAMESPACE_LIMITS_RECHECK_MS` (LimitRanges and quotas
+ * are not watched); a flow's phase is kept (`phaseAfterBlock`). A read error fails the pass (retried):
+ * the replacement is not known to be admitted. Nothing is read while a suspend is asked (it replaces
+ * nothing) or when no live pod drifted (a create costs no VM). Admission webhooks and a quota the pods'
+ * other namespace users fill meanwhile stay unseen: such a create still fails after the delete.
+ */
+async function namespaceLimitsBlock(st: PassState): Promise<void> {
+  if (st.cs.spec.suspend) return;
+  const replacing = driftReplacements(st);
+  if (replacing.length === 0) return;
+  const o = await st.r.run({ id: 'namespace-limits', type: 'readNamespaceLimits' });
+  if (o.kind !== 'limits')
+    return fail(
+      st,
+      `read the namespace's limits before replacing pods: ${errText(o) ?? 'unexpected outcome'}`,
+    );
+  const refusal = namespaceLimitsRefusal(
+    o.limits,
+    replacing.map((r) => r.replacement),
+  );
+  if (refusal === undefined) return;
+  const kept = replacing.map((r) => `${st.ns}/${r.pod.metadata?.name ?? ''}`).join(', ');
+  const message = `the apiserver would refuse a replacement pod: ${refusal}; the live pods (${kept}) are kept and no pod changed; change the spec's resources or the namespace's LimitRange or ResourceQuota`;
+  return block(st, EventReasons.exceedsNamespaceLimits, message, NAMESPACE_LIMITS_RECHECK_MS);
+}
+
 /** Builds a pod, turning a builder exception into Go's wrapped error. */
 async function build(st: PassState, prefix: string, fn: () => V1Pod): Promise<V1Pod> {
   let pod: V1Pod;
@@ -960,7 +1064,7 @@ async function handleFailedMain(
   main: V1Pod,
   reason: 'PodLifecycleFailed' | 'MainAgentFailed',
 ): Promise<never> {
-  if (!podSpecMatchesAgent(main, st.cs, 0)) {
+  if (!podSpecMatchesAgent(main, st.cs, 0, driftOptions(st))) {
     if (await deletePod(st, main.metadata!.name!, 'delete terminal drifted main agent'))
       await dropRemovedTags(st, [main]);
     return finish(st, { requeue: true });
@@ -1172,7 +1276,7 @@ async function ensureSubAgents(
     }
     const podName = pod.metadata?.name ?? '';
     const cs = currentCS(st);
-    const t = triageSubAgent(cs, pod, slot, readRebuildHistory(cs), st.input.nowMs);
+    const t = triageSubAgent(cs, pod, slot, readRebuildHistory(cs), st.input.nowMs, driftOptions(st));
     switch (t.kind) {
       case 'keep':
         break;
@@ -1442,7 +1546,7 @@ async function ensureToolboxes(st: PassState): Promise<boolean> {
       return fail(st, `create toolbox ${tb.name}: name collision with existing pod ${podName}`);
     }
     if (existing) {
-      const drifted = !podSpecMatchesToolbox(existing, st.cs, tb);
+      const drifted = !podSpecMatchesToolbox(existing, st.cs, tb, driftOptions(st));
       // A failed toolbox the spec still builds waits out its minimum age; a drifted one (the fix) does not.
       const waitMs = st.input.toolboxRecreateBackoff && !drifted ? recreateWaitMs(st, existing) : 0;
       if (waitMs > 0) {
@@ -2084,6 +2188,7 @@ async function reconcile(st: PassState): Promise<never> {
   if (invalid !== undefined) return blockInvalidSpec(st, invalid);
   if (st.input.waitsForANode) await placementBlock(st);
   if (st.input.driftWaitsForCloneImage) await cloneImageBlock(st);
+  if (st.input.driftChecksNamespaceLimits) await namespaceLimitsBlock(st);
   // 6. Generation stamp on every classified pod, in name order.
   const generation = cs.metadata.generation ?? 0;
   if (st.input.batchPodLoops) await stampAll(st, generation);
@@ -2158,7 +2263,11 @@ async function reconcile(st: PassState): Promise<never> {
     }
   }
   // 12. Main drift: delete, requeue.
-  if (main && (!podSpecMatchesAgent(main, cs, 0) || unboundOffPin(st, main)) && !inHibernateRound(st, main)) {
+  if (
+    main &&
+    (!podSpecMatchesAgent(main, cs, 0, driftOptions(st)) || unboundOffPin(st, main)) &&
+    !inHibernateRound(st, main)
+  ) {
     // Ours: not while the main's tag is spent (`driftWaitsForSpentTag`): its re-create would wait for the tag.
     await holdMainWhileSpent(st, main.metadata!.name!, '', st.input.driftWaitsForSpentTag, '');
     if (await deletePod(st, main.metadata!.name!, 'delete drifted main agent'))

@@ -7,7 +7,7 @@ import { Annotations, EventReasons } from '../api/keys.js';
 import type { PodLike } from '../api/pod.js';
 import type { CocoonSet } from '../api/types.js';
 import { isTerminal } from './classify.js';
-import { podSpecMatchesAgent } from './drift.js';
+import { type DriftOptions, podSpecMatchesAgent } from './drift.js';
 
 /** Rebuilds a slot gets before it is dead-lettered (`maxRebuildAttempts`). */
 export const MAX_REBUILD_ATTEMPTS = 4;
@@ -197,7 +197,8 @@ export interface TriageEvent {
  * `triageSubAgent` (docs/cocoonset.md#sub-agent-rebuild-and-dead-letter): dead letter first (kept unless
  * drifted → lift), then terminal (phase Failed or lifecycle `failed`) → rebuild with backoff / dead letter,
  * then drift → delete, else keep. `history` is the CocoonSet's current history (read it once per pass and
- * thread the written value to later slots); it is not mutated. `nowMs` is the pass's clock.
+ * thread the written value to later slots); it is not mutated. `nowMs` is the pass's clock; `drift` how the
+ * drift rules read the pod (src/cocoonset/drift.ts `DriftOptions`).
  */
 export function triageSubAgent(
   cs: CocoonSet,
@@ -205,10 +206,11 @@ export function triageSubAgent(
   slot: number,
   history: RebuildHistory,
   nowMs: number,
+  drift: DriftOptions = {},
 ): SubAgentTriage {
   const replicas = cs.spec.agent.replicas ?? 0;
   if (isDeadLettered(pod)) {
-    if (podSpecMatchesAgent(pod, cs, slot)) return { kind: 'keep' };
+    if (podSpecMatchesAgent(pod, cs, slot, drift)) return { kind: 'keep' };
     if (!history.has(slot)) return { kind: 'liftDeadLetter' };
     const next: RebuildHistory = new Map(history);
     next.delete(slot);
@@ -245,6 +247,6 @@ export function triageSubAgent(
       },
     };
   }
-  if (!podSpecMatchesAgent(pod, cs, slot)) return { kind: 'deleteDrifted' };
+  if (!podSpecMatchesAgent(pod, cs, slot, drift)) return { kind: 'deleteDrifted' };
   return { kind: 'keep' };
 }

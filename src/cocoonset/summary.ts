@@ -9,7 +9,8 @@
  *   creationTimestamp (a failed toolbox's age), deletionTimestamp, the controller owner reference (uid), labels and annotations under
  *   the cocoonstack.io domains (VM spec, runtime, lifecycle, generation, hibernate, restore, dead letter,
  *   pool) except the post-clone reports and clone-from-dir, which no pass reads; the lifecycle message is
- *   cut to LIFECYCLE_MESSAGE_MAX characters (it only goes into an Event, itself cut at 1 KiB);
+ *   cut to LIFECYCLE_MESSAGE_MAX characters (it only goes into an Event, itself cut at 1 KiB); and the
+ *   LimitRanger's `kubernetes.io/limit-ranger` (which resources admission defaulted: drift ignores them);
  * - spec: nodeName, a required hostname affinity (the main's pin, in the form the set writes it), the pool
  *   and CPU-class node selector, serviceAccountName, container 0's name, resources (limits/requests) and
  *   envFrom;
@@ -19,7 +20,7 @@
  * Pure; `summarizePod(summarizePod(p))` equals `summarizePod(p)`.
  */
 import type { V1Pod } from '@kubernetes/client-node';
-import { Annotations, Labels } from '../api/keys.js';
+import { Annotations, Labels, LIMIT_RANGER_ANNOTATION } from '../api/keys.js';
 import { containerRunning } from '../api/pod.js';
 import { isTerminal } from './classify.js';
 import { requiredHostname, requiredHostnameAffinity } from './pods.js';
@@ -55,7 +56,10 @@ function pick(m: Record<string, string> | undefined, keep: (k: string) => boolea
 /** The compact pod a pass reads (see the module comment). */
 export function summarizePod(pod: V1Pod): V1Pod {
   const m = pod.metadata ?? {};
-  const annotations = pick(m.annotations, (k) => cocoonKey(k) && !UNREAD_ANNOTATIONS.has(k));
+  const annotations = pick(
+    m.annotations,
+    (k) => (cocoonKey(k) && !UNREAD_ANNOTATIONS.has(k)) || k === LIMIT_RANGER_ANNOTATION,
+  );
   const msg = annotations[Annotations.lifecycleStateMessage];
   if (msg !== undefined && msg.length > LIFECYCLE_MESSAGE_MAX) {
     annotations[Annotations.lifecycleStateMessage] = msg.slice(0, LIFECYCLE_MESSAGE_MAX);

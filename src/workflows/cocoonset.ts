@@ -491,6 +491,8 @@ async function drive(
     retainSkipsUnbound: on(io, 'retain-suspend-skips-unbound'),
     subAgentsFollowMainClass: on(io, 'sub-agents-follow-main-class'),
     deletesCheckGeneration: on(io, 'deletes-check-generation'),
+    driftIgnoresLimitRangeDefaults: on(io, 'drift-ignores-limit-range-defaults'),
+    driftChecksNamespaceLimits: on(io, 'drift-checks-namespace-limits'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,
@@ -645,6 +647,8 @@ async function execute(
           kind: 'probe',
           present: await registry.hasManifest({ vmName: a.vmName, tag: Tags.hibernate }),
         };
+      case 'readNamespaceLimits':
+        return { kind: 'limits', limits: await kube.cocoonSetNamespaceLimits({ namespace }) };
       case 'probeImage':
         // A base image's repository sits under the registry like a VM's snapshot repository.
         return { kind: 'probe', present: await registry.hasManifest({ vmName: a.repo, tag: a.tag }) };

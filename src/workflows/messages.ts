@@ -37,6 +37,8 @@ export const LEVELED_PATCHES: readonly string[] = [
   'retain-suspend-skips-unbound',
   'sub-agents-follow-main-class',
   'deletes-check-generation',
+  'drift-ignores-limit-range-defaults',
+  'drift-checks-namespace-limits',
 ];
 
 /**

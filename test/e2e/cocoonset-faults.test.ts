@@ -406,6 +406,113 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
     expect(events.length).toBeGreaterThanOrEqual(1);
   });
 
+  it("(a8) a namespace whose LimitRange defaults cpu, a set that names memory only: its pods carry the LimitRanger's defaults and stay (fails without drift-ignores-limit-range-defaults: every pod drifted at once and was deleted again, on every pass, as in the reference)", async () => {
+    const name = 'lrdefaults';
+    made.push(name);
+    await kube.core.createNamespacedLimitRange({
+      namespace: ns,
+      body: {
+        metadata: { name: 'cpu-defaults' },
+        spec: { limits: [{ type: 'Container', _default: { cpu: '500m' }, defaultRequest: { cpu: '250m' } }] },
+      },
+    });
+    try {
+      const memoryOnly = (replicas: number): CocoonSet['spec'] => ({
+        agent: { ...spec(replicas, '10Gi').agent, resources: { limits: { memory: '1Gi' } } },
+      });
+      await sets.create(name, memoryOnly(1));
+      await waitRunning(name, 2);
+      const before = await podsOf(name);
+      const main = before.find((p) => p.metadata?.name === `${name}-0`)!;
+      // The stack's apiserver did default them: the case is real, not staged.
+      expect(main.metadata?.annotations?.['kubernetes.io/limit-ranger']).toBe(
+        'LimitRanger plugin set: cpu request for container agent; cpu limit for container agent',
+      );
+      expect(main.spec?.containers[0]?.resources?.limits?.cpu).toBe('500m');
+      // Another pass over the same pods (a scale-up): none of them drifts.
+      await sets.patchSpec(name, { agent: { replicas: 2 } });
+      await waitRunning(name, 3);
+      const after = uids(await podsOf(name));
+      expect(after).toMatchObject(uids(before));
+    } finally {
+      await kube.core.deleteNamespacedLimitRange({ namespace: ns, name: 'cpu-defaults' });
+    }
+  }, 300_000);
+
+  it("(a9) a resources edit the namespace's ResourceQuota or LimitRange would refuse: Progressing=False ExceedsNamespaceLimits with the apiserver's wording, the live main kept; an edit that fits once the old main no longer counts is taken (fails without drift-checks-namespace-limits: the main was deleted and its replacement refused, 403)", async () => {
+    const name = 'quota';
+    made.push(name);
+    // No quota controller runs on the stack: the test writes the quota's status as it would (hard, and
+    // nothing used yet); the apiserver's admission then counts each pod it admits into `used`.
+    const hard = { 'limits.memory': '3Gi' };
+    await kube.core.createNamespacedResourceQuota({
+      namespace: ns,
+      body: { metadata: { name: 'mem' }, spec: { hard } },
+    });
+    const quota = await kube.core.readNamespacedResourceQuota({ namespace: ns, name: 'mem' });
+    quota.status = { hard, used: { 'limits.memory': '0' } };
+    await kube.core.replaceNamespacedResourceQuotaStatus({ namespace: ns, name: 'mem', body: quota });
+    await kube.core.createNamespacedLimitRange({
+      namespace: ns,
+      body: {
+        metadata: { name: 'mem-max' },
+        spec: { limits: [{ type: 'Container', max: { memory: '8Gi' } }] },
+      },
+    });
+    try {
+      const withMemory = (memory: string) => ({ agent: { resources: { limits: { memory } } } });
+      await sets.create(name, { agent: { ...spec(0, '10Gi').agent, ...withMemory('1Gi').agent } });
+      await waitRunning(name, 1);
+      const counted = await kube.core.readNamespacedResourceQuota({ namespace: ns, name: 'mem' });
+      expect(counted.status?.used?.['limits.memory']).toBe('1Gi');
+      const before = uids(await podsOf(name));
+
+      await sets.patchSpec(name, withMemory('4Gi'));
+      const overQuota = await sets.waitUntil(
+        name,
+        'Progressing=False ExceedsNamespaceLimits',
+        (cs) => current(cs) && progressing(cs)?.reason === 'ExceedsNamespaceLimits',
+        60_000,
+      );
+      expect(progressing(overQuota)?.message).toBe(
+        `the apiserver would refuse a replacement pod: pods "${name}-0" is forbidden: exceeded quota: mem, requested: limits.memory=4Gi, used: limits.memory=0, limited: limits.memory=3Gi; the live pods (${ns}/${name}-0) are kept and no pod changed; change the spec's resources or the namespace's LimitRange or ResourceQuota`,
+      );
+      const [event] = await operatorEvents(kube, ns, name, 'ExceedsNamespaceLimits', KIND_COCOONSET);
+      expect(event?.type).toBe('Warning');
+      await passFinished(name);
+      expect(uids(await podsOf(name))).toEqual(before);
+
+      await sets.patchSpec(name, withMemory('16Gi'));
+      const overMax = await sets.waitUntil(
+        name,
+        'ExceedsNamespaceLimits naming the LimitRange maximum',
+        (cs) => current(cs) && (progressing(cs)?.message ?? '').includes('maximum memory usage'),
+        60_000,
+      );
+      expect(progressing(overMax)?.message).toContain(
+        `pods "${name}-0" is forbidden: maximum memory usage per Container is 8Gi, but limit is 16Gi`,
+      );
+      await passFinished(name);
+      expect(uids(await podsOf(name))).toEqual(before);
+
+      // 2Gi fits once the old main (1Gi) no longer counts: taken.
+      await sets.patchSpec(name, withMemory('2Gi'));
+      const replaced = await waitFor(
+        'the main replaced with 2Gi',
+        async () => {
+          const main = (await podsOf(name)).find((p) => p.metadata?.name === `${name}-0`);
+          return main && main.metadata?.uid !== before[`${name}-0`] && podReady(main) ? main : undefined;
+        },
+        BRING_UP_MS,
+      );
+      expect(replaced.spec?.containers[0]?.resources?.limits?.memory).toBe('2Gi');
+      await stable(name);
+    } finally {
+      await kube.core.deleteNamespacedResourceQuota({ namespace: ns, name: 'mem' });
+      await kube.core.deleteNamespacedLimitRange({ namespace: ns, name: 'mem-max' });
+    }
+  }, 300_000);
+
   it('(b) a set of 60 pods: the pass reads compact pods (payload per pod measured), scales to 0 and is deleted', async () => {
     const name = 'big';
     made.push(name);

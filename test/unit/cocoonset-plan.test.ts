@@ -5,7 +5,7 @@
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
-import { Annotations, Labels } from '../../src/api/keys.js';
+import { Annotations, Labels, LIMIT_RANGER_ANNOTATION } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import { mainPodFailedReason } from '../../src/cocoonset/classify.js';
 import { migrationMayEngage, wakeMayEngage } from '../../src/cocoonset/plan.js';
@@ -347,6 +347,48 @@ describe('main drift', () => {
       [readyPod(buildAgentPod(old, 0, '', '')), readyPod(buildAgentPod(old, 1, 'vk-ns-demo-0', ''))],
     );
     expect(done(await w.pass()).result.requeue).toBe(true);
+    expect(w.ids('deletePod')).toEqual(['delete:demo-0']);
+  });
+});
+
+describe('LimitRange defaults (drift-ignores-limit-range-defaults)', () => {
+  /**
+   * The pods as the apiserver stores them in a namespace whose LimitRange defaults cpu (limit and request):
+   * requests default to the limits first, then the LimitRanger fills what is still unset.
+   */
+  function defaulted(pod: V1Pod): V1Pod {
+    const c = pod.spec!.containers[0]!;
+    const limits = c.resources?.limits ?? {};
+    c.resources = {
+      limits: { ...limits, cpu: '500m' },
+      requests: { ...limits, ...(c.resources?.requests ?? {}), cpu: '250m' },
+    };
+    return annotate(pod, {
+      [LIMIT_RANGER_ANNOTATION]: `LimitRanger plugin set: cpu request for container ${c.name}; cpu limit for container ${c.name}`,
+    });
+  }
+  function world() {
+    const cs = finalizedSet(replicas(1), (c) => {
+      c.spec.agent.resources = { limits: { memory: '1Gi' } };
+      c.spec.toolboxes = [{ name: 'tb', image: 'toolbox', resources: { requests: { memory: '64Mi' } } }];
+    });
+    return new PlanWorld(cs, [
+      defaulted(readyPod(buildAgentPod(cs, 0, '', ''))),
+      defaulted(readyPod(buildAgentPod(cs, 1, 'vk-ns-demo-0', ''))),
+      defaulted(readyPod(buildToolboxPod(cs, cs.spec.toolboxes![0]!))),
+    ]);
+  }
+
+  it('keeps pods whose only difference from the spec is what the LimitRanger defaulted', async () => {
+    const w = world();
+    done(await w.pass());
+    expect(w.ids('deletePod')).toEqual([]);
+    expect(w.ids('createPod')).toEqual([]);
+  });
+
+  it('old version: the main drifts and is deleted on every pass', async () => {
+    const w = world();
+    done(await w.pass({ driftIgnoresLimitRangeDefaults: false }));
     expect(w.ids('deletePod')).toEqual(['delete:demo-0']);
   });
 });

@@ -6,11 +6,12 @@
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
-import { Annotations, Labels } from '../../src/api/keys.js';
+import { Annotations, Labels, LIMIT_RANGER_ANNOTATION } from '../../src/api/keys.js';
 import type { CocoonSet, ToolboxSpec } from '../../src/api/types.js';
 import { classifyPods, isControlledBy, ownedPods } from '../../src/cocoonset/classify.js';
 import {
   envFromEqual,
+  limitRangerDefaults,
   podNodePool,
   podSpecMatchesAgent,
   podSpecMatchesToolbox,
@@ -703,6 +704,56 @@ describe('resourcesMatch', () => {
       true,
     );
     expect(resourcesMatch({ spec: { containers: [] } }, {})).toBe(false);
+  });
+
+  it('with limitRangeDefaults, a value the spec leaves unset that the LimitRanger set is not drift; a value the spec sets still compares', () => {
+    const served: V1Pod = {
+      metadata: {
+        annotations: {
+          [LIMIT_RANGER_ANNOTATION]:
+            'LimitRanger plugin set: cpu request for container agent; cpu, memory limit for container agent',
+        },
+      },
+      spec: {
+        containers: [
+          {
+            name: 'agent',
+            resources: { requests: { cpu: '250m', memory: '1Gi' }, limits: { cpu: '500m', memory: '2Gi' } },
+          },
+        ],
+      },
+    };
+    const spec = { requests: { memory: '1Gi' } };
+    expect(resourcesMatch(served, spec)).toBe(false);
+    expect(resourcesMatch(served, spec, { limitRangeDefaults: true })).toBe(true);
+    // The spec now names a limit the LimitRanger had defaulted: compared as usual.
+    expect(resourcesMatch(served, { ...spec, limits: { memory: '4Gi' } }, { limitRangeDefaults: true })).toBe(
+      false,
+    );
+    expect(resourcesMatch(served, { ...spec, limits: { memory: '2Gi' } }, { limitRangeDefaults: true })).toBe(
+      true,
+    );
+    // Another container's defaults, or a malformed annotation, excuse nothing.
+    const other = {
+      ...served,
+      metadata: {
+        annotations: {
+          [LIMIT_RANGER_ANNOTATION]: 'LimitRanger plugin set: cpu request for container sidecar',
+        },
+      },
+    };
+    expect(resourcesMatch(other, spec, { limitRangeDefaults: true })).toBe(false);
+    expect(limitRangerDefaults(other, 'agent')).toEqual({ requests: new Set(), limits: new Set() });
+    expect(limitRangerDefaults(served, 'agent')).toEqual({
+      requests: new Set(['cpu']),
+      limits: new Set(['cpu', 'memory']),
+    });
+    expect(
+      limitRangerDefaults({ metadata: { annotations: { [LIMIT_RANGER_ANNOTATION]: 'garbage' } } }, 'agent'),
+    ).toEqual({
+      requests: new Set(),
+      limits: new Set(),
+    });
   });
 
   it('compares envFrom with nil ≡ empty and Go zero values', () => {

@@ -6,7 +6,13 @@
 import { describe, expect, it } from 'vitest';
 import { Annotations, Labels } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
-import { cloneImageRef, NO_IMAGE_RECHECK_MS, NO_NODE_RECHECK_MS } from '../../src/cocoonset/plan.js';
+import type { NamespaceLimits } from '../../src/cocoonset/admission.js';
+import {
+  cloneImageRef,
+  NAMESPACE_LIMITS_RECHECK_MS,
+  NO_IMAGE_RECHECK_MS,
+  NO_NODE_RECHECK_MS,
+} from '../../src/cocoonset/plan.js';
 import { buildAgentPod, buildToolboxPod } from '../../src/cocoonset/pods.js';
 import {
   invalidSpecReason,
@@ -810,5 +816,87 @@ describe('the clone-image gate (ours: no live main is replaced by one whose clon
       repo: 'ghcr.io/cocoonstack/cocoon/ubuntu',
       tag: '24.04',
     });
+  });
+});
+
+describe('the namespace-limits gate (ours: no live pod is replaced by one the namespace would not admit)', () => {
+  const toFourGi = (c: CocoonSet) => {
+    c.spec.agent.resources = { limits: { memory: '4Gi' } };
+  };
+  const quota = (hard: string): NamespaceLimits => ({
+    limitRanges: [],
+    quotas: [{ name: 'mem', hard: { 'limits.memory': hard }, used: { 'limits.memory': '0' } }],
+  });
+
+  it('a resources edit past the quota: ExceedsNamespaceLimits quoting the apiserver, main and sub-agent kept, a look again in 30 s; once the quota is raised the drift goes on; without the patch the main was deleted first', async () => {
+    const w = editedRunningSet(toFourGi);
+    w.limits = quota('3Gi');
+    const step = done(await w.pass());
+    expect(step.result).toEqual({
+      requeue: false,
+      requeueAfterMs: NAMESPACE_LIMITS_RECHECK_MS,
+      error: undefined,
+    });
+    expect(w.limitReads).toBe(1);
+    expect(w.ids('deletePod')).toEqual([]);
+    // Both drifted pods' replacements count against the quota (4Gi each); the live ones named no memory.
+    const message =
+      'the apiserver would refuse a replacement pod: pods "demo-0" is forbidden: exceeded quota: mem, requested: limits.memory=8Gi, used: limits.memory=0, limited: limits.memory=3Gi; the live pods (ns/demo-0, ns/demo-1) are kept and no pod changed; change the spec\'s resources or the namespace\'s LimitRange or ResourceQuota';
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')).toMatchObject({
+      status: 'False',
+      reason: 'ExceedsNamespaceLimits',
+      message,
+    });
+    expect(w.cs.status).toMatchObject({ phase: 'Running', readyAgents: 2 });
+    expect(w.events).toEqual([{ eventType: 'Warning', reason: 'ExceedsNamespaceLimits', message }]);
+
+    w.limits = quota('8Gi');
+    expect(done(await w.pass()).result.requeue).toBe(true);
+    expect(w.ids('deletePod')).toEqual(['delete:demo-0']);
+
+    const old = editedRunningSet(toFourGi);
+    old.limits = quota('3Gi');
+    done(await old.pass({ driftChecksNamespaceLimits: false }));
+    expect([old.limitReads, old.ids('deletePod')]).toEqual([0, ['delete:demo-0']]);
+  });
+
+  it("a LimitRange maximum the edit passes: refused with the LimitRanger's words", async () => {
+    const w = editedRunningSet(toFourGi);
+    w.limits = {
+      limitRanges: [{ name: 'max', limits: [{ type: 'Container', max: { memory: '2Gi' } }] }],
+      quotas: [],
+    };
+    done(await w.pass());
+    expect(w.ids('deletePod')).toEqual([]);
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')?.message).toContain(
+      'pods "demo-0" is forbidden: maximum memory usage per Container is 2Gi, but limit is 4Gi',
+    );
+  });
+
+  it('reads nothing when no live pod drifts (a steady pass, a scale-up) or while a suspend is asked', async () => {
+    const steady = editedRunningSet(() => {});
+    done(await steady.pass());
+    const scaled = editedRunningSet((c) => {
+      c.spec.agent.replicas = 3;
+    });
+    scaled.limits = quota('1');
+    done(await scaled.pass());
+    expect(scaled.ids('createPod').length).toBeGreaterThan(0);
+    const suspended = editedRunningSet((c) => {
+      toFourGi(c);
+      c.spec.suspend = true;
+    });
+    done(await suspended.pass());
+    expect([steady.limitReads, scaled.limitReads, suspended.limitReads]).toEqual([0, 0, 0]);
+  });
+
+  it('a failed read fails the pass (ReconcileFailed, retried) and touches no pod: the replacement is not known to be admitted', async () => {
+    const w = editedRunningSet(toFourGi);
+    w.limitsError = 'limitranges is forbidden (Forbidden, HTTP 403)';
+    const step = done(await w.pass());
+    expect(step.result.error).toBe(
+      "read the namespace's limits before replacing pods: limitranges is forbidden (Forbidden, HTTP 403)",
+    );
+    expect(w.ids('deletePod')).toEqual([]);
   });
 });

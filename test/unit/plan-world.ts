@@ -7,6 +7,7 @@
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import type { CocoonHibernation, CocoonSet } from '../../src/api/types.js';
+import type { NamespaceLimits } from '../../src/cocoonset/admission.js';
 import {
   type ActionOutcome,
   type PassAction,
@@ -64,6 +65,12 @@ export class PlanWorld {
   storedGeneration?: number;
   /** When set, every Node List (`anyNode`) fails with this text. */
   nodeListError?: string;
+  /** The namespace's LimitRanges and ResourceQuotas (`readNamespaceLimits`); default: none. */
+  limits: NamespaceLimits = { limitRanges: [], quotas: [] };
+  /** When set, every `readNamespaceLimits` fails with this text. */
+  limitsError?: string;
+  /** How many times the passes read the namespace's limits. */
+  limitReads = 0;
   /** The set's desires sent to VM workflows (`askVM`), in order; the world changes nothing for them. */
   readonly asks: { pod: string; desire: string; keepTag?: true }[] = [];
 
@@ -115,6 +122,10 @@ export class PlanWorld {
       case 'listHibernations':
         this.lists++;
         return { kind: 'hibernations', items: clone(this.crs) };
+      case 'readNamespaceLimits':
+        this.limitReads++;
+        if (this.limitsError !== undefined) return { kind: 'error', message: this.limitsError };
+        return { kind: 'limits', limits: clone(this.limits) };
       case 'probeImage':
         this.probes.push(`${a.repo}:${a.tag}`);
         if (this.probeError !== undefined) return { kind: 'error', message: this.probeError };
@@ -195,6 +206,8 @@ export class PlanWorld {
       retainSkipsUnbound?: boolean;
       subAgentsFollowMainClass?: boolean;
       deletesCheckGeneration?: boolean;
+      driftIgnoresLimitRangeDefaults?: boolean;
+      driftChecksNamespaceLimits?: boolean;
       spentBySet?: Record<string, string>;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
@@ -238,6 +251,8 @@ export class PlanWorld {
       retainSkipsUnbound: opts.retainSkipsUnbound ?? true,
       subAgentsFollowMainClass: opts.subAgentsFollowMainClass ?? true,
       deletesCheckGeneration: opts.deletesCheckGeneration ?? true,
+      driftIgnoresLimitRangeDefaults: opts.driftIgnoresLimitRangeDefaults ?? true,
+      driftChecksNamespaceLimits: opts.driftChecksNamespaceLimits ?? true,
       spentBySet: opts.spentBySet,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,

@@ -45,6 +45,8 @@ const API_CALLS: Record<string, Classification> = {
   readNamespacedPod: coreRes('pods', 'get'),
   listNamespacedPod: coreRes('pods', 'list'),
   listNode: coreRes('nodes', 'list'),
+  listNamespacedLimitRange: coreRes('limitranges', 'list'),
+  listNamespacedResourceQuota: coreRes('resourcequotas', 'list'),
   listPodForAllNamespaces: coreRes('pods', 'list'),
   createNamespacedPod: coreRes('pods', 'create'),
   replaceNamespacedPod: coreRes('pods', 'update'),

@@ -17,6 +17,7 @@ import type { RegistryActivities } from '../../src/activities/registry.js';
 import { cocoonSetWorkflowId, taskQueues } from '../../src/api/ids.js';
 import { Annotations, Finalizers, Labels } from '../../src/api/keys.js';
 import type { CocoonHibernation, CocoonSet } from '../../src/api/types.js';
+import type { NamespaceLimits } from '../../src/cocoonset/admission.js';
 import { summarizePod } from '../../src/cocoonset/summary.js';
 import {
   cocoonSetObservedSignal,
@@ -109,6 +110,8 @@ export class CocoonSetWorld {
   listHibernationsError?: Error;
   /** The labels of each Node, for `cocoonSetAnyNode`; undefined: every selector matches. */
   nodes?: Record<string, string>[];
+  /** The namespace's LimitRanges and ResourceQuotas, for `cocoonSetNamespaceLimits`; default: none. */
+  limits: NamespaceLimits = { limitRanges: [], quotas: [] };
   /**
    * When set, the pass's first read awaits it before answering (the read runs as a local activity: what the
    * test does meanwhile lands while the workflow task is open).
@@ -440,6 +443,10 @@ export class CocoonSetWorld {
       cocoonSetAnyNode: async ({ labelSelector }) => {
         this.calls.push(`any-node ${labelSelector}`);
         return nodesMatch(this.nodes, labelSelector);
+      },
+      cocoonSetNamespaceLimits: async () => {
+        this.calls.push('namespace-limits');
+        return clone(this.limits);
       },
       cocoonSetListHibernations: async () => {
         this.calls.push('list-hibernations');
