@@ -373,6 +373,14 @@ export interface PassInput {
    * main and its replacement was refused (403). The workflow sets it behind `patched()`.
    */
   driftChecksNamespaceLimits?: boolean;
+  /**
+   * A main no node has taken (no `spec.nodeName`, no VM) is checked for a node with its labels
+   * (`pendingMainBlock`): when none has them, the set says `Progressing=False NoMatchingNode` naming them
+   * and looks again every `NO_NODE_RECHECK_MS`. Before, a set created with a mistyped pool, CPU class (which
+   * cannot be changed afterwards) or `spec.nodeName` said `Pending` `Reconciling` with no reason, for ever
+   * (found by new-user runs). The workflow sets it behind `patched()`.
+   */
+  pendingMainNamesMissingNode?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -789,6 +797,33 @@ async function placementBlock(st: PassState): Promise<void> {
   if (o.kind !== 'nodes' || o.any) return;
   const message = `no node has the labels the spec gives the main (${wanted}): main pod ${st.ns}/${main.metadata?.name ?? ''} is kept and no pod changed; add such a node or change the spec`;
   return block(st, EventReasons.noMatchingNode, message, NO_NODE_RECHECK_MS);
+}
+
+/**
+ * Ends a pass whose main no node has taken (`unbound`: no `spec.nodeName`, no VM; not failed, not being
+ * deleted) when no node has the labels it asks for (its pool and CPU-class node selector, and its required
+ * hostname: the `spec.nodeName` pin): one Node List (`limit=1`); then the roll-up in `Pending` with
+ * `Progressing=False` reason `NoMatchingNode` naming the labels, a folded Warning Event of that reason, and
+ * another look in `NO_NODE_RECHECK_MS` (no Node informer tells it). Returns otherwise, and when the List
+ * fails (a role without nodes: the plain `Pending` as the reference). Ours (`pendingMainNamesMissingNode`).
+ */
+async function pendingMainBlock(st: PassState, main: V1Pod): Promise<void> {
+  if (!unbound(main) || isTerminal(main) || main.metadata?.deletionTimestamp != null) return;
+  const pin = requiredHostname(main);
+  const selector = main.spec?.nodeSelector ?? {};
+  const wanted = selectorOf(pin === '' ? selector : { ...selector, [Labels.hostname]: pin });
+  const o = await st.r.run({ id: 'any-node-for-pending-main', type: 'anyNode', labelSelector: wanted });
+  if (o.kind !== 'nodes' || o.any) return;
+  const message = `no node has the labels main pod ${st.ns}/${main.metadata?.name ?? ''} asks for (${wanted}): it waits Pending; add such a node or fix the spec (spec.nodePool, spec.nodeName; a set's snapshotCompatibilityClass cannot change once set)`;
+  st.r.effect({
+    id: `event:${EventReasons.noMatchingNode}`,
+    type: 'event',
+    eventType: 'Warning',
+    reason: EventReasons.noMatchingNode,
+    message,
+  });
+  const status = await writeStatus(st, 'Pending', 'status', { reason: EventReasons.noMatchingNode, message });
+  return finish(st, { requeueAfterMs: NO_NODE_RECHECK_MS }, status);
 }
 
 /** How often a pass held by `cloneImageBlock` probes the registry for the image again, ms. */
@@ -2278,8 +2313,10 @@ async function reconcile(st: PassState): Promise<never> {
   if (!main) return createMain(st);
   // 15. Main not Ready: Pending, 5 s. Ours (`hibernatingMainHoldsMembers`): a main carrying the hibernate
   // annotation counts as not Ready.
-  if (!podReady(main) || (st.input.hibernatingMainHoldsMembers && hibernateRequested(main)))
+  if (!podReady(main) || (st.input.hibernatingMainHoldsMembers && hibernateRequested(main))) {
+    if (st.input.pendingMainNamesMissingNode) await pendingMainBlock(st, main);
     return writeStatusAndFinish(st, 'Pending', { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });
+  }
   // 16–18. Sub-agents, then toolboxes.
   const sub = await ensureSubAgents(st, main);
   const tbChanged = await ensureToolboxes(st);

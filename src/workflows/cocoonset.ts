@@ -493,6 +493,7 @@ async function drive(
     deletesCheckGeneration: on(io, 'deletes-check-generation'),
     driftIgnoresLimitRangeDefaults: on(io, 'drift-ignores-limit-range-defaults'),
     driftChecksNamespaceLimits: on(io, 'drift-checks-namespace-limits'),
+    pendingMainNamesMissingNode: on(io, 'pending-main-names-missing-node'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,

@@ -39,6 +39,7 @@ export const LEVELED_PATCHES: readonly string[] = [
   'deletes-check-generation',
   'drift-ignores-limit-range-defaults',
   'drift-checks-namespace-limits',
+  'pending-main-names-missing-node',
 ];
 
 /**

@@ -333,7 +333,7 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
     expect(asleep.every((p) => p.metadata?.annotations?.[Annotations.hibernate] === 'true')).toBe(true);
   }, 600_000);
 
-  it('(a7) a set created pinned to a node that does not exist (a typo): its main waits unbound; suspended (retain), it is Suspended at once; un-suspended with the pin fixed, that pod is deleted and created again on the real node, Running (fails without retain-suspend-skips-unbound: Suspending for ever; and without unbound-main-follows-pin: Pending on the old pin for ever)', async () => {
+  it('(a7) a set created pinned to a node that does not exist (a typo): its main waits unbound and the set says so (NoMatchingNode naming the pin; fails without pending-main-names-missing-node); suspended (retain), it is Suspended at once; un-suspended with the pin fixed, that pod is deleted and created again on the real node, Running (fails without retain-suspend-skips-unbound: Suspending for ever; and without unbound-main-follows-pin: Pending on the old pin for ever)', async () => {
     const name = 'pinfix';
     made.push(name);
     await sets.create(name, { ...spec(0, '10Gi'), nodeName: 'cocoon-pol' });
@@ -345,6 +345,15 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
       },
       60_000,
     );
+    // The set says why it waits (fails without pending-main-names-missing-node: Pending Reconciling).
+    const waiting = await sets.waitUntil(
+      name,
+      'Pending with Progressing=False NoMatchingNode',
+      (cs) => current(cs) && progressing(cs)?.reason === 'NoMatchingNode',
+      60_000,
+    );
+    expect(waiting?.status?.phase).toBe('Pending');
+    expect(progressing(waiting)?.message).toContain(`${Labels.hostname}=cocoon-pol`);
     // Suspended meanwhile: nothing runs in that pod, so there is nothing to hibernate or wait for.
     await sets.patchSpec(name, { suspend: true });
     await sets.waitUntil(name, 'Suspended', (cs) => current(cs) && cs?.status?.phase === 'Suspended', 60_000);

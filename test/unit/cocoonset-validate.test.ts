@@ -12,6 +12,7 @@ import {
   NAMESPACE_LIMITS_RECHECK_MS,
   NO_IMAGE_RECHECK_MS,
   NO_NODE_RECHECK_MS,
+  REQUEUE_WAIT_FOR_MAIN_MS,
 } from '../../src/cocoonset/plan.js';
 import { buildAgentPod, buildToolboxPod } from '../../src/cocoonset/pods.js';
 import {
@@ -898,5 +899,67 @@ describe('the namespace-limits gate (ours: no live pod is replaced by one the na
       "read the namespace's limits before replacing pods: limitranges is forbidden (Forbidden, HTTP 403)",
     );
     expect(w.ids('deletePod')).toEqual([]);
+  });
+});
+
+describe('a pending main no node can take says so (ours: pending-main-names-missing-node)', () => {
+  const NODES = [{ [Labels.nodePool]: 'default', [Labels.hostname]: 'node-a' }];
+  /** A new set whose main the pass created and no node has taken yet (no nodeName, no VM). */
+  function pendingSet(edit: (c: CocoonSet) => void): PlanWorld {
+    const cs = finalizedSet((c) => {
+      c.spec.agent.replicas = 1;
+      edit(c);
+    });
+    const w = new PlanWorld(cs, [buildAgentPod(cs, 0, '', '')]);
+    w.nodes = NODES;
+    return w;
+  }
+
+  it('a mistyped pool: Pending with Progressing=False NoMatchingNode naming the labels and a Warning Event, looked at again in 30 s; without the patch Pending Reconciling with no reason', async () => {
+    const w = pendingSet((c) => {
+      c.spec.nodePool = 'gpu-typo';
+    });
+    const step = done(await w.pass());
+    expect(step.result.requeueAfterMs).toBe(NO_NODE_RECHECK_MS);
+    const message =
+      "no node has the labels main pod ns/demo-0 asks for (cocoonstack.io/pool=gpu-typo): it waits Pending; add such a node or fix the spec (spec.nodePool, spec.nodeName; a set's snapshotCompatibilityClass cannot change once set)";
+    expect(w.cs.status?.phase).toBe('Pending');
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')).toMatchObject({
+      status: 'False',
+      reason: 'NoMatchingNode',
+      message,
+    });
+    expect(w.events).toEqual([{ eventType: 'Warning', reason: 'NoMatchingNode', message }]);
+    expect(w.ids('createPod')).toEqual([]);
+
+    const old = pendingSet((c) => {
+      c.spec.nodePool = 'gpu-typo';
+    });
+    expect(done(await old.pass({ pendingMainNamesMissingNode: false })).result.requeueAfterMs).toBe(
+      REQUEUE_WAIT_FOR_MAIN_MS,
+    );
+    expect(old.log.some((a) => a.type === 'anyNode')).toBe(false);
+    expect(old.cs.status?.conditions?.find((c) => c.type === 'Progressing')?.reason).toBe('Reconciling');
+  });
+
+  it('a mistyped pin and a CPU class no node has are named too; a main whose labels some node has waits as before (5 s, no reason)', async () => {
+    const pinned = pendingSet((c) => {
+      c.spec.nodeName = 'node-typo';
+    });
+    done(await pinned.pass());
+    expect(pinned.cs.status?.conditions?.find((c) => c.type === 'Progressing')?.message).toContain(
+      `(cocoonstack.io/pool=default,${Labels.hostname}=node-typo)`,
+    );
+    const classed = pendingSet((c) => {
+      c.spec.snapshotCompatibilityClass = 'epyc-typo';
+    });
+    done(await classed.pass());
+    expect(classed.cs.status?.conditions?.find((c) => c.type === 'Progressing')?.reason).toBe(
+      'NoMatchingNode',
+    );
+
+    const fine = pendingSet(() => {});
+    expect(done(await fine.pass()).result.requeueAfterMs).toBe(REQUEUE_WAIT_FOR_MAIN_MS);
+    expect(fine.cs.status?.conditions?.find((c) => c.type === 'Progressing')?.reason).toBe('Reconciling');
   });
 });

@@ -208,6 +208,7 @@ export class PlanWorld {
       deletesCheckGeneration?: boolean;
       driftIgnoresLimitRangeDefaults?: boolean;
       driftChecksNamespaceLimits?: boolean;
+      pendingMainNamesMissingNode?: boolean;
       spentBySet?: Record<string, string>;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
@@ -253,6 +254,7 @@ export class PlanWorld {
       deletesCheckGeneration: opts.deletesCheckGeneration ?? true,
       driftIgnoresLimitRangeDefaults: opts.driftIgnoresLimitRangeDefaults ?? true,
       driftChecksNamespaceLimits: opts.driftChecksNamespaceLimits ?? true,
+      pendingMainNamesMissingNode: opts.pendingMainNamesMissingNode ?? true,
       spentBySet: opts.spentBySet,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
