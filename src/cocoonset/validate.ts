@@ -127,7 +127,9 @@ function resourcesErrors(
     const lim = parsed.limits.get(name);
     if (lim && compareQuantities(req, lim) > 0) {
       out.push({
-        field: `${path}.requests[${name}]`,
+        // The apiserver names the requests map, not the key (k8s.io/kubernetes v1.34
+        // pkg/apis/core/validation `validateResourceRequirements`).
+        field: `${path}.requests`,
         value: String(r?.requests?.[name]),
         detail: `must be less than or equal to ${name} limit of ${String(r?.limits?.[name])}`,
         source: name === 'ephemeral-storage' ? `${sourcePath}.storage` : `${sourcePath}.resources`,

@@ -83,7 +83,7 @@ describe('invalidSpecReason', () => {
       MAIN_VM,
     );
     expect(over).toContain(
-      'spec.containers[0].resources.requests[cpu]: Invalid value: "2": must be less than or equal to cpu limit of 1',
+      'spec.containers[0].resources.requests: Invalid value: "2": must be less than or equal to cpu limit of 1',
     );
     const name = invalidSpecReason(
       finalizedSet((c) => {
