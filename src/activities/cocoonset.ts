@@ -181,9 +181,19 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
 
     /**
      * Deletes a pod: `ok`, or `notFound` on 404 (docs/cocoonset.md#sub-agent-rebuild-and-dead-letter,
-     * docs/cocoonset.md#deletion-and-registry-gc).
+     * docs/cocoonset.md#deletion-and-registry-gc). With `ifSetGeneration`, first reads that CocoonSet and
+     * answers `stale` without deleting when its generation is another or it is gone: the pass planned the
+     * delete from a spec an edit has replaced (docs/cocoonset.md#a-pass-in-order).
      */
-    async cocoonSetDeletePod(input: { namespace: string; pod: string }): Promise<'ok' | 'notFound'> {
+    async cocoonSetDeletePod(input: {
+      namespace: string;
+      pod: string;
+      ifSetGeneration?: { name: string; generation: number };
+    }): Promise<'ok' | 'notFound' | 'stale'> {
+      if (input.ifSetGeneration) {
+        const cs = await getCocoonSet(input.namespace, input.ifSetGeneration.name);
+        if ((cs?.metadata.generation ?? null) !== input.ifSetGeneration.generation) return 'stale';
+      }
       try {
         await ownPodWrite(input.namespace, input.pod, () =>
           core.deleteNamespacedPod({ name: input.pod, namespace: input.namespace }),

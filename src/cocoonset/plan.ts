@@ -381,6 +381,15 @@ export interface PassInput {
    * (found by new-user runs). The workflow sets it behind `patched()`.
    */
   pendingMainNamesMissingNode?: boolean;
+  /**
+   * The generation check before a pod delete (`deletesCheckGeneration`) runs inside the delete itself: the
+   * delete activity reads the CocoonSet and deletes only while its generation is the one the pass planned
+   * from (`deletePod`'s `ifGeneration`), answering `stale` otherwise. Before, the read and the delete were
+   * two activities a workflow round trip apart, and an edit landing between them went unseen (found by a
+   * new-user run: 3 of 9 rounds of two quick edits). It also saves that round trip. The workflow sets it
+   * behind `patched()`.
+   */
+  deleteReadsGeneration?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -405,8 +414,12 @@ export type PassAction =
   | { id: string; type: 'patchPodAnnotations'; pod: string; annotations: Record<string, string | null> }
   /** JSON merge patch of annotations on the CocoonSet (no resourceVersion). Outcome: ok | error. */
   | { id: string; type: 'patchCocoonSetAnnotations'; annotations: Record<string, string | null> }
-  /** Delete a pod. Outcome: ok | notFound | error. */
-  | { id: string; type: 'deletePod'; pod: string }
+  /**
+   * Delete a pod; with `ifGeneration`, only while the CocoonSet's generation is still that one (read by the
+   * same activity right before the delete). Outcome: ok | notFound | stale (not deleted: the generation
+   * differs or the set is gone) | error.
+   */
+  | { id: string; type: 'deletePod'; pod: string; ifGeneration?: number }
   /** The CocoonSet's current `metadata.generation` (null: it is gone). Outcome: generation | error. */
   | { id: string; type: 'readGeneration' }
   /** Create a pod. Outcome: ok | alreadyExists | error. */
@@ -465,6 +478,7 @@ export type ActionOutcome =
   | { kind: 'probe'; present: boolean }
   | { kind: 'nodes'; any: boolean }
   | { kind: 'generation'; generation: number | null }
+  | { kind: 'stale' }
   | { kind: 'limits'; limits: NamespaceLimits }
   | { kind: 'pod'; pod: V1Pod };
 
@@ -1082,14 +1096,30 @@ async function specStillCurrent(st: PassState): Promise<void> {
 }
 
 /**
- * Deletes a pod, once the spec is known current (`specStillCurrent`); NotFound counts as done. Resolves false
- * when it was already gone.
+ * The delete action of `pod`: with `deleteReadsGeneration` (and `deletesCheckGeneration`) it carries the
+ * generation the pass planned from, so the delete activity checks it right before deleting.
+ */
+function deleteAction(st: PassState, pod: string): PassAction {
+  const checked = st.input.deletesCheckGeneration && st.input.deleteReadsGeneration;
+  return {
+    id: `delete:${pod}`,
+    type: 'deletePod',
+    pod,
+    ...(checked ? { ifGeneration: st.cs.metadata.generation ?? 0 } : {}),
+  };
+}
+
+/**
+ * Deletes a pod, once the spec is known current (`specStillCurrent`, or inside the delete with
+ * `deleteReadsGeneration`: a `stale` answer ends the pass with another at once); NotFound counts as done.
+ * Resolves false when it was already gone.
  */
 async function deletePod(st: PassState, pod: string, prefix: string): Promise<boolean> {
-  await specStillCurrent(st);
-  const o = await st.r.run({ id: `delete:${pod}`, type: 'deletePod', pod });
+  if (!st.input.deleteReadsGeneration) await specStillCurrent(st);
+  const o = await st.r.run(deleteAction(st, pod));
   const err = errText(o);
   if (err !== undefined) return fail(st, `${prefix}: ${err}`);
+  if (o.kind === 'stale') return finish(st, { requeue: true });
   return o.kind !== 'notFound';
 }
 
@@ -1428,21 +1458,19 @@ async function ensureSubAgents(
 
   const extra = subSlotsAscending(st.c).filter((slot) => slot > replicas);
   if (st.input.batchPodLoops && extra.length > 0) {
-    await specStillCurrent(st);
+    if (!st.input.deleteReadsGeneration) await specStillCurrent(st);
     const outcomes = await st.r.runAll(
-      extra.map((slot): PassAction => {
-        const pod = st.c.sub.get(slot)!.metadata!.name!;
-        return { id: `delete:${pod}`, type: 'deletePod', pod };
-      }),
+      extra.map((slot) => deleteAction(st, st.c.sub.get(slot)!.metadata!.name!)),
     );
     const firstErr = outcomes.findIndex((o) => o.kind === 'error');
     if (firstErr >= 0)
       return fail(st, `delete extra sub-agent slot ${extra[firstErr]}: ${errText(outcomes[firstErr]!)}`);
-    if (outcomes.some((o) => o.kind !== 'notFound')) changed = true;
+    if (outcomes.some((o) => o.kind === 'ok')) changed = true;
     await dropRemovedTags(
       st,
       extra.filter((_, i) => outcomes[i]!.kind === 'ok').map((slot) => st.c.sub.get(slot)!),
     );
+    if (outcomes.some((o) => o.kind === 'stale')) return finish(st, { requeue: true });
   }
   for (const slot of st.input.batchPodLoops ? [] : extra) {
     if (await deletePod(st, st.c.sub.get(slot)!.metadata!.name!, `delete extra sub-agent slot ${slot}`)) {

@@ -494,6 +494,7 @@ async function drive(
     driftIgnoresLimitRangeDefaults: on(io, 'drift-ignores-limit-range-defaults'),
     driftChecksNamespaceLimits: on(io, 'drift-checks-namespace-limits'),
     pendingMainNamesMissingNode: on(io, 'pending-main-names-missing-node'),
+    deleteReadsGeneration: on(io, 'delete-reads-generation'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,
@@ -604,8 +605,11 @@ async function execute(
       case 'patchCocoonSetAnnotations':
         await kube.cocoonSetPatchAnnotations({ namespace, name: state.name, annotations: a.annotations });
         return { kind: 'ok' };
-      case 'deletePod':
-        return { kind: await kube.cocoonSetDeletePod({ namespace, pod: a.pod }) };
+      case 'deletePod': {
+        const ifSetGeneration =
+          a.ifGeneration !== undefined ? { name: state.name, generation: a.ifGeneration } : undefined;
+        return { kind: await kube.cocoonSetDeletePod({ namespace, pod: a.pod, ifSetGeneration }) };
+      }
       case 'createPod':
         return { kind: await kube.cocoonSetCreatePod({ namespace, pod: a.pod }) };
       case 'readGeneration':

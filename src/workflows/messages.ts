@@ -40,6 +40,7 @@ export const LEVELED_PATCHES: readonly string[] = [
   'drift-ignores-limit-range-defaults',
   'drift-checks-namespace-limits',
   'pending-main-names-missing-node',
+  'delete-reads-generation',
 ];
 
 /**

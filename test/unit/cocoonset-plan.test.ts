@@ -407,7 +407,6 @@ describe('sub-agent triage', () => {
     // The new pod is a fresh fork of the main: a `:hibernate` tag a suspend left would make vk refuse it.
     expect(w.ids()).toEqual([
       'history:1',
-      'generation:1',
       'delete:demo-1',
       'list-hibernations',
       'drop-tag:vk-ns-demo-1',
@@ -483,7 +482,6 @@ describe('sub-agent triage', () => {
     expect(readRebuildHistory(edited.cs).has(1)).toBe(false);
     expect(edited.ids()).toEqual([
       'history:1',
-      'generation:1',
       'delete:demo-1',
       'list-hibernations',
       'drop-tag:vk-ns-demo-1',
@@ -603,25 +601,15 @@ describe('toolboxes', () => {
       failed(buildToolboxPod(cs, { name: 'tb' })),
     ]);
     expect(done(await w.pass()).result.requeue).toBe(true);
-    // The set's generation is read before the first delete (deletesCheckGeneration).
-    expect(w.ids()).toEqual([
-      'generation:1',
-      'delete:demo-tb',
-      'list-hibernations',
-      'drop-tag:vk-ns-demo-tb',
-    ]);
+    // The delete itself checks the set's generation (deleteReadsGeneration): no read of its own.
+    expect(w.ids()).toEqual(['delete:demo-tb', 'list-hibernations', 'drop-tag:vk-ns-demo-tb']);
     const drift = new PlanWorld(
       finalizedSet((c) => (c.spec.toolboxes = [{ name: 'tb', image: 'v2' }])),
       [readyPod(buildAgentPod(cs, 0, '', '')), readyPod(buildToolboxPod(cs, { name: 'tb', image: 'v1' }))],
     );
     done(await drift.pass());
     // The List first: a live toolbox is not replaced while its VM's tag is spent (driftWaitsForSpentTag).
-    expect(drift.ids()).toEqual([
-      'list-hibernations',
-      'generation:1',
-      'delete:demo-tb',
-      'drop-tag:vk-ns-demo-tb',
-    ]);
+    expect(drift.ids()).toEqual(['list-hibernations', 'delete:demo-tb', 'drop-tag:vk-ns-demo-tb']);
   });
 });
 
@@ -1211,13 +1199,16 @@ describe('sub-agents of a main without a CPU class', () => {
 });
 
 describe('a pass planned from a replaced spec deletes nothing (ours: deletesCheckGeneration)', () => {
-  it('reads the generation right before its deletes; an edit that landed since ends the pass (another at once) with the running pods kept: a main drift, a scale-down; the old version deleted them', async () => {
+  it('each delete checks the generation itself; an edit that landed since ends the pass (another at once) with the running pods kept: a main drift, a scale-down; the version before read it in an activity of its own; the old version deleted them', async () => {
     const before = finalizedSet(replicas(2), (c) => (c.metadata.generation = 3));
     const pods = () => convergedPods(before);
     const cases: [string, (c: CocoonSet) => void][] = [
       ['image edit', (c) => (c.spec.agent.image = 'cocoon/agent:v2')],
       ['scale to 0', (c) => (c.spec.agent.replicas = 0)],
     ];
+    const deletes = (w: PlanWorld) =>
+      w.log.flatMap((a) => (a.type === 'deletePod' ? [`${a.pod}@${a.ifGeneration ?? '-'}`] : []));
+    const reads = (w: PlanWorld) => w.ids().filter((id) => id.startsWith('generation'));
     for (const [what, edit] of cases) {
       const planned = finalizedSet(replicas(2), (c) => (c.metadata.generation = 4), edit);
       const w = new PlanWorld(planned, pods());
@@ -1227,34 +1218,42 @@ describe('a pass planned from a replaced spec deletes nothing (ours: deletesChec
         requeueAfterMs: 0,
         error: undefined,
       });
-      expect([w.ids('deletePod'), w.pods.size], what).toEqual([[], 3]);
+      expect(w.pods.size, what).toBe(3);
+      expect(deletes(w).length, what).toBeGreaterThan(0);
       expect(
-        w.ids().filter((id) => id.startsWith('generation')),
+        deletes(w).every((d) => d.endsWith('@4')),
         what,
-      ).toEqual(['generation:1']);
+      ).toBe(true);
+      expect(reads(w), what).toEqual([]);
 
       const current = new PlanWorld(planned, pods());
       done(await current.pass());
-      expect(current.ids('deletePod').length, what).toBeGreaterThan(0);
-      // One read right before each delete step (a batch is one step).
-      expect(
-        current.ids().filter((id) => id.startsWith('generation')),
-        what,
-      ).toEqual(['generation:1']);
+      expect(current.pods.size, what).toBeLessThan(3);
+      expect(reads(current), what).toEqual([]);
+
+      // The version before: one read right before each delete step (a batch is one step).
+      const separate = new PlanWorld(planned, pods());
+      separate.storedGeneration = 5;
+      done(await separate.pass({ deleteReadsGeneration: false }));
+      expect([deletes(separate), separate.pods.size, reads(separate)], what).toEqual([
+        [],
+        3,
+        ['generation:1'],
+      ]);
 
       const legacy = new PlanWorld(planned, pods());
       legacy.storedGeneration = 5;
       done(await legacy.pass({ deletesCheckGeneration: false }));
-      expect(legacy.ids('deletePod').length, what).toBeGreaterThan(0);
+      expect(legacy.pods.size, what).toBeLessThan(3);
     }
   });
 
-  it('a read error fails the pass before any delete', async () => {
+  it('(the version before) a read error fails the pass before any delete', async () => {
     const before = finalizedSet(replicas(1), (c) => (c.metadata.generation = 3));
     const planned = finalizedSet(replicas(0), (c) => (c.metadata.generation = 4));
     const w = new PlanWorld(planned, convergedPods(before));
     w.failures.set('generation:1', 'apiserver down');
-    expect(done(await w.pass()).result.error).toBe(
+    expect(done(await w.pass({ deleteReadsGeneration: false })).result.error).toBe(
       'read cocoonset generation before a pod delete: apiserver down',
     );
     expect(w.ids('deletePod')).toEqual([]);

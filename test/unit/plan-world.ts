@@ -103,6 +103,11 @@ export class PlanWorld {
         mergeAnnotations(this.cs.metadata, a.annotations);
         return { kind: 'ok' };
       case 'deletePod':
+        if (
+          a.ifGeneration !== undefined &&
+          a.ifGeneration !== (this.storedGeneration ?? this.cs.metadata.generation ?? 0)
+        )
+          return { kind: 'stale' };
         return this.pods.delete(a.pod) ? { kind: 'ok' } : { kind: 'notFound' };
       case 'createPod': {
         const name = a.pod.metadata!.name!;
@@ -209,6 +214,7 @@ export class PlanWorld {
       driftIgnoresLimitRangeDefaults?: boolean;
       driftChecksNamespaceLimits?: boolean;
       pendingMainNamesMissingNode?: boolean;
+      deleteReadsGeneration?: boolean;
       spentBySet?: Record<string, string>;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
@@ -255,6 +261,7 @@ export class PlanWorld {
       driftIgnoresLimitRangeDefaults: opts.driftIgnoresLimitRangeDefaults ?? true,
       driftChecksNamespaceLimits: opts.driftChecksNamespaceLimits ?? true,
       pendingMainNamesMissingNode: opts.pendingMainNamesMissingNode ?? true,
+      deleteReadsGeneration: opts.deleteReadsGeneration ?? true,
       spentBySet: opts.spentBySet,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,

@@ -351,13 +351,7 @@ export class CocoonSetWorld {
         );
         return { cs: clone(this.cs), ...this.page(token, 0) };
       },
-      cocoonSetGeneration: async () => {
-        this.calls.push('read generation');
-        const hook = this.onGenerationRead;
-        this.onGenerationRead = undefined;
-        await hook?.();
-        return this.cs ? (this.cs.metadata.generation ?? 0) : null;
-      },
+      cocoonSetGeneration: () => this.readGeneration(),
       cocoonSetListPods: async ({ continue: token }) => {
         this.calls.push('list-pods');
         const [snap, offset] = token.split('@');
@@ -376,7 +370,8 @@ export class CocoonSetWorld {
         await this.signalPod(p);
         return 'ok';
       },
-      cocoonSetDeletePod: async ({ pod }) => {
+      cocoonSetDeletePod: async ({ pod, ifSetGeneration }) => {
+        if (ifSetGeneration && (await this.readGeneration()) !== ifSetGeneration.generation) return 'stale';
         this.calls.push(`delete ${pod}`);
         const p = this.pods.get(pod);
         if (!p) return 'notFound';
@@ -530,10 +525,22 @@ export class CocoonSetWorld {
    * spec change) and signals the workflow as the watcher does.
    */
   /**
-   * Runs once, inside the next `cocoonSetGeneration` read, before it answers: a test stages an edit that lands
+   * Runs once, inside the next generation read (`cocoonSetGeneration`, or the delete's own), before it answers: a test stages an edit that lands
    * between a pass's read of the set and its deletes.
    */
   onGenerationRead?: () => Promise<void>;
+
+  /**
+   * The set's generation as the apiserver answers it (null: gone), after the staged `onGenerationRead`:
+   * `cocoonSetGeneration`, and the check inside `cocoonSetDeletePod`.
+   */
+  private async readGeneration(): Promise<number | null> {
+    this.calls.push('read generation');
+    const hook = this.onGenerationRead;
+    this.onGenerationRead = undefined;
+    await hook?.();
+    return this.cs ? (this.cs.metadata.generation ?? 0) : null;
+  }
 
   async editSpec(fn: (cs: CocoonSet) => void): Promise<void> {
     const cs = this.requireCS();

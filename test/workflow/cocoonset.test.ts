@@ -85,7 +85,7 @@ describe('CocoonSet workflow', () => {
     });
   });
 
-  it('two quick edits (replicas 0, then back to 2) landing between a pass read and its deletes: that pass deletes nothing and the next one, on the current spec, keeps every sub-agent (deletes-check-generation; found by a new-user run)', async () => {
+  it('two quick edits (replicas 0, then back to 2) landing between a pass read and its deletes: that pass deletes nothing and the next one, on the current spec, keeps every sub-agent (deletes-check-generation, the check inside each delete since delete-reads-generation; found by a new-user run)', async () => {
     const cs = demoSet(withFinalizer);
     const world = new CocoonSetWorld(cs, convergedPods(cs));
     const before = uids(world);
@@ -95,7 +95,7 @@ describe('CocoonSet workflow', () => {
       await w.settledAfter(0);
       w.onGenerationRead = () => w.editSpec((c) => (c.spec.agent.replicas = 2));
       await w.editSpec((c) => (c.spec.agent.replicas = 0));
-      await waitFor('the generation read before the deletes', () => w.onGenerationRead === undefined);
+      await waitFor('the generation read inside the first delete', () => w.onGenerationRead === undefined);
       await w.settled(env);
       expect(w.calls.filter((c) => c.startsWith('delete'))).toEqual([]);
       expect(uids(w)).toEqual(before);
