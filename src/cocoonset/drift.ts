@@ -58,12 +58,15 @@ function quantityEqual(have: string | undefined, want: string | undefined): bool
 /** How the drift rules read a pod (the workflow sets each behind `patched()`). */
 export interface DriftOptions {
   /**
-   * A cpu or memory request or limit the spec leaves unset and the apiserver's LimitRanger set on the pod
-   * from the namespace's LimitRange defaults (`limitRangerDefaults`) is not drift. Without it (as the
-   * reference), a set in a namespace whose LimitRange has defaults saw every pod it created drift and
-   * deleted it again, on every pass: no VM ever stayed up.
+   * Compare the pod with the spec as the apiserver admits it: a request the spec leaves unset defaults to
+   * that resource's limit, per resource (k8s.io/kubernetes pkg/apis/core/v1 `SetDefaults_Pod`), and a cpu
+   * or memory request or limit the spec leaves unset that the LimitRanger set from the namespace's
+   * LimitRange defaults (`limitRangerDefaults`) is not drift. Without it (as the reference: requests fall
+   * back to the limits only when empty as a whole, and the LimitRanger is unknown), a spec with a request
+   * for one resource and only a limit for another, or a namespace whose LimitRange has defaults, saw every
+   * pod the set created drift and deleted it again, on every pass: no VM ever stayed up.
    */
-  limitRangeDefaults?: boolean;
+  admittedResources?: boolean;
 }
 
 /**
@@ -92,7 +95,8 @@ export function limitRangerDefaults(
 /**
  * `resourcesMatch(pod, want)` (docs/cocoonset.md#drift): for cpu and memory, container 0's limit equals
  * `want.limits`, and its request equals `want.requests` — or `want.limits` when `want.requests` is empty as a
- * whole (the apiserver's defaulting). With `opts.limitRangeDefaults`, a value `want` leaves unset that the
+ * whole (the reference's reading of the apiserver's defaulting). With `opts.admittedResources` (ours), a
+ * request `want` leaves unset is that resource's limit, and a value `want` still leaves unset that the
  * LimitRanger set (`limitRangerDefaults`) matches. A pod without containers never matches. Throws
  * QuantityParseError on a malformed quantity.
  */
@@ -105,8 +109,12 @@ export function resourcesMatch(
   if (!container) return false;
   const have = container.resources ?? {};
   const wantLimits = want?.limits ?? {};
-  const wantRequests = want?.requests && Object.keys(want.requests).length > 0 ? want.requests : wantLimits;
-  const defaulted = opts.limitRangeDefaults
+  const wantRequests = opts.admittedResources
+    ? { ...wantLimits, ...(want?.requests ?? {}) }
+    : want?.requests && Object.keys(want.requests).length > 0
+      ? want.requests
+      : wantLimits;
+  const defaulted = opts.admittedResources
     ? limitRangerDefaults(pod, container.name ?? '')
     : { requests: new Set<string>(), limits: new Set<string>() };
   const matches = (have: string | undefined, want: string | undefined, byLimitRanger: boolean) =>

@@ -22,6 +22,7 @@
  */
 import type { V1Pod, V1ResourceRequirements } from '@kubernetes/client-node';
 import {
+  AGENT_CONTAINER_NAME,
   Annotations,
   CONDITION_PROGRESSING,
   ConditionReasons,
@@ -364,10 +365,11 @@ export interface PassInput {
    * reference), in such a namespace every pod the set created drifted at once and was deleted again, on
    * every pass. The workflow sets it behind `patched()`.
    */
-  driftIgnoresLimitRangeDefaults?: boolean;
+  driftComparesAdmittedResources?: boolean;
   /**
-   * A pass that would delete live pods to replace them (drift) first reads the namespace's LimitRanges and
-   * ResourceQuotas and keeps the pods while admission would refuse a replacement (`namespaceLimitsBlock`):
+   * A pass that would delete live pods to replace them (drift, a migration) first reads the namespace's
+   * LimitRanges and ResourceQuotas and keeps the pods while admission would refuse a replacement or a pod
+   * the spec adds beside them (`namespaceLimitsBlock`):
    * `Progressing=False ExceedsNamespaceLimits` with the apiserver's wording, looked at again every
    * `NAMESPACE_LIMITS_RECHECK_MS`. Before, a resources edit past the namespace's quota deleted the running
    * main and its replacement was refused (403). The workflow sets it behind `patched()`.
@@ -390,6 +392,15 @@ export interface PassInput {
    * behind `patched()`.
    */
   deleteReadsGeneration?: boolean;
+  /**
+   * A pass's status write is diffed against the pass's own earlier write, when it made one, instead of the
+   * status it read, and a failure keeps the flow phase that write set (`phaseAfterBlock`): before, a
+   * released wake that wrote `Waking` and then failed wrote `Suspended` with `ReconcileFailed`, and the next
+   * such pass compared that with its own (the same) and wrote nothing after its `Waking` write, so the set
+   * showed `Progressing=False Stable "Waking"` over the failing create (found by a new-user run). The
+   * workflow sets it behind `patched()`.
+   */
+  statusDiffFollowsOwnWrites?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -680,6 +691,8 @@ interface PassState {
   failing?: boolean;
   /** The phase a failing pass writes instead of the derived one (a migration under way keeps `Migrating`). */
   failPhase?: CocoonSetPhase;
+  /** The status this pass last wrote (the diff base of its next write with `statusDiffFollowsOwnWrites`). */
+  writtenStatus?: CocoonSetStatus;
   /** Pods this pass did not create because their VM's `:hibernate` tag is spent (`createWaitsForSpentTag`). */
   spentWaits?: SpentTag[];
   /** How often the pass has read the CocoonSet's generation before a delete (`specStillCurrent`). */
@@ -724,11 +737,13 @@ async function fail(st: PassState, error: string): Promise<never> {
 const FLOW_PHASES = new Set<string>(['Suspending', 'Suspended', 'Waking', 'Migrating']);
 
 /**
- * The phase a blocked or failed pass reports: the stored phase while a flow keeps its state in it
- * (`blockKeepsFlowPhase`), else `Pending` while the main is missing or not Ready, else derived.
+ * The phase a blocked or failed pass reports: the stored phase (the one this pass wrote, with
+ * `statusDiffFollowsOwnWrites`) while a flow keeps its state in it (`blockKeepsFlowPhase`), else `Pending`
+ * while the main is missing or not Ready, else derived.
  */
 function phaseAfterBlock(st: PassState): CocoonSetPhase | '' {
-  const stored = st.cs.status?.phase ?? '';
+  const own = st.input.statusDiffFollowsOwnWrites ? st.writtenStatus?.phase : undefined;
+  const stored = own || st.cs.status?.phase || '';
   if (st.input.blockKeepsFlowPhase && FLOW_PHASES.has(stored)) return stored as CocoonSetPhase;
   return podReady(st.c.main) ? '' : 'Pending';
 }
@@ -929,7 +944,7 @@ async function cloneImageBlock(st: PassState): Promise<void> {
 
 /** How this pass's drift rules read a pod (the run's patches). */
 function driftOptions(st: PassState): DriftOptions {
-  return { limitRangeDefaults: st.input.driftIgnoresLimitRangeDefaults === true };
+  return { admittedResources: st.input.driftComparesAdmittedResources === true };
 }
 
 /** How often a pass held by `namespaceLimitsBlock` reads the namespace's limits again, ms (not watched). */
@@ -939,7 +954,9 @@ export const NAMESPACE_LIMITS_RECHECK_MS = 30_000;
  * The pods this pass's drift would delete to replace them, each with the container resources its
  * replacement gets: the main, sub-agents of a slot the spec keeps and toolboxes the spec names, that a node
  * has taken (their VM runs, or is hibernated there) and that are neither failed nor being deleted, whose
- * spec drifted (`podSpecMatchesAgent`, `podSpecMatchesToolbox`).
+ * spec drifted (`podSpecMatchesAgent`, `podSpecMatchesToolbox`); and the main a migration is about to move
+ * (`migrationMayEngage`, before the flow starts: it is restored on the new node from a pod the current spec
+ * builds).
  */
 function driftReplacements(st: PassState): { pod: V1Pod; replacement: Replacement }[] {
   const { cs, c } = st;
@@ -956,7 +973,13 @@ function driftReplacements(st: PassState): { pod: V1Pod; replacement: Replacemen
   });
   const out: { pod: V1Pod; replacement: Replacement }[] = [];
   const agent = () => containerResources(cs.spec.agent);
-  if (live(c.main) && !podSpecMatchesAgent(c.main, cs, 0, driftOptions(st)))
+  // A migration about to start (not yet `Migrating`, its main not yet asked to hibernate): once started
+  // the main is hibernated and the flow goes on from the phase.
+  const moved = (main: V1Pod) =>
+    cs.status?.phase !== 'Migrating' &&
+    !hibernateRequested(main) &&
+    migrationMayEngage(cs, main, st.input.registryConfigured);
+  if (live(c.main) && (!podSpecMatchesAgent(c.main, cs, 0, driftOptions(st)) || moved(c.main)))
     out.push(replacing(c.main, agent()));
   const replicas = replicasOf(cs);
   for (const [slot, pod] of c.sub) {
@@ -972,17 +995,44 @@ function driftReplacements(st: PassState): { pod: V1Pod; replacement: Replacemen
 }
 
 /**
- * The namespace-limits gate (ours; the reference has none), after the clone-image gate: when the pass's
- * drift would delete live pods to replace them (`driftReplacements`), it reads the namespace's LimitRanges
- * and ResourceQuotas (one activity) and asks src/cocoonset/admission.ts whether the apiserver would refuse
- * a replacement (a LimitRange's min, max or ratio; a quota the replacements exceed once the pods they
- * replace no longer count; a quota that has not counted a resource it limits yet). If so the pass touches no pod, writes
- * the roll-up with `Progressing=False` reason `ExceedsNamespaceLimits` quoting the refusal, with a folded
- * Warning Event of that reason, and looks again in `NAMESPACE_LIMITS_RECHECK_MS` (LimitRanges and quotas
- * are not watched); a flow's phase is kept (`phaseAfterBlock`). A read error fails the pass (retried):
- * the replacement is not known to be admitted. Nothing is read while a suspend is asked (it replaces
- * nothing) or when no live pod drifted (a create costs no VM). Admission webhooks and a quota the pods'
- * other namespace users fill meanwhile stay unseen: such a create still fails after the delete.
+ * The pods the current spec adds beside the ones it replaces: sub-agent slots up to `replicas` and
+ * toolboxes the spec names that have no pod yet. They take from the same quota as the replacements, and a
+ * pass creates them as soon as the main is Ready: counted in, an edit that both resizes and scales up past
+ * the quota keeps its live pods instead of losing a replaced one to a new slot (found by a new-user run).
+ */
+function podsToAdd(st: PassState): Replacement[] {
+  const { cs, c } = st;
+  const out: Replacement[] = [];
+  const agent = containerResources(cs.spec.agent);
+  for (let slot = 1; slot <= replicasOf(cs); slot++) {
+    if (!c.sub.has(slot))
+      out.push({ pod: agentPodName(cs, slot), container: AGENT_CONTAINER_NAME, resources: agent });
+  }
+  for (const tb of cs.spec.toolboxes ?? []) {
+    if (!c.toolbox.has(tb.name))
+      out.push({
+        pod: toolboxPodName(cs, tb.name),
+        container: AGENT_CONTAINER_NAME,
+        resources: containerResources(tb),
+      });
+  }
+  return out;
+}
+
+/**
+ * The namespace-limits gate (ours; the reference has none), after the clone-image gate: when the pass would
+ * delete live pods to replace them (`driftReplacements`: drift, a migration), it reads the namespace's
+ * LimitRanges and ResourceQuotas (one activity) and asks src/cocoonset/admission.ts whether the apiserver
+ * would refuse a replacement or a pod the spec adds beside them (`podsToAdd`): a LimitRange's min, max or
+ * ratio; a quota they exceed together once the pods they replace no longer count; a quota that has not
+ * counted a resource it limits yet. If so the pass touches no pod, writes the roll-up with
+ * `Progressing=False` reason `ExceedsNamespaceLimits` quoting the refusal (and that an un-suspend waits,
+ * when one does), with a folded Warning Event of that reason, and looks again in
+ * `NAMESPACE_LIMITS_RECHECK_MS` (LimitRanges and quotas are not watched); a flow's phase is kept
+ * (`phaseAfterBlock`). A read error fails the pass (retried): the replacement is not known to be admitted.
+ * Nothing is read while a suspend is asked (it replaces nothing) or when no live pod would be replaced (a
+ * create costs no VM). Admission webhooks and a quota the namespace's other users fill meanwhile stay
+ * unseen: such a create still fails after the delete.
  */
 async function namespaceLimitsBlock(st: PassState): Promise<void> {
   if (st.cs.spec.suspend) return;
@@ -994,13 +1044,16 @@ async function namespaceLimitsBlock(st: PassState): Promise<void> {
       st,
       `read the namespace's limits before replacing pods: ${errText(o) ?? 'unexpected outcome'}`,
     );
-  const refusal = namespaceLimitsRefusal(
-    o.limits,
-    replacing.map((r) => r.replacement),
-  );
+  const refusal = namespaceLimitsRefusal(o.limits, [
+    ...replacing.map((r) => r.replacement),
+    ...podsToAdd(st),
+  ]);
   if (refusal === undefined) return;
   const kept = replacing.map((r) => `${st.ns}/${r.pod.metadata?.name ?? ''}`).join(', ');
-  const message = `the apiserver would refuse a replacement pod: ${refusal}; the live pods (${kept}) are kept and no pod changed; change the spec's resources or the namespace's LimitRange or ResourceQuota`;
+  const unsuspend = ['Suspended', 'Suspending'].includes(st.cs.status?.phase ?? '')
+    ? ' (the un-suspend waits)'
+    : '';
+  const message = `the namespace would not admit a pod the spec needs: ${refusal}; the live pods (${kept}) are kept and no pod changed${unsuspend}; change the spec's resources or storage, or the namespace's LimitRange or ResourceQuota`;
   return block(st, EventReasons.exceedsNamespaceLimits, message, NAMESPACE_LIMITS_RECHECK_MS);
 }
 
@@ -1057,7 +1110,11 @@ async function writeStatus(
       c.type === CONDITION_PROGRESSING ? { ...c, status: 'False', reason: blocked.reason, message } : c,
     );
   }
-  const w = planStatusWrite(st.cs, fresh, st.input.nowMs);
+  // The diff base: the status as stored, i.e. this pass's own earlier write when there was one
+  // (`statusDiffFollowsOwnWrites`), else the one the pass read.
+  const base =
+    st.writtenStatus && st.input.statusDiffFollowsOwnWrites ? { ...st.cs, status: st.writtenStatus } : st.cs;
+  const w = planStatusWrite(base, fresh, st.input.nowMs);
   if (!w) return undefined;
   const o = await st.r.run({ id, type: 'patchStatus', body: w.patch, status: w.status });
   const err = errText(o);
@@ -1065,6 +1122,7 @@ async function writeStatus(
     if (id === 'status-on-failure') return undefined;
     return fail(st, `patch status ${st.ns}/${st.name}: ${err}`);
   }
+  st.writtenStatus = w.status;
   return w.status;
 }
 

@@ -37,10 +37,11 @@ export const LEVELED_PATCHES: readonly string[] = [
   'retain-suspend-skips-unbound',
   'sub-agents-follow-main-class',
   'deletes-check-generation',
-  'drift-ignores-limit-range-defaults',
+  'drift-compares-admitted-resources',
   'drift-checks-namespace-limits',
   'pending-main-names-missing-node',
   'delete-reads-generation',
+  'status-diff-follows-own-writes',
 ];
 
 /**

@@ -415,7 +415,7 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
     expect(events.length).toBeGreaterThanOrEqual(1);
   });
 
-  it("(a8) a namespace whose LimitRange defaults cpu, a set that names memory only: its pods carry the LimitRanger's defaults and stay (fails without drift-ignores-limit-range-defaults: every pod drifted at once and was deleted again, on every pass, as in the reference)", async () => {
+  it('(a8) a namespace whose LimitRange defaults cpu, a set that names memory only and a toolbox with a request for one resource and a limit for another: its pods carry the admitted defaults and stay (fails without drift-compares-admitted-resources: every pod drifted at once and was deleted again, on every pass, as in the reference)', async () => {
     const name = 'lrdefaults';
     made.push(name);
     await kube.core.createNamespacedLimitRange({
@@ -426,8 +426,18 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
       },
     });
     try {
+      // The agent names a memory limit only; the toolbox a memory request and a cpu limit only (the
+      // apiserver defaults its cpu request to that limit: the reference's rule saw drift there too).
       const memoryOnly = (replicas: number): CocoonSet['spec'] => ({
         agent: { ...spec(replicas, '10Gi').agent, resources: { limits: { memory: '1Gi' } } },
+        toolboxes: [
+          {
+            name: 'tools',
+            mode: 'run',
+            image: IMAGE,
+            resources: { requests: { memory: '64Mi' }, limits: { cpu: '1' } },
+          },
+        ],
       });
       await sets.create(name, memoryOnly(1));
       await waitRunning(name, 2);
@@ -484,7 +494,7 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
         60_000,
       );
       expect(progressing(overQuota)?.message).toBe(
-        `the apiserver would refuse a replacement pod: pods "${name}-0" is forbidden: exceeded quota: mem, requested: limits.memory=4Gi, used: limits.memory=0, limited: limits.memory=3Gi; the live pods (${ns}/${name}-0) are kept and no pod changed; change the spec's resources or the namespace's LimitRange or ResourceQuota`,
+        `the namespace would not admit a pod the spec needs: pods "${name}-0" is forbidden: exceeded quota: mem, requested: limits.memory=4Gi, used: limits.memory=0, limited: limits.memory=3Gi; the live pods (${ns}/${name}-0) are kept and no pod changed; change the spec's resources or storage, or the namespace's LimitRange or ResourceQuota`,
       );
       const [event] = await operatorEvents(kube, ns, name, 'ExceedsNamespaceLimits', KIND_COCOONSET);
       expect(event?.type).toBe('Warning');

@@ -35,6 +35,7 @@
  * | (ours, deliberate difference)                   | an unscheduled restore follows a moved or cleared pin         |
  * | (ours)                                          | a CR holding the main awake shows on Progressing              |
  * | (ours, deliberate difference)                   | an invalid pin is InvalidSpec; the live main is untouched     |
+ * | (ours, deliberate difference)                   | a restore the namespace would refuse: the live main is kept   |
  */
 import type { V1Pod } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
@@ -118,7 +119,13 @@ describe('migration', () => {
     expect(done(await w.pass()).result).toEqual(OK_5S);
     expect(w.cs.status?.phase).toBe('Migrating');
     expect(w.asks).toEqual([{ pod: 'demo-0', desire: 'Hibernate' }]);
-    expect(w.ids()).toEqual([`migrate-probe:${VM}`, 'status-migrating', 'ask:Hibernate:demo-0']);
+    // Ours first: the namespace's limits, read before a migration starts (it replaces the main).
+    expect(w.ids()).toEqual([
+      'namespace-limits',
+      `migrate-probe:${VM}`,
+      'status-migrating',
+      'ask:Hibernate:demo-0',
+    ]);
     expect([w.droppedTags, w.ids('deletePod'), w.ids('createPod')]).toEqual([[], [], []]);
   });
 
@@ -377,13 +384,29 @@ describe('migration', () => {
     }
   });
 
+  it('a restore pod the namespace would not admit (a LimitRange lowered since the main was created): ExceedsNamespaceLimits, the live main neither asked to hibernate nor deleted, no Migrating (deliberate difference: found by a new-user run, the reference hibernated and deleted it and the restore create was refused)', async () => {
+    const cs = migSet('node-b', (c) => {
+      c.spec.agent.resources = { limits: { memory: '4Gi' } };
+    });
+    const w = new PlanWorld(cs, [migMain(cs, 'node-a', 'vmid-1', true)]);
+    w.limits = {
+      limitRanges: [{ name: 'max', limits: [{ type: 'Container', max: { memory: '2Gi' } }] }],
+      quotas: [],
+    };
+    done(await w.pass());
+    expect([w.asks, w.ids('deletePod'), w.cs.status?.phase]).toEqual([[], [], 'Running']);
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')).toMatchObject({
+      reason: 'ExceedsNamespaceLimits',
+    });
+  });
+
   it('a probe error fails the pass with the migration prefix; nothing else done (MigrationProbeErrorIsHandled)', async () => {
     const cs = migSet('node-b');
     const w = new PlanWorld(cs, [migMain(cs, 'node-a', 'vmid-1', true)]);
     w.probeError = 'boom';
     const end = done(await w.pass());
     expect(end.result.error).toBe(`migrate: probe hibernate snapshot ${VM}: boom`);
-    expect(effects(w)).toEqual([`migrate-probe:${VM}`]);
+    expect(effects(w)).toEqual(['namespace-limits', `migrate-probe:${VM}`]);
     expect([w.asks, w.droppedTags]).toEqual([[], []]);
     expect(w.pods.has('demo-0')).toBe(true);
     expect(w.cs.status?.phase).not.toBe('Migrating');

@@ -351,7 +351,7 @@ describe('main drift', () => {
   });
 });
 
-describe('LimitRange defaults (drift-ignores-limit-range-defaults)', () => {
+describe('LimitRange defaults (drift-compares-admitted-resources)', () => {
   /**
    * The pods as the apiserver stores them in a namespace whose LimitRange defaults cpu (limit and request):
    * requests default to the limits first, then the LimitRanger fills what is still unset.
@@ -388,7 +388,7 @@ describe('LimitRange defaults (drift-ignores-limit-range-defaults)', () => {
 
   it('old version: the main drifts and is deleted on every pass', async () => {
     const w = world();
-    done(await w.pass({ driftIgnoresLimitRangeDefaults: false }));
+    done(await w.pass({ driftComparesAdmittedResources: false }));
     expect(w.ids('deletePod')).toEqual(['delete:demo-0']);
   });
 });

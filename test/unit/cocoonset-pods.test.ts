@@ -697,6 +697,17 @@ describe('resourcesMatch', () => {
     expect(resourcesMatch(served, { limits: { cpu: '2' }, requests: { memory: '1Gi' } })).toBe(false);
   });
 
+  it('with admittedResources, a request the spec leaves unset is its limit, per resource, as the apiserver stores it (found by a new-user run: the reference rule saw drift in every such pod, a delete loop)', () => {
+    const spec = { requests: { cpu: '1' }, limits: { cpu: '2', memory: '2Gi' } };
+    // What the apiserver stores for that spec: the memory request defaulted to the memory limit.
+    const stored = pod({ requests: { cpu: '1', memory: '2Gi' }, limits: { cpu: '2', memory: '2Gi' } });
+    expect(resourcesMatch(stored, spec)).toBe(false);
+    expect(resourcesMatch(stored, spec, { admittedResources: true })).toBe(true);
+    expect(
+      resourcesMatch(stored, { ...spec, requests: { cpu: '1', memory: '1Gi' } }, { admittedResources: true }),
+    ).toBe(false);
+  });
+
   it('treats one-sided presence as drift and ignores ephemeral-storage and other resources', () => {
     expect(resourcesMatch(pod({ limits: { cpu: '1' } }), {})).toBe(false);
     expect(resourcesMatch(pod({}), { limits: { cpu: '1' } })).toBe(false);
@@ -706,7 +717,7 @@ describe('resourcesMatch', () => {
     expect(resourcesMatch({ spec: { containers: [] } }, {})).toBe(false);
   });
 
-  it('with limitRangeDefaults, a value the spec leaves unset that the LimitRanger set is not drift; a value the spec sets still compares', () => {
+  it('with admittedResources, a value the spec leaves unset that the LimitRanger set is not drift; a value the spec sets still compares', () => {
     const served: V1Pod = {
       metadata: {
         annotations: {
@@ -725,12 +736,12 @@ describe('resourcesMatch', () => {
     };
     const spec = { requests: { memory: '1Gi' } };
     expect(resourcesMatch(served, spec)).toBe(false);
-    expect(resourcesMatch(served, spec, { limitRangeDefaults: true })).toBe(true);
+    expect(resourcesMatch(served, spec, { admittedResources: true })).toBe(true);
     // The spec now names a limit the LimitRanger had defaulted: compared as usual.
-    expect(resourcesMatch(served, { ...spec, limits: { memory: '4Gi' } }, { limitRangeDefaults: true })).toBe(
+    expect(resourcesMatch(served, { ...spec, limits: { memory: '4Gi' } }, { admittedResources: true })).toBe(
       false,
     );
-    expect(resourcesMatch(served, { ...spec, limits: { memory: '2Gi' } }, { limitRangeDefaults: true })).toBe(
+    expect(resourcesMatch(served, { ...spec, limits: { memory: '2Gi' } }, { admittedResources: true })).toBe(
       true,
     );
     // Another container's defaults, or a malformed annotation, excuse nothing.
@@ -742,7 +753,7 @@ describe('resourcesMatch', () => {
         },
       },
     };
-    expect(resourcesMatch(other, spec, { limitRangeDefaults: true })).toBe(false);
+    expect(resourcesMatch(other, spec, { admittedResources: true })).toBe(false);
     expect(limitRangerDefaults(other, 'agent')).toEqual({ requests: new Set(), limits: new Set() });
     expect(limitRangerDefaults(served, 'agent')).toEqual({
       requests: new Set(['cpu']),

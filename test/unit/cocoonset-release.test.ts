@@ -278,6 +278,27 @@ describe('released-seat wake', () => {
     expect([w.droppedTags, w.tags.has(TAG)]).toEqual([[], true]);
   });
 
+  it('a wake whose create keeps failing (a LimitRange the restored main exceeds) shows ReconcileFailed on every pass, not Stable Waking (ours; new-user finding: the second failing pass diffed against the first and wrote nothing after its Waking write)', async () => {
+    const cs = releaseSet(phase('Suspended', 'node-a'));
+    const w = new PlanWorld(cs);
+    w.tags.add(TAG);
+    w.failures.set('create:demo-0', 'pods "demo-0" is forbidden: maximum memory usage per Container is 8Gi');
+    const progressing = () => w.cs.status?.conditions?.find((c) => c.type === 'Progressing');
+    for (const pass of [1, 2, 3]) {
+      expect(done(await w.pass()).result.error, `pass ${pass}`).toContain('wake: create main: pods "demo-0"');
+      expect([w.cs.status?.phase, progressing()?.reason], `pass ${pass}`).toEqual([
+        'Waking',
+        'ReconcileFailed',
+      ]);
+    }
+    const old = new PlanWorld(releaseSet(phase('Suspended', 'node-a')));
+    old.tags.add(TAG);
+    old.failures.set('create:demo-0', 'refused');
+    done(await old.pass({ statusDiffFollowsOwnWrites: false }));
+    done(await old.pass({ statusDiffFollowsOwnWrites: false }));
+    expect(old.cs.status?.conditions?.find((c) => c.type === 'Progressing')?.reason).toBe('Stable');
+  });
+
   it('an un-suspend with an invalid edit keeps Suspended (InvalidSpec, nothing created); the fix then wakes from the tag with the hint, not a fresh main (ours; new-user finding: the block wrote Pending and the fix created the main without the restore marker)', async () => {
     const cs = releaseSet(phase('Suspended', 'node-a'), (c) => {
       c.spec.agent.image = 'localhost:5000/bad:1';

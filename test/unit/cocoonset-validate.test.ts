@@ -842,7 +842,7 @@ describe('the namespace-limits gate (ours: no live pod is replaced by one the na
     expect(w.ids('deletePod')).toEqual([]);
     // Both drifted pods' replacements count against the quota (4Gi each); the live ones named no memory.
     const message =
-      'the apiserver would refuse a replacement pod: pods "demo-0" is forbidden: exceeded quota: mem, requested: limits.memory=8Gi, used: limits.memory=0, limited: limits.memory=3Gi; the live pods (ns/demo-0, ns/demo-1) are kept and no pod changed; change the spec\'s resources or the namespace\'s LimitRange or ResourceQuota';
+      'the namespace would not admit a pod the spec needs: pods "demo-0" is forbidden: exceeded quota: mem, requested: limits.memory=8Gi, used: limits.memory=0, limited: limits.memory=3Gi; the live pods (ns/demo-0, ns/demo-1) are kept and no pod changed; change the spec\'s resources or storage, or the namespace\'s LimitRange or ResourceQuota';
     expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')).toMatchObject({
       status: 'False',
       reason: 'ExceedsNamespaceLimits',
@@ -859,6 +859,24 @@ describe('the namespace-limits gate (ours: no live pod is replaced by one the na
     old.limits = quota('3Gi');
     done(await old.pass({ driftChecksNamespaceLimits: false }));
     expect([old.limitReads, old.ids('deletePod')]).toEqual([0, ['delete:demo-0']]);
+  });
+
+  it('the pods the spec adds beside the replacements count too: a resize with a scale-up past the quota keeps every live pod (found by a new-user run: a new slot took the quota and a replaced sub-agent was refused)', async () => {
+    const edit = (c: CocoonSet) => {
+      c.spec.agent.resources = { limits: { memory: '2Gi' } };
+      c.spec.agent.replicas = 2;
+    };
+    const w = editedRunningSet(edit);
+    w.limits = quota('5Gi'); // the two replacements (4Gi) fit, with the new slot (6Gi) they do not
+    done(await w.pass());
+    expect([w.ids('deletePod'), w.ids('createPod')]).toEqual([[], []]);
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')?.message).toContain(
+      'exceeded quota: mem, requested: limits.memory=6Gi, used: limits.memory=0, limited: limits.memory=5Gi',
+    );
+    const fits = editedRunningSet(edit);
+    fits.limits = quota('6Gi');
+    done(await fits.pass());
+    expect(fits.ids('deletePod')).toEqual(['delete:demo-0']);
   });
 
   it("a LimitRange maximum the edit passes: refused with the LimitRanger's words", async () => {

@@ -211,10 +211,11 @@ export class PlanWorld {
       retainSkipsUnbound?: boolean;
       subAgentsFollowMainClass?: boolean;
       deletesCheckGeneration?: boolean;
-      driftIgnoresLimitRangeDefaults?: boolean;
+      driftComparesAdmittedResources?: boolean;
       driftChecksNamespaceLimits?: boolean;
       pendingMainNamesMissingNode?: boolean;
       deleteReadsGeneration?: boolean;
+      statusDiffFollowsOwnWrites?: boolean;
       spentBySet?: Record<string, string>;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
@@ -258,10 +259,11 @@ export class PlanWorld {
       retainSkipsUnbound: opts.retainSkipsUnbound ?? true,
       subAgentsFollowMainClass: opts.subAgentsFollowMainClass ?? true,
       deletesCheckGeneration: opts.deletesCheckGeneration ?? true,
-      driftIgnoresLimitRangeDefaults: opts.driftIgnoresLimitRangeDefaults ?? true,
+      driftComparesAdmittedResources: opts.driftComparesAdmittedResources ?? true,
       driftChecksNamespaceLimits: opts.driftChecksNamespaceLimits ?? true,
       pendingMainNamesMissingNode: opts.pendingMainNamesMissingNode ?? true,
       deleteReadsGeneration: opts.deleteReadsGeneration ?? true,
+      statusDiffFollowsOwnWrites: opts.statusDiffFollowsOwnWrites ?? true,
       spentBySet: opts.spentBySet,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
