@@ -56,6 +56,9 @@ export interface CocoonSetActivityDeps {
  */
 export const POD_PAGE_SIZE = 250;
 
+/** The namespace label that sets the PodSecurity admission plugin's enforced level (Pod Security Standards). */
+const POD_SECURITY_ENFORCE = 'pod-security.kubernetes.io/enforce';
+
 /** The longest label value the apiserver accepts (the set's name is its pods' `cocoonSet` label value). */
 const LABEL_VALUE_MAX = 63;
 
@@ -358,17 +361,21 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
 
     /**
      * The namespace's LimitRanges and ResourceQuotas, trimmed to what the admission prediction reads
-     * (src/cocoonset/admission.ts): a pass asks before it deletes a live pod to replace it
-     * (docs/cocoonset.md#a-pass-in-order). Two Lists. Errors: the apiserver's (a 403 is non-retryable: the
-     * pass then fails with it, deleting nothing).
+     * (src/cocoonset/admission.ts), and its Pod Security `enforce` labels: a pass asks before it deletes a
+     * live pod to replace it (docs/cocoonset.md#a-pass-in-order). Two Lists and a GET of the Namespace.
+     * Errors: the apiserver's (a 403 is non-retryable: the pass then fails with it, deleting nothing).
      */
     async cocoonSetNamespaceLimits(input: { namespace: string }): Promise<NamespaceLimits> {
       try {
-        const [ranges, quotas] = await Promise.all([
+        const [ranges, quotas, ns] = await Promise.all([
           core.listNamespacedLimitRange({ namespace: input.namespace }),
           core.listNamespacedResourceQuota({ namespace: input.namespace }),
+          core.readNamespace({ name: input.namespace }),
         ]);
+        const enforce = ns.metadata?.labels?.[POD_SECURITY_ENFORCE];
+        const version = ns.metadata?.labels?.[`${POD_SECURITY_ENFORCE}-version`];
         return {
+          ...(enforce ? { podSecurity: { enforce, ...(version ? { version } : {}) } } : {}),
           limitRanges: ranges.items.map((lr) => ({
             name: lr.metadata?.name ?? '',
             limits: (lr.spec?.limits ?? []).map((l) => ({

@@ -21,6 +21,8 @@
  *    against the container and every `Pod` item against the pod totals (one container here, so its
  *    values) with `minConstraint`, `maxConstraint`, `limitRequestRatioConstraint`; the first LimitRange
  *    with errors refuses: `pods "<pod>" is forbidden: <error, or [e1, e2, …]>` (403).
+ *    Then PodSecurity (its plugin runs after LimitRanger): the namespace's `enforce` level
+ *    (`podSecurityRefusal`).
  * 5. ResourceQuota (k8s.io/apiserver v0.34.4 pkg/admission/plugin/resourcequota/controller.go
  *    `CheckRequest`, pod evaluator pkg/quota/v1/evaluator/core/pods.go): each quota that applies to the pod
  *    (its status.hard names a resource the pod evaluator tracks, and every scope matches) must not miss
@@ -102,10 +104,34 @@ export interface QuotaView {
   used?: Record<string, string>;
 }
 
-/** The namespace's LimitRanges and ResourceQuotas, each in list order. */
+/** The namespace's LimitRanges and ResourceQuotas, each in list order, and its Pod Security labels. */
 export interface NamespaceLimits {
   limitRanges: LimitRangeView[];
   quotas: QuotaView[];
+  /**
+   * The namespace's `pod-security.kubernetes.io/enforce` and `…/enforce-version` labels (the PodSecurity
+   * admission plugin's level for it); absent: none (the cluster default, `privileged` unless configured).
+   */
+  podSecurity?: { enforce: string; version?: string };
+}
+
+/**
+ * The PodSecurity admission plugin's refusal of a pod the operator builds (k8s.io/pod-security-admission,
+ * Pod Security Standards): `baseline` and `privileged` admit it (checked on the v1.34.4 apiserver: the
+ * pods use no host namespaces, host paths, privileged mode or added capabilities); `restricted` refuses
+ * it, for the four settings the pods never carry (they set no securityContext), in the plugin's words.
+ * Undefined when admitted. A cluster-wide default level from the admission configuration is not seen.
+ */
+function podSecurityRefusal(ps: NamespaceLimits['podSecurity'], r: Replacement): string | undefined {
+  if (ps?.enforce !== 'restricted') return undefined;
+  const c = r.container;
+  return (
+    `pods ${quote(r.pod)} is forbidden: violates PodSecurity "restricted:${ps.version || 'latest'}": ` +
+    `allowPrivilegeEscalation != false (container "${c}" must set securityContext.allowPrivilegeEscalation=false), ` +
+    `unrestricted capabilities (container "${c}" must set securityContext.capabilities.drop=["ALL"]), ` +
+    `runAsNonRoot != true (pod or container "${c}" must set securityContext.runAsNonRoot=true), ` +
+    `seccompProfile (pod or container "${c}" must set securityContext.seccompProfile.type to "RuntimeDefault" or "Localhost")`
+  );
 }
 
 /** A pod the set would create in place of a live one. Single-container pods. */
@@ -612,6 +638,7 @@ function checkPod(
   old: Resources | undefined,
   ranges: readonly ParsedItem[][],
   quotas: readonly ParsedQuota[],
+  podSecurity: NamespaceLimits['podSecurity'],
 ): Counted | string {
   const c = podDefaults(built);
   for (const items of ranges) applyRangeDefaults(c, items);
@@ -624,6 +651,8 @@ function checkPod(
     const errs = rangeErrors(items, c);
     if (errs.length > 0) return `${forbidden}: ${aggregate(errs)}`;
   }
+  const insecure = podSecurityRefusal(podSecurity, r);
+  if (insecure !== undefined) return insecure;
 
   const bestEffort = isBestEffort(c);
   const stored = old && podDefaults(old);
@@ -682,7 +711,8 @@ function quotaExceeded(q: ParsedQuota, counted: readonly Counted[]): string | un
 /**
  * The apiserver's refusal message for the first replacement pod it would refuse, or undefined when all
  * fit. Replacements are checked in order, each through pod defaulting, LimitRanger defaults, pod
- * validation of requests against limits, LimitRanger validation and the quota constraints and status
+ * validation of requests against limits, LimitRanger validation, PodSecurity (`podSecurityRefusal`) and the
+ * quota constraints and status
  * (the first refusal is returned: `Pod "<pod>" is invalid: …` or `pods "<pod>" is forbidden: …`); then
  * every quota, in order, against the sum of the replacements minus the pods they replace (see the module
  * comment). Inputs holding a malformed quantity are left out (module comment).
@@ -703,7 +733,7 @@ export function namespaceLimitsRefusal(
     const built = parseResources(r.resources);
     const old = r.replaces === undefined ? undefined : parseResources(r.replaces);
     if (built === undefined || (r.replaces !== undefined && old === undefined)) continue;
-    const result = checkPod(r, built, old, ranges, quotas);
+    const result = checkPod(r, built, old, ranges, quotas, limits.podSecurity);
     if (typeof result === 'string') return result;
     counted.push(result);
   }

@@ -87,6 +87,19 @@ async function stable(name: string): Promise<CocoonSet | undefined> {
   );
 }
 
+/** Sets (or, with undefined, removes) the rig namespace's `pod-security.kubernetes.io/enforce` label. */
+async function setPodSecurity(level: string | undefined): Promise<void> {
+  const key = 'pod-security.kubernetes.io/enforce';
+  const current = await kube.core.readNamespace({ name: ns });
+  const labels = { ...(current.metadata?.labels ?? {}) };
+  if (level === undefined) delete labels[key];
+  else labels[key] = level;
+  await kube.core.replaceNamespace({
+    name: ns,
+    body: { ...current, metadata: { ...current.metadata, labels } },
+  });
+}
+
 async function waitRunning(name: string, agents: number): Promise<CocoonSet> {
   return (await sets.waitUntil(
     name,
@@ -458,7 +471,7 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
     }
   }, 300_000);
 
-  it("(a9) a resources edit the namespace's ResourceQuota or LimitRange would refuse: Progressing=False ExceedsNamespaceLimits with the apiserver's wording, the live main kept; an edit that fits once the old main no longer counts is taken (fails without drift-checks-namespace-limits: the main was deleted and its replacement refused, 403)", async () => {
+  it("(a9) a resources edit the namespace's ResourceQuota, LimitRange or Pod Security level would refuse: Progressing=False ExceedsNamespaceLimits with the apiserver's wording, the live main kept; an edit that fits once the old main no longer counts is taken (fails without drift-checks-namespace-limits: the main was deleted and its replacement refused, 403)", async () => {
     const name = 'quota';
     made.push(name);
     // No quota controller runs on the stack: the test writes the quota's status as it would (hard, and
@@ -526,7 +539,26 @@ describe('CocoonSet faults end to end (operator process, local stack)', () => {
       );
       expect(replaced.spec?.containers[0]?.resources?.limits?.memory).toBe('2Gi');
       await stable(name);
+
+      // The namespace now enforces the restricted Pod Security level, which the operator's pods (no
+      // securityContext) never meet: the next edit keeps the main (found by a new-user run: deleted, then
+      // every create refused).
+      await setPodSecurity('restricted');
+      const running = uids(await podsOf(name));
+      await sets.patchSpec(name, withMemory('1Gi'));
+      const insecure = await sets.waitUntil(
+        name,
+        'ExceedsNamespaceLimits naming PodSecurity',
+        (cs) => current(cs) && (progressing(cs)?.message ?? '').includes('violates PodSecurity'),
+        60_000,
+      );
+      expect(progressing(insecure)?.message).toContain(
+        `pods "${name}-0" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false`,
+      );
+      await passFinished(name);
+      expect(uids(await podsOf(name))).toEqual(running);
     } finally {
+      await setPodSecurity(undefined);
       await kube.core.deleteNamespacedResourceQuota({ namespace: ns, name: 'mem' });
       await kube.core.deleteNamespacedLimitRange({ namespace: ns, name: 'mem-max' });
     }

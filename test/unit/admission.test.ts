@@ -471,6 +471,32 @@ describe('namespaceLimitsRefusal', () => {
   });
 });
 
+describe('namespaceLimitsRefusal: PodSecurity', () => {
+  const r = rep('demo-0', MEM('1Gi'));
+  const withLevel = (enforce: string, version?: string) => ({
+    limitRanges: [],
+    quotas: [],
+    podSecurity: { enforce, ...(version ? { version } : {}) },
+  });
+
+  it('restricted refuses the pods the operator builds (no securityContext), in the plugin words the v1.34.4 apiserver gave for such a pod', () => {
+    expect(namespaceLimitsRefusal(withLevel('restricted'), [r])).toBe(
+      'pods "demo-0" is forbidden: violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false (container "agent" must set securityContext.allowPrivilegeEscalation=false), unrestricted capabilities (container "agent" must set securityContext.capabilities.drop=["ALL"]), runAsNonRoot != true (pod or container "agent" must set securityContext.runAsNonRoot=true), seccompProfile (pod or container "agent" must set securityContext.seccompProfile.type to "RuntimeDefault" or "Localhost")',
+    );
+    expect(namespaceLimitsRefusal(withLevel('restricted', 'v1.30'), [r])).toContain('"restricted:v1.30"');
+  });
+
+  it('baseline, privileged or no label admit them; a LimitRange refusal comes first (its plugin runs before)', () => {
+    expect(namespaceLimitsRefusal(withLevel('baseline'), [r])).toBeUndefined();
+    expect(namespaceLimitsRefusal(withLevel('privileged'), [r])).toBeUndefined();
+    const both = {
+      ...withLevel('restricted'),
+      limitRanges: [range('lr', { type: 'Container', max: { memory: '512Mi' } })],
+    };
+    expect(namespaceLimitsRefusal(both, [r])).toContain('maximum memory usage per Container is 512Mi');
+  });
+});
+
 describe('addQuantities / subtractQuantities', () => {
   const q = parseQuantity;
   it.each([

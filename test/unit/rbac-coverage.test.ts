@@ -47,6 +47,7 @@ const API_CALLS: Record<string, Classification> = {
   listNode: coreRes('nodes', 'list'),
   listNamespacedLimitRange: coreRes('limitranges', 'list'),
   listNamespacedResourceQuota: coreRes('resourcequotas', 'list'),
+  readNamespace: coreRes('namespaces', 'get'),
   listPodForAllNamespaces: coreRes('pods', 'list'),
   createNamespacedPod: coreRes('pods', 'create'),
   replaceNamespacedPod: coreRes('pods', 'update'),
