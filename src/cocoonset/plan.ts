@@ -1053,7 +1053,16 @@ async function namespaceLimitsBlock(st: PassState): Promise<void> {
   const unsuspend = ['Suspended', 'Suspending'].includes(st.cs.status?.phase ?? '')
     ? ' (the un-suspend waits)'
     : '';
-  const message = `the namespace would not admit a pod the spec needs: ${refusal}; the live pods (${kept}) are kept and no pod changed${unsuspend}; change the spec's resources or storage, or the namespace's LimitRange or ResourceQuota`;
+  // Pods the spec drops (slots above `replicas`, toolboxes it no longer names) go only after the main is
+  // back, so they still count when the replacements are created: say how to free their share first.
+  const dropped =
+    subSlotsAscending(st.c).some((slot) => slot > replicasOf(st.cs)) ||
+    [...st.c.toolbox.keys()].some((name) => !(st.cs.spec.toolboxes ?? []).some((tb) => tb.name === name));
+  const dropFirst =
+    dropped && refusal.includes('exceeded quota')
+      ? ' (the pods the spec drops still count until the main is back: drop them in an edit of their own first)'
+      : '';
+  const message = `the namespace would not admit a pod the spec needs: ${refusal}; the live pods (${kept}) are kept and no pod changed${unsuspend}; change the spec's resources or storage, or the namespace's LimitRange or ResourceQuota${dropFirst}`;
   return block(st, EventReasons.exceedsNamespaceLimits, message, NAMESPACE_LIMITS_RECHECK_MS);
 }
 

@@ -879,6 +879,22 @@ describe('the namespace-limits gate (ours: no live pod is replaced by one the na
     expect(fits.ids('deletePod')).toEqual(['delete:demo-0']);
   });
 
+  it('a resize together with a scale-down that fits only once the extra pod is gone: held whole (the extra pod goes after the main is back), and the message says to scale down first', async () => {
+    const w = editedRunningSet((c) => {
+      c.spec.agent.resources = { limits: { memory: '2Gi' } };
+      c.spec.agent.replicas = 0;
+    });
+    w.limits = {
+      limitRanges: [],
+      quotas: [{ name: 'mem', hard: { 'limits.memory': '2Gi' }, used: { 'limits.memory': '2Gi' } }],
+    };
+    done(await w.pass());
+    expect(w.ids('deletePod')).toEqual([]);
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')?.message).toMatch(
+      /exceeded quota: mem, .*ResourceQuota \(the pods the spec drops still count until the main is back: drop them in an edit of their own first\)$/,
+    );
+  });
+
   it("a LimitRange maximum the edit passes: refused with the LimitRanger's words", async () => {
     const w = editedRunningSet(toFourGi);
     w.limits = {
