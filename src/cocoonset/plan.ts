@@ -783,8 +783,14 @@ async function block(
 /** How often a pass held by `placementBlock` looks for a node again, ms (no Node informer tells it). */
 export const NO_NODE_RECHECK_MS = 30_000;
 
-/** `k=v,…` of `labels`, sorted by key: a label selector of equality terms. */
-function selectorOf(labels: Record<string, string>): string {
+/**
+ * The label selector (`k=v,…`, sorted by key) of the nodes `pod` may run on: its node selector (pool, CPU
+ * class) and its required hostname (the `spec.nodeName` pin) as `kubernetes.io/hostname`.
+ */
+function placementSelector(pod: V1Pod): string {
+  const pin = requiredHostname(pod);
+  const selector = pod.spec?.nodeSelector ?? {};
+  const labels: Record<string, string> = pin === '' ? selector : { ...selector, [Labels.hostname]: pin };
   return Object.keys(labels)
     .sort()
     .map((k) => `${k}=${labels[k]}`)
@@ -803,8 +809,7 @@ function movedPlacement(cs: CocoonSet, main: V1Pod): string | undefined {
   const pin = requiredHostname(wanted);
   const samePin = pin === '' || pin === requiredHostname(main) || pin === (main.spec?.nodeName ?? '');
   if (schedulingMatches(main, cs) && samePin) return undefined;
-  const selector = wanted.spec?.nodeSelector ?? {};
-  return selectorOf(pin === '' ? selector : { ...selector, [Labels.hostname]: pin });
+  return placementSelector(wanted);
 }
 
 /**
@@ -838,9 +843,7 @@ async function placementBlock(st: PassState): Promise<void> {
  */
 async function pendingMainBlock(st: PassState, main: V1Pod): Promise<void> {
   if (!unbound(main) || isTerminal(main) || main.metadata?.deletionTimestamp != null) return;
-  const pin = requiredHostname(main);
-  const selector = main.spec?.nodeSelector ?? {};
-  const wanted = selectorOf(pin === '' ? selector : { ...selector, [Labels.hostname]: pin });
+  const wanted = placementSelector(main);
   const o = await st.r.run({ id: 'any-node-for-pending-main', type: 'anyNode', labelSelector: wanted });
   if (o.kind !== 'nodes' || o.any) return;
   const message = `no node has the labels main pod ${st.ns}/${main.metadata?.name ?? ''} asks for (${wanted}): it waits Pending; add such a node or fix the spec (spec.nodePool, spec.nodeName; a set's snapshotCompatibilityClass cannot change once set)`;
