@@ -50,6 +50,21 @@ export interface KubeActivityDeps {
   };
 }
 
+/** Input of setHibernationFinalizer: which CR, add or remove, and the CR as the caller last saw it. */
+export interface FinalizerInput {
+  namespace: string;
+  name: string;
+  present: boolean;
+  seen?: FinalizerSeen;
+}
+
+/** The CR as a workflow last saw it, for a finalizer write the server refuses if the CR changed since. */
+export interface FinalizerSeen {
+  resourceVersion?: string;
+  finalizers?: string[];
+  podRef?: string;
+}
+
 /**
  * Input of emitEvent / recordEvent. `key` identifies one occurrence: it is counted once, however often the
  * activity is retried.
@@ -342,6 +357,84 @@ export function createKubeActivities(deps: KubeActivityDeps) {
     return list.items;
   }
 
+  /** See `setHibernationFinalizer` below. */
+  async function setFinalizer(input: FinalizerInput): Promise<HibernationObservation> {
+    const gone = (uid?: string): HibernationObservation => ({
+      exists: false,
+      namespace: input.namespace,
+      name: input.name,
+      uid,
+    });
+    const target = { group: GROUP, version: VERSION, namespace: input.namespace, name: input.name };
+    const change = (finalizers: string[], podRef: string | undefined) => ({
+      finalizers: input.present
+        ? [...finalizers, Finalizers.cocoonHibernation]
+        : finalizers.filter((f) => f !== Finalizers.cocoonHibernation),
+      annotations:
+        input.present && podRef
+          ? workflowAnnotations(vmWorkflowId(input.namespace, podRef), deps.temporalUi)
+          : undefined,
+    });
+    // Removing the last finalizer of a deleting object deletes it.
+    const answer = (updated: CocoonHibernation, uid?: string): HibernationObservation =>
+      !input.present &&
+      updated.metadata?.deletionTimestamp &&
+      (updated.metadata.finalizers ?? []).length === 0
+        ? gone(uid)
+        : observeHibernation(updated);
+    return owned('cocoonhibernation', input.namespace, input.name, async () => {
+      const seen = input.seen;
+      if (
+        seen?.resourceVersion &&
+        (seen.finalizers ?? []).includes(Finalizers.cocoonHibernation) !== input.present
+      ) {
+        const { finalizers, annotations } = change(seen.finalizers ?? [], seen.podRef);
+        try {
+          const updated = (await custom.patchNamespacedCustomObject(
+            {
+              ...target,
+              plural: PLURAL_COCOONHIBERNATIONS,
+              body: { metadata: { resourceVersion: seen.resourceVersion, finalizers, annotations } },
+            },
+            mergePatch,
+          )) as CocoonHibernation;
+          return answer(updated);
+        } catch (err) {
+          const code = statusCodeOf(err);
+          if (code === 404) return gone();
+          if (code !== 409) throw err;
+        }
+      }
+      for (let attempt = 0; ; attempt++) {
+        const cr = await getHibernation(input.namespace, input.name);
+        if (!cr) return gone();
+        const has = (cr.metadata.finalizers ?? []).includes(Finalizers.cocoonHibernation);
+        // An object being deleted cannot gain a finalizer (the apiserver refuses it).
+        if (has === input.present || (input.present && cr.metadata.deletionTimestamp))
+          return observeHibernation(cr);
+        const { finalizers, annotations } = change(cr.metadata.finalizers ?? [], cr.spec?.podRef?.name);
+        cr.metadata.finalizers = finalizers;
+        if (annotations) cr.metadata.annotations = { ...cr.metadata.annotations, ...annotations };
+        try {
+          const updated = (await custom.replaceNamespacedCustomObject({
+            ...target,
+            plural: PLURAL_COCOONHIBERNATIONS,
+            body: cr,
+          })) as CocoonHibernation;
+          return answer({
+            ...updated,
+            metadata: { ...updated.metadata, uid: updated.metadata?.uid ?? cr.metadata.uid },
+          });
+        } catch (err) {
+          const code = statusCodeOf(err);
+          if (code === 404) return gone();
+          if (code === 409 && attempt < 5) continue;
+          throw err;
+        }
+      }
+    });
+  }
+
   return {
     /**
      * Reads the VM's world from the API: its pod (exists:false when absent) and every CocoonHibernation
@@ -435,91 +528,19 @@ export function createKubeActivities(deps: KubeActivityDeps) {
      * first as one JSON merge patch carrying that resourceVersion (the server refuses it if the object
      * changed since); otherwise, and after such a conflict, with a full Update guarded by the
      * resourceVersion just read, re-reading on conflict. Adding it also writes the workflow-link
-     * annotations (src/api/ids.ts). Returns the object after the write, or exists:false when it is gone.
+     * annotations (src/api/ids.ts); an object being deleted cannot gain a finalizer, so it is returned as
+     * read. Returns the object after the write, or exists:false when it is gone.
      */
-    async setHibernationFinalizer(input: {
-      namespace: string;
-      name: string;
-      present: boolean;
-      seen?: { resourceVersion?: string; finalizers?: string[]; podRef?: string };
-    }): Promise<HibernationObservation> {
-      const gone = (uid?: string): HibernationObservation => ({
-        exists: false,
-        namespace: input.namespace,
-        name: input.name,
-        uid,
-      });
-      const target = { group: GROUP, version: VERSION, namespace: input.namespace, name: input.name };
-      const change = (finalizers: string[], podRef: string | undefined) => ({
-        finalizers: input.present
-          ? [...finalizers, Finalizers.cocoonHibernation]
-          : finalizers.filter((f) => f !== Finalizers.cocoonHibernation),
-        annotations:
-          input.present && podRef
-            ? workflowAnnotations(vmWorkflowId(input.namespace, podRef), deps.temporalUi)
-            : undefined,
-      });
-      // Removing the last finalizer of a deleting object deletes it.
-      const answer = (updated: CocoonHibernation, uid?: string): HibernationObservation =>
-        !input.present &&
-        updated.metadata?.deletionTimestamp &&
-        (updated.metadata.finalizers ?? []).length === 0
-          ? gone(uid)
-          : observeHibernation(updated);
-      return owned('cocoonhibernation', input.namespace, input.name, async () => {
-        const seen = input.seen;
-        if (
-          seen?.resourceVersion &&
-          (seen.finalizers ?? []).includes(Finalizers.cocoonHibernation) !== input.present
-        ) {
-          const { finalizers, annotations } = change(seen.finalizers ?? [], seen.podRef);
-          try {
-            const updated = (await custom.patchNamespacedCustomObject(
-              {
-                ...target,
-                plural: PLURAL_COCOONHIBERNATIONS,
-                body: { metadata: { resourceVersion: seen.resourceVersion, finalizers, annotations } },
-              },
-              mergePatch,
-            )) as CocoonHibernation;
-            return answer(updated);
-          } catch (err) {
-            const code = statusCodeOf(err);
-            if (code === 404) return gone();
-            if (code !== 409) throw err;
-          }
-        }
-        for (let attempt = 0; ; attempt++) {
-          const cr = await getHibernation(input.namespace, input.name);
-          if (!cr) return gone();
-          const has = (cr.metadata.finalizers ?? []).includes(Finalizers.cocoonHibernation);
-          if (has === input.present) return observeHibernation(cr);
-          const { finalizers, annotations } = change(cr.metadata.finalizers ?? [], cr.spec?.podRef?.name);
-          cr.metadata.finalizers = finalizers;
-          if (annotations) cr.metadata.annotations = { ...cr.metadata.annotations, ...annotations };
-          try {
-            const updated = (await custom.replaceNamespacedCustomObject({
-              ...target,
-              plural: PLURAL_COCOONHIBERNATIONS,
-              body: cr,
-            })) as CocoonHibernation;
-            return answer({
-              ...updated,
-              metadata: { ...updated.metadata, uid: updated.metadata?.uid ?? cr.metadata.uid },
-            });
-          } catch (err) {
-            const code = statusCodeOf(err);
-            if (code === 404) return gone();
-            if (code === 409 && attempt < 5) continue;
-            throw err;
-          }
-        }
-      });
+    async setHibernationFinalizer(input: FinalizerInput): Promise<HibernationObservation> {
+      return setFinalizer(input);
     },
 
     /**
      * JSON merge patch of the status subresource (no resourceVersion precondition,
-     * docs/hibernation.md#status-and-conditions).
+     * docs/hibernation.md#status-and-conditions). With `finalizer` (a CR never written before, as the
+     * workflow last saw it), our finalizer is added first, as `setHibernationFinalizer` does, beside the
+     * Event; a CR gone or being deleted by then gets no status and fails the call with NotFound (the
+     * workflow re-reads). Throws NotFound when the CR is gone.
      */
     async patchHibernationStatus(input: {
       namespace: string;
@@ -527,8 +548,15 @@ export function createKubeActivities(deps: KubeActivityDeps) {
       patch: { status: object };
       /** An Event announcing the change, recorded first (as `emitEvent`; a retry counts it once). */
       event?: EventInput;
+      finalizer?: FinalizerSeen;
     }): Promise<HibernationObservation> {
-      if (input.event) await emit(input.event);
+      const { namespace, name } = input;
+      const [added] = await Promise.all([
+        input.finalizer && setFinalizer({ namespace, name, present: true, seen: input.finalizer }),
+        input.event && emit(input.event),
+      ]);
+      // Being deleted without our finalizer, the CR goes once the others' finalizers do: as good as gone.
+      if (added && (!added.exists || added.deleting)) throw notFound(`cocoonhibernation ${namespace}/${name}`);
       return owned('cocoonhibernation', input.namespace, input.name, async () => {
         try {
           const cr = (await custom.patchNamespacedCustomObjectStatus(

@@ -42,6 +42,7 @@ export const LEVELED_PATCHES: readonly string[] = [
   'pending-main-names-missing-node',
   'delete-reads-generation',
   'status-diff-follows-own-writes',
+  'finalizer-rides-first-write',
 ];
 
 /**

@@ -24,7 +24,7 @@ import {
   setHandler,
   workflowInfo,
 } from '@temporalio/workflow';
-import type { EventInput, KubeActivities } from '../activities/kube.js';
+import type { EventInput, FinalizerSeen, KubeActivities } from '../activities/kube.js';
 import type { RegistryActivities } from '../activities/registry.js';
 import { cocoonSetWorkflowId, taskQueues } from '../api/ids.js';
 import { Annotations, EventReasons, Finalizers, Labels, LifecycleStates, Tags } from '../api/keys.js';
@@ -591,7 +591,7 @@ async function pass(state: VMState, name: string, io: VMIO): Promise<boolean> {
     await deletionFlow(state, cr, io);
     return false;
   }
-  if (!(cr.finalizers ?? []).includes(Finalizers.cocoonHibernation)) {
+  if (!hasFinalizer(cr) && !(cr.status?.phase === undefined && on(io, 'finalizer-rides-first-write'))) {
     track(
       state,
       await io.kube.setHibernationFinalizer({
@@ -794,7 +794,7 @@ type Holder =
   | { kind: 'set'; set: string; path: 'hibernate'; why: string };
 
 /** The CR as this workflow last saw it, for a write that the server refuses if the CR changed since. */
-function seenOf(cr: TrackedCR): { resourceVersion?: string; finalizers?: string[]; podRef?: string } {
+function seenOf(cr: TrackedCR): FinalizerSeen {
   return { resourceVersion: cr.resourceVersion, finalizers: cr.finalizers, podRef: cr.podRef };
 }
 
@@ -818,6 +818,40 @@ function track(state: VMState, obs: HibernationObservation): TrackedCR | undefin
   return next;
 }
 
+/** Whether our finalizer is on the CR. */
+function hasFinalizer(cr: { finalizers?: string[] }): boolean {
+  return (cr.finalizers ?? []).includes(Finalizers.cocoonHibernation);
+}
+
+/**
+ * The CR as last seen when our finalizer is still to be added (patch `finalizer-rides-first-write`, a CR
+ * never written before: `pass`), else undefined. The first write carries it: a status write as one more
+ * request of its local activity (`writeStatus`), a write elsewhere (the pod's annotation, a tag DELETE)
+ * after a finalizer write of its own (`finalizerFirst`). Before the patch the finalizer was a pass of its
+ * own, as in the reference: one local activity more for every new CR. Nothing is lost by the wait: until
+ * the first write nothing was done that the deletion flow would have to undo (no status.vmName, no
+ * annotation), so a CR deleted before it goes with nothing to clean up.
+ */
+function finalizerToAdd(io: VMIO, state: VMState, cr: TrackedCR): FinalizerSeen | undefined {
+  const known = state.crs[cr.name] ?? cr;
+  if (hasFinalizer(known) || !on(io, 'finalizer-rides-first-write')) return undefined;
+  return seenOf(known);
+}
+
+/**
+ * Adds our finalizer before a write that is not to the CR (see `finalizerToAdd`). False when the CR is gone
+ * or being deleted by then: the caller ends its pass, and the next one sees the deletion.
+ */
+async function finalizerFirst(io: VMIO, state: VMState, cr: TrackedCR): Promise<boolean> {
+  const seen = finalizerToAdd(io, state, cr);
+  if (!seen) return true;
+  const obs = track(
+    state,
+    await io.kube.setHibernationFinalizer({ namespace: cr.namespace, name: cr.name, present: true, seen }),
+  );
+  return obs !== undefined && !obs.deleting && hasFinalizer(obs);
+}
+
 async function writeStatus(
   io: VMIO,
   state: VMState,
@@ -826,7 +860,14 @@ async function writeStatus(
   event?: EventInput,
 ): Promise<TrackedCR> {
   if (!patch) return cr;
-  const obs = await io.kube.patchHibernationStatus({ namespace: cr.namespace, name: cr.name, patch, event });
+  const finalizer = finalizerToAdd(io, state, cr);
+  const obs = await io.kube.patchHibernationStatus({
+    namespace: cr.namespace,
+    name: cr.name,
+    patch,
+    event,
+    ...(finalizer && { finalizer }),
+  });
   const from = cr.status?.phase || '(none)';
   const to = patch.status.phase;
   if (to && to !== from) log.info(`cocoonhibernation ${cr.namespace}/${cr.name}: ${from} → ${to}`);
@@ -965,6 +1006,7 @@ async function hibernatePath(state: VMState, name: string, vmName: string, io: V
   if (waitingOutFailure(cr)) return;
   await retryRequested(io, cr, 'Hibernate');
   const startedMs = hibernateAnnotated(state.podObs!) ? undefined : Date.now();
+  if (startedMs !== undefined && !(await finalizerFirst(io, state, cr))) return;
   const pod = startedMs === undefined ? state.podObs! : await patchHibernate(io, state, 'true');
   if (hibernateGateOpen(pod)) {
     // A steady Hibernated CR does not re-probe on every pod event (the reference does;
@@ -1039,6 +1081,7 @@ async function wakePath(state: VMState, name: string, vmName: string, io: VMIO):
   await retryRequested(io, cr, 'Wake');
   cr = await writeStatus(io, state, cr, probeFailingPatch(cr, undefined, Date.now())); // a hibernate's leftover
   const startedMs = hibernateAnnotated(state.podObs!) ? Date.now() : undefined;
+  if (startedMs !== undefined && !(await finalizerFirst(io, state, cr))) return;
   const pod = startedMs !== undefined ? await patchHibernate(io, state, null) : state.podObs!;
   if (wakeGateOpen(pod) && !(vkHibernating(pod) && on(io, 'wake-waits-for-hibernate-round'))) {
     // A steady Active CR does not DELETE the tag on every pod event (the reference does;
@@ -1078,6 +1121,7 @@ async function dropWakeTag(
   running: string,
   startedMs?: number,
 ): Promise<void> {
+  if (!(await finalizerFirst(io, state, cr))) return;
   try {
     await io.registry.deleteManifest({ vmName, tag: Tags.hibernate });
   } catch (err) {
@@ -1300,7 +1344,7 @@ async function deletionFlow(state: VMState, cr: TrackedCR, io: VMIO): Promise<vo
       }
     }
   }
-  if ((cr.finalizers ?? []).includes(Finalizers.cocoonHibernation)) {
+  if (hasFinalizer(cr)) {
     log.info(`cocoonhibernation ${cr.namespace}/${cr.name}: deleted, finalizer removed`);
     const obs = await io.kube.setHibernationFinalizer({
       namespace: cr.namespace,

@@ -235,4 +235,55 @@ describe('the CocoonHibernation finalizer on a real apiserver', () => {
       mergePatch,
     );
   });
+  it('a status write carrying it (a CR never written before) adds it first, then writes the Event and the status; a CR being deleted gets neither', async () => {
+    const fresh = await create('fin-ride');
+    const seen = { resourceVersion: fresh.metadata.resourceVersion, finalizers: [], podRef: 'demo-0' };
+    const written = await acts.patchHibernationStatus({
+      namespace: NS,
+      name: 'fin-ride',
+      patch: { status: { phase: 'Pending' } },
+      event: { ...hibernationRefOf('fin-ride', fresh), type: 'Normal', reason: 'Test', message: 'm', key: 'k1' },
+      finalizer: seen,
+    });
+    expect(written.finalizers).toEqual([Finalizers.cocoonHibernation]);
+    expect(written.status?.phase).toBe('Pending');
+    const now = await read('fin-ride');
+    expect(now.metadata.finalizers).toEqual([Finalizers.cocoonHibernation]);
+    expect(now.metadata.annotations?.[WorkflowAnnotations.id]).toBe(vmWorkflowId(NS, 'demo-0'));
+    expect(now.status?.phase).toBe('Pending');
+    const events = await kube.core.listNamespacedEvent({
+      namespace: NS,
+      fieldSelector: 'involvedObject.name=fin-ride',
+    });
+    expect(events.items.map((e) => e.reason)).toEqual(['Test']);
+
+    // Held by someone else's finalizer and deleted before the first write: no finalizer can be added, so
+    // no status either; the call fails NotFound (the workflow re-reads and sees the deletion).
+    const held = await create('fin-held');
+    await kube.custom.patchNamespacedCustomObject(
+      { ...crs(), name: 'fin-held', body: { metadata: { finalizers: ['example.com/other'] } } },
+      mergePatch,
+    );
+    await kube.custom.deleteNamespacedCustomObject({ ...crs(), name: 'fin-held' });
+    await expect(
+      acts.patchHibernationStatus({
+        namespace: NS,
+        name: 'fin-held',
+        patch: { status: { phase: 'Pending' } },
+        finalizer: { resourceVersion: held.metadata.resourceVersion, finalizers: [], podRef: 'demo-0' },
+      }),
+    ).rejects.toMatchObject({ type: 'NotFound' });
+    const after = await read('fin-held');
+    expect(after.metadata.finalizers).toEqual(['example.com/other']);
+    expect(after.status).toBeUndefined();
+    await kube.custom.patchNamespacedCustomObject(
+      { ...crs(), name: 'fin-held', body: { metadata: { finalizers: null } } },
+      mergePatch,
+    );
+  });
 });
+
+/** The involved-object part of an Event on CocoonHibernation `name`. */
+function hibernationRefOf(name: string, cr: CocoonHibernation): Pick<EventInput, 'namespace' | 'involved'> {
+  return { namespace: NS, involved: hibernationRef(name, cr.metadata.uid) };
+}

@@ -42,6 +42,18 @@ async function hibernateCR(world: VMWorld, extra: Record<string, unknown> = {}) 
   return world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Hibernate', ...extra });
 }
 
+/** The local activities the VM workflow ran, in order (its `core_local_activity` markers, this run). */
+async function localActivities(): Promise<string[]> {
+  const history = await env.client.workflow.getHandle('vm/ns/demo-0').fetchHistory();
+  return (history.events ?? []).flatMap((e) => {
+    const m = e.markerRecordedEventAttributes;
+    const data = m?.markerName === 'core_local_activity' ? m.details?.data?.payloads?.[0]?.data : undefined;
+    return data
+      ? [(JSON.parse(Buffer.from(data).toString('utf8')) as { activity_type: string }).activity_type]
+      : [];
+  });
+}
+
 /** The barrier before a negative assertion: the workflow applied every signal and finished acting. */
 const settled = (world: VMWorld) => world.settled(env, NS, 'demo-0');
 
@@ -56,16 +68,73 @@ function errorBackoffs(timers: number[]): number[] {
 }
 
 describe('VM workflow: CocoonHibernation reconcile', () => {
-  it('adds the finalizer before anything else, and writes no status in that step (test 12)', async () => {
+  it('deliberate (patch finalizer-rides-first-write; the reference adds it in a pass of its own, test 12): a new CR gets the finalizer with its first write, in one local activity: no pod, the finalizer and then Pending', async () => {
     await withWorld(env, async (world) => {
       await hibernateCR(world);
-      await waitFor('finalizer', () =>
-        (world.cr(NS, 'hib')?.finalizers ?? []).includes(Finalizers.cocoonHibernation),
-      );
-      const firstStatus = world.calls.findIndex((c) => c.startsWith('status hib'));
-      const finalizer = world.calls.findIndex((c) => c.startsWith('finalizer hib true'));
+      await waitFor('Pending', () => phase(world) === 'Pending');
+      expect(world.cr(NS, 'hib')?.finalizers).toEqual([Finalizers.cocoonHibernation]);
+      expect(world.calls.filter((c) => c.includes(' hib '))).toEqual([
+        'finalizer hib true',
+        expect.stringMatching(/^status hib .*"phase":"Pending"/),
+      ]);
+      expect(await localActivities()).toEqual(['patchHibernationStatus']);
+    });
+  });
+
+  it('a run an older version started (patches: 24) adds the finalizer in a pass of its own first, as the reference (test 12)', async () => {
+    await withWorld(env, async (world) => {
+      world.startExtra = { patches: 24 };
+      await hibernateCR(world);
+      await waitFor('Pending', () => phase(world) === 'Pending');
+      expect(await localActivities()).toEqual(['setHibernationFinalizer', 'patchHibernationStatus']);
+    });
+  });
+
+  it('a new CR on a pod whose VM is already hibernated (the tag pushed): HEAD, then the finalizer, the Event and Hibernated in one local activity, none before the probe', async () => {
+    await withWorld(env, async (world) => {
+      world.tags.add(`${VM}:hibernate`);
+      await world.putPod(NS, 'demo-0', { annotations: hibernatedPodAnnotations(VM) });
+      await hibernateCR(world);
+      await waitFor('Hibernated', () => phase(world) === 'Hibernated');
+      expect(world.calls.filter((c) => !c.startsWith('readVMWorld'))).toEqual([
+        `HEAD ${VM}:hibernate`,
+        'finalizer hib true',
+        expect.stringMatching(/^status hib .*"phase":"Hibernated"/),
+      ]);
+      expect(world.cr(NS, 'hib')?.finalizers).toEqual([Finalizers.cocoonHibernation]);
+      expect(world.events.map((e) => e.reason)).toEqual([EventReasons.hibernated]);
+      expect(await localActivities()).toEqual(['patchHibernationStatus']);
+    });
+  });
+
+  it('a new CR never has the pod annotated before its finalizer is on: the finalizer write comes first', async () => {
+    await withWorld(env, async (world) => {
+      await world.putPod(NS, 'demo-0', { annotations: podAnnotations(), containerRunning: true });
+      await hibernateCR(world);
+      await waitFor('Hibernating', () => phase(world) === 'Hibernating');
+      const finalizer = world.calls.indexOf('finalizer hib true');
+      const patch = world.calls.findIndex((c) => c.startsWith('patchPod'));
       expect(finalizer).toBeGreaterThanOrEqual(0);
-      expect(firstStatus === -1 || firstStatus > finalizer).toBe(true);
+      expect(patch).toBeGreaterThan(finalizer);
+      expect(world.calls.filter((c) => c.startsWith('finalizer'))).toHaveLength(1);
+    });
+  });
+
+  it('a new CR deleted while its first probe runs (no finalizer yet, so it is gone at once): nothing is written for it', async () => {
+    await withWorld(env, async (world) => {
+      world.tags.add(`${VM}:hibernate`);
+      await world.putPod(NS, 'demo-0', { annotations: hibernatedPodAnnotations(VM) });
+      world.blockProbe(VM);
+      await hibernateCR(world);
+      await world.probeBlocked(VM);
+      await world.deleteCR(NS, 'hib');
+      world.releaseProbe(VM);
+      const view = await settled(world);
+      expect(view.hibernations).toEqual([]);
+      expect(world.cr(NS, 'hib')).toBeUndefined();
+      expect(world.calls.filter((c) => c.startsWith('status') || c.startsWith('patchPod'))).toEqual([]);
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+      expect(world.events).toEqual([]);
     });
   });
 

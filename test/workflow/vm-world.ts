@@ -7,7 +7,7 @@
 
 import type { WorkflowClient } from '@temporalio/client';
 import { ApplicationFailure } from '@temporalio/common';
-import type { EventInput, KubeActivities } from '../../src/activities/kube.js';
+import type { EventInput, FinalizerInput, KubeActivities } from '../../src/activities/kube.js';
 import type { RegistryActivities } from '../../src/activities/registry.js';
 import { vmWorkflowId } from '../../src/api/ids.js';
 import { Annotations, Finalizers } from '../../src/api/keys.js';
@@ -394,24 +394,21 @@ export class VMWorld {
           return this.pods.get(`${namespace}/${pod}`) ?? next;
         });
       },
-      setHibernationFinalizer: async ({ namespace, name, present }) => {
-        this.calls.push(`finalizer ${name} ${present}`);
-        const cur = this.crs.get(`${namespace}/${name}`);
-        if (!cur) return { exists: false, namespace, name };
-        const fins = (cur.finalizers ?? []).filter((f) => f !== Finalizers.cocoonHibernation);
-        if (present) fins.push(Finalizers.cocoonHibernation);
-        if (!present && cur.deleting && fins.length === 0) {
-          this.crs.delete(`${namespace}/${name}`);
-          return { exists: false, namespace, name, uid: cur.uid };
-        }
-        const next = { ...cur, finalizers: fins, resourceVersion: this.nextRV() };
-        this.crs.set(`${namespace}/${name}`, next);
-        return next;
-      },
-      patchHibernationStatus: async ({ namespace, name, patch, event }) => {
+      setHibernationFinalizer: async (input) => this.setFinalizer(input),
+      patchHibernationStatus: async ({ namespace, name, patch, event, finalizer }) => {
         const before = this.beforeStatusPatch;
         this.beforeStatusPatch = undefined;
         if (before) await before();
+        if (finalizer) {
+          // As the product: the finalizer first; a CR gone or being deleted gets no status.
+          const added = await this.setFinalizer({ namespace, name, present: true, seen: finalizer });
+          if (!added.exists || added.deleting)
+            throw ApplicationFailure.create({
+              type: 'NotFound',
+              message: 'cr not found',
+              nonRetryable: true,
+            });
+        }
         if (event) this.recordEvent(event);
         const cur = this.crs.get(`${namespace}/${name}`);
         if (!cur)
@@ -432,6 +429,23 @@ export class VMWorld {
       },
       emitEvent: async (input) => this.recordEvent(input),
     };
+  }
+
+  /** The finalizer write (setHibernationFinalizer), also run first by a status write carrying it. */
+  private async setFinalizer({ namespace, name, present }: FinalizerInput): Promise<HibernationObservation> {
+    this.calls.push(`finalizer ${name} ${present}`);
+    const cur = this.crs.get(`${namespace}/${name}`);
+    if (!cur) return { exists: false, namespace, name };
+    if (present && cur.deleting) return cur;
+    const fins = (cur.finalizers ?? []).filter((f) => f !== Finalizers.cocoonHibernation);
+    if (present) fins.push(Finalizers.cocoonHibernation);
+    if (!present && cur.deleting && fins.length === 0) {
+      this.crs.delete(`${namespace}/${name}`);
+      return { exists: false, namespace, name, uid: cur.uid };
+    }
+    const next = { ...cur, finalizers: fins, resourceVersion: this.nextRV() };
+    this.crs.set(`${namespace}/${name}`, next);
+    return next;
   }
 
   /** An Event occurrence, counted once per key (as the real writer), with its phase duration. */
