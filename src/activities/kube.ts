@@ -556,7 +556,8 @@ export function createKubeActivities(deps: KubeActivityDeps) {
         input.event && emit(input.event),
       ]);
       // Being deleted without our finalizer, the CR goes once the others' finalizers do: as good as gone.
-      if (added && (!added.exists || added.deleting)) throw notFound(`cocoonhibernation ${namespace}/${name}`);
+      if (added && (!added.exists || added.deleting))
+        throw notFound(`cocoonhibernation ${namespace}/${name}`);
       return owned('cocoonhibernation', input.namespace, input.name, async () => {
         try {
           const cr = (await custom.patchNamespacedCustomObjectStatus(

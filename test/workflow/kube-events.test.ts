@@ -242,7 +242,13 @@ describe('the CocoonHibernation finalizer on a real apiserver', () => {
       namespace: NS,
       name: 'fin-ride',
       patch: { status: { phase: 'Pending' } },
-      event: { ...hibernationRefOf('fin-ride', fresh), type: 'Normal', reason: 'Test', message: 'm', key: 'k1' },
+      event: {
+        ...hibernationRefOf('fin-ride', fresh),
+        type: 'Normal',
+        reason: 'Test',
+        message: 'm',
+        key: 'k1',
+      },
       finalizer: seen,
     });
     expect(written.finalizers).toEqual([Finalizers.cocoonHibernation]);
