@@ -538,8 +538,8 @@ export function createKubeActivities(deps: KubeActivityDeps) {
     /**
      * JSON merge patch of the status subresource (no resourceVersion precondition,
      * docs/hibernation.md#status-and-conditions). With `finalizer` (a CR never written before, as the
-     * workflow last saw it), our finalizer is added first, as `setHibernationFinalizer` does, beside the
-     * Event; a CR gone or being deleted by then gets no status and fails the call with NotFound (the
+     * workflow last saw it), our finalizer is added first, as `setHibernationFinalizer` does; a CR gone or
+     * being deleted by then gets neither the Event nor the status, and the call fails with NotFound (the
      * workflow re-reads). Throws NotFound when the CR is gone.
      */
     async patchHibernationStatus(input: {
@@ -551,13 +551,12 @@ export function createKubeActivities(deps: KubeActivityDeps) {
       finalizer?: FinalizerSeen;
     }): Promise<HibernationObservation> {
       const { namespace, name } = input;
-      const [added] = await Promise.all([
-        input.finalizer && setFinalizer({ namespace, name, present: true, seen: input.finalizer }),
-        input.event && emit(input.event),
-      ]);
-      // Being deleted without our finalizer, the CR goes once the others' finalizers do: as good as gone.
-      if (added && (!added.exists || added.deleting))
-        throw notFound(`cocoonhibernation ${namespace}/${name}`);
+      if (input.finalizer) {
+        const added = await setFinalizer({ namespace, name, present: true, seen: input.finalizer });
+        // Being deleted without our finalizer, the CR goes once the others' finalizers do: as good as gone.
+        if (!added.exists || added.deleting) throw notFound(`cocoonhibernation ${namespace}/${name}`);
+      }
+      if (input.event) await emit(input.event);
       return owned('cocoonhibernation', input.namespace, input.name, async () => {
         try {
           const cr = (await custom.patchNamespacedCustomObjectStatus(

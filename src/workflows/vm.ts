@@ -1223,6 +1223,9 @@ function wakeInFlight(pod: PodObservation, vmName: string): boolean {
  *   goes. The reference drops it at once, and the recreated pod boots fresh;
  * - a recorded VM that is not this pod's (neither the VM this workflow acted on nor the pod's annotation: a
  *   status edited by hand) keeps its tag;
+ * - a CR that recorded no VM stands for the VM this workflow acted on for the pod (it waited behind a holder
+ *   that kept the tag for it), unless our finalizer was never on it (patch `finalizer-rides-first-write`:
+ *   deleted before its first write, nothing was done for it);
  * - a spent tag (`tagSpent`: the CR's wake ran the VM and the registry refused the DELETE; leveled patch
  *   `spent-tag-outlives-cr`) is older than the VM that ran: no wait for the set's restore, and a failed
  *   DELETE fails the pass (retried with backoff) until DELETE_WAKE_WAIT_MS after the deletion started, so
@@ -1251,7 +1254,10 @@ async function deletionFlow(state: VMState, cr: TrackedCR, io: VMIO): Promise<vo
     state.vmName !== undefined &&
     (podVM === undefined || podVM === state.vmName) &&
     !othersTrack &&
-    on(io, 'deletion-drops-inherited-tag')
+    on(io, 'deletion-drops-inherited-tag') &&
+    // A CR our finalizer was never on had nothing done for it (patch finalizer-rides-first-write: the
+    // finalizer comes with its first write), so it stands for no VM, even one its pass had named.
+    (hasFinalizer(cr) || !on(io, 'finalizer-rides-first-write'))
       ? state.vmName
       : '';
   const vmName = foreign ? '' : recorded || inherited;

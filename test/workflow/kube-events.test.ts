@@ -235,7 +235,7 @@ describe('the CocoonHibernation finalizer on a real apiserver', () => {
       mergePatch,
     );
   });
-  it('a status write carrying it (a CR never written before) adds it first, then writes the Event and the status; a CR being deleted gets neither', async () => {
+  it('a status write carrying it (a CR never written before) adds it first, then writes the Event and the status; a CR being deleted gets none of them', async () => {
     const fresh = await create('fin-ride');
     const seen = { resourceVersion: fresh.metadata.resourceVersion, finalizers: [], podRef: 'demo-0' };
     const written = await acts.patchHibernationStatus({
@@ -276,9 +276,21 @@ describe('the CocoonHibernation finalizer on a real apiserver', () => {
         namespace: NS,
         name: 'fin-held',
         patch: { status: { phase: 'Pending' } },
+        event: {
+          ...hibernationRefOf('fin-held', held),
+          type: 'Normal',
+          reason: 'Test',
+          message: 'm',
+          key: 'k2',
+        },
         finalizer: { resourceVersion: held.metadata.resourceVersion, finalizers: [], podRef: 'demo-0' },
       }),
     ).rejects.toMatchObject({ type: 'NotFound' });
+    const heldEvents = await kube.core.listNamespacedEvent({
+      namespace: NS,
+      fieldSelector: 'involvedObject.name=fin-held',
+    });
+    expect(heldEvents.items).toEqual([]);
     const after = await read('fin-held');
     expect(after.metadata.finalizers).toEqual(['example.com/other']);
     expect(after.status).toBeUndefined();

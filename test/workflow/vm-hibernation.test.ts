@@ -42,15 +42,26 @@ async function hibernateCR(world: VMWorld, extra: Record<string, unknown> = {}) 
   return world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Hibernate', ...extra });
 }
 
-/** The local activities the VM workflow ran, in order (its `core_local_activity` markers, this run). */
-async function localActivities(): Promise<string[]> {
-  const history = await env.client.workflow.getHandle('vm/ns/demo-0').fetchHistory();
-  return (history.events ?? []).flatMap((e) => {
-    const m = e.markerRecordedEventAttributes;
-    const data = m?.markerName === 'core_local_activity' ? m.details?.data?.payloads?.[0]?.data : undefined;
-    return data
-      ? [(JSON.parse(Buffer.from(data).toString('utf8')) as { activity_type: string }).activity_type]
-      : [];
+/**
+ * The local activities the VM workflow ran, in order (its `core_local_activity` markers, this run), once it
+ * has settled and its last workflow task is recorded (a query can be answered before the task's completion,
+ * with its markers, reaches the server).
+ */
+async function localActivities(world: VMWorld): Promise<string[]> {
+  await settled(world);
+  const handle = env.client.workflow.getHandle('vm/ns/demo-0');
+  return waitFor('the last workflow task recorded', async () => {
+    const events = (await handle.fetchHistory()).events ?? [];
+    const last = events.at(-1);
+    if (!last || last.workflowTaskScheduledEventAttributes || last.workflowTaskStartedEventAttributes)
+      return undefined;
+    return events.flatMap((e) => {
+      const m = e.markerRecordedEventAttributes;
+      const data = m?.markerName === 'core_local_activity' ? m.details?.data?.payloads?.[0]?.data : undefined;
+      return data
+        ? [(JSON.parse(Buffer.from(data).toString('utf8')) as { activity_type: string }).activity_type]
+        : [];
+    });
   });
 }
 
@@ -77,7 +88,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
         'finalizer hib true',
         expect.stringMatching(/^status hib .*"phase":"Pending"/),
       ]);
-      expect(await localActivities()).toEqual(['patchHibernationStatus']);
+      expect(await localActivities(world)).toEqual(['patchHibernationStatus']);
     });
   });
 
@@ -86,7 +97,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       world.startExtra = { patches: 24 };
       await hibernateCR(world);
       await waitFor('Pending', () => phase(world) === 'Pending');
-      expect(await localActivities()).toEqual(['setHibernationFinalizer', 'patchHibernationStatus']);
+      expect(await localActivities(world)).toEqual(['setHibernationFinalizer', 'patchHibernationStatus']);
     });
   });
 
@@ -103,7 +114,7 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       ]);
       expect(world.cr(NS, 'hib')?.finalizers).toEqual([Finalizers.cocoonHibernation]);
       expect(world.events.map((e) => e.reason)).toEqual([EventReasons.hibernated]);
-      expect(await localActivities()).toEqual(['patchHibernationStatus']);
+      expect(await localActivities(world)).toEqual(['patchHibernationStatus']);
     });
   });
 
@@ -117,6 +128,29 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
       expect(finalizer).toBeGreaterThanOrEqual(0);
       expect(patch).toBeGreaterThan(finalizer);
       expect(world.calls.filter((c) => c.startsWith('finalizer'))).toHaveLength(1);
+    });
+  });
+
+  it("a new Wake CR held by another finalizer and deleted just before the operator first acts: the hibernated VM and its tag stay (nothing was done for that CR; found by a new-user run: the tag, the VM's only copy, was deleted)", async () => {
+    await withWorld(env, async (world) => {
+      world.tags.add(`${VM}:hibernate`);
+      await world.putPod(NS, 'demo-0', { annotations: hibernatedPodAnnotations(VM) });
+      world.beforeFinalizer = () => world.deleteCR(NS, 'wake');
+      await world.putCR({
+        namespace: NS,
+        name: 'wake',
+        podRef: 'demo-0',
+        desire: 'Wake',
+        finalizers: ['example.com/hold'],
+      });
+      await waitFor('the deletion seen', () => world.calls.includes('finalizer wake true'));
+      const view = await settled(world);
+      expect(view.hibernations).toEqual([]);
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+      expect(world.calls.filter((c) => c.startsWith('DELETE') || c.startsWith('patchPod'))).toEqual([]);
+      expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBe('true');
+      expect(world.cr(NS, 'wake')?.finalizers).toEqual(['example.com/hold']);
+      expect(world.events).toEqual([]);
     });
   });
 

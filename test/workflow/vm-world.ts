@@ -79,6 +79,11 @@ export class VMWorld {
    * response is the pod as the hook left it.
    */
   duringPodPatch?: (patched: PodObservation) => Promise<void>;
+  /**
+   * Runs once at the start of the next finalizer write (its own or one a status write carries): a change
+   * that lands just before it.
+   */
+  beforeFinalizer?: () => Promise<void>;
   /** Runs once inside the next readVMWorld, after its answer is taken and before it is returned. */
   duringRead?: () => Promise<void>;
   /** Extra fields of the VM workflow's start argument (e.g. historyLimit). */
@@ -433,6 +438,9 @@ export class VMWorld {
 
   /** The finalizer write (setHibernationFinalizer), also run first by a status write carrying it. */
   private async setFinalizer({ namespace, name, present }: FinalizerInput): Promise<HibernationObservation> {
+    const before = this.beforeFinalizer;
+    this.beforeFinalizer = undefined;
+    if (before) await before();
     this.calls.push(`finalizer ${name} ${present}`);
     const cur = this.crs.get(`${namespace}/${name}`);
     if (!cur) return { exists: false, namespace, name };
