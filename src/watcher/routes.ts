@@ -202,7 +202,9 @@ export class Router {
       for (const c of r.map(ev, this.ctx)) {
         const key = relevanceKey(c.workflowId, c.signalName, c.objectKey);
         const fp = relevanceFingerprint(c.relevance ?? c.payload);
-        if (writer === c.workflowId && !c.force && !c.gone) {
+        // An echo that carries another object (a CR newly indexed, with its pod: after a restart, the
+        // workers may have written the CR before this watcher listed it) still brings that object.
+        if (writer === c.workflowId && !c.force && !c.gone && !c.carries?.length) {
           this.sent.set(key, fp);
           this.counters.echoes++;
           continue;

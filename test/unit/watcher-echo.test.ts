@@ -17,8 +17,13 @@ import type { WatchEventType } from '../../src/watcher/informer.js';
 /** A list+watch whose list is fixed and whose one watch the test drives. */
 class Source implements WatchSource<KubernetesObject> {
   send?: (type: WatchEventType, obj: unknown) => void;
-  constructor(private readonly items: KubernetesObject[]) {}
+  /** `listDelayMs`: how long the list takes to answer (which informer lists first). */
+  constructor(
+    private readonly items: KubernetesObject[],
+    private readonly listDelayMs = 0,
+  ) {}
   async list() {
+    if (this.listDelayMs) await new Promise((r) => setTimeout(r, this.listDelayMs));
     return { items: structuredClone(this.items), resourceVersion: '10' };
   }
   async watch(_rv: string, onEvent: (type: WatchEventType, obj: unknown) => void) {
@@ -91,5 +96,35 @@ describe('the watcher with the activities write record', () => {
     await watcher.idle();
     expect(sent.slice(start).map((s) => s.workflowId)).toEqual(['vm/ns/p1']);
     expect(sent[start]?.payload).toMatchObject({ resourceVersion: '9', status: { phase: 'Failed' } });
+  });
+
+  it('a CR whose first event is the echo of a write made before the watcher started (a restarted operator whose workers ran first) still brings its pod to the workflow (found by a new-user run: the pod waited for the 60 s re-read)', async () => {
+    const sent: Array<{ workflowId: string; signal: string; payload: unknown }> = [];
+    const signaller: Signaller = {
+      async signalWithStart(workflowId, signal, payload) {
+        sent.push({ workflowId, signal, payload });
+      },
+    };
+    const ownWrites = new OwnWrites();
+    ownWrites.record('cocoonhibernation', 'ns', 'h1', '7', 'vm/ns/p1');
+    watcher = await startWatcher({
+      kube: {} as KubeClients,
+      client: {} as Client,
+      taskQueue: 'q',
+      log: pino({ level: 'silent' }),
+      signaller,
+      // The pods are listed first: their events find no CR targeting them yet.
+      sources: { pod: new Source([pod]), cocoonhibernation: new Source([cr('7', 'Hibernating')], 50) },
+      ownWrites,
+    });
+    await watcher.waitForSync();
+    await watcher.idle();
+    const toWorkflow = sent.filter((s) => s.workflowId === 'vm/ns/p1');
+    const pods = toWorkflow.flatMap((s) => {
+      const p = s.payload as { pod?: { resourceVersion?: string }; name?: string; resourceVersion?: string };
+      if (p.pod) return [p.pod.resourceVersion];
+      return s.signal === 'podObserved' ? [p.resourceVersion] : [];
+    });
+    expect(pods).toEqual(['5']);
   });
 });
