@@ -88,6 +88,8 @@ export class VMWorld {
   duringRead?: () => Promise<void>;
   /** Extra fields of the VM workflow's start argument (e.g. historyLimit). */
   startExtra: Record<string, unknown> = {};
+  /** CRs (`ns/name/uid`) whose first event was signalled (it carried their pod). */
+  private readonly indexed = new Set<string>();
   /** Starts carry the world (as the watcher's once its caches are listed); false: the workflow re-reads. */
   startWorld = true;
   /** Workflow ids this world signalled (terminated when the test ends). */
@@ -341,7 +343,14 @@ export class VMWorld {
   private async signalCR(cr: HibernationObservation): Promise<void> {
     const podRef = cr.podRef ?? this.crs.get(`${cr.namespace}/${cr.name}`)?.podRef;
     if (!podRef) return;
-    await this.signal(vmWorkflowId(cr.namespace, podRef), hibernationObservedSignal.name, cr);
+    // As the watcher (src/watcher/routes.ts): a CR's first event carries its pod, which the workflow may
+    // not have been told of (pod events are routed only while a CR targets the pod).
+    const key = `${cr.namespace}/${cr.name}/${cr.uid}`;
+    const pod = this.indexed.has(key) ? undefined : this.pods.get(`${cr.namespace}/${podRef}`);
+    if (cr.exists) this.indexed.add(key);
+    else this.indexed.delete(key);
+    const payload = pod ? { ...cr, pod } : cr;
+    await this.signal(vmWorkflowId(cr.namespace, podRef), hibernationObservedSignal.name, payload);
   }
 
   private async exclusive<T>(key: string, fn: () => Promise<T>): Promise<T> {
