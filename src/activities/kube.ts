@@ -402,7 +402,9 @@ export function createKubeActivities(deps: KubeActivityDeps) {
         } catch (err) {
           const code = statusCodeOf(err);
           if (code === 404) return gone();
-          if (code !== 409) throw err;
+          // 422 to an add: the object is being deleted, which the caller's view may not have shown (the
+          // read below says so); 409: it changed since that view.
+          if (code !== 409 && !(code === 422 && input.present)) throw err;
         }
       }
       for (let attempt = 0; ; attempt++) {

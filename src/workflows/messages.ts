@@ -43,7 +43,6 @@ export const LEVELED_PATCHES: readonly string[] = [
   'delete-reads-generation',
   'status-diff-follows-own-writes',
   'finalizer-rides-first-write',
-  'deletion-waits-for-requested-round',
 ];
 
 /**

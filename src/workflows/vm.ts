@@ -1170,21 +1170,6 @@ function vkHibernating(pod: PodObservation): boolean {
 }
 
 /**
- * A hibernate round asked of vk-cocoon (the pod carries the hibernate annotation) that vk has neither
- * finished (the completion gate) nor given up (`failed`), though it may not have reported `hibernating`
- * yet. Patch `deletion-waits-for-requested-round`: before it, a CR deleted between its hibernate request and
- * vk's `hibernating` dropped its finalizer at once, and the tag vk pushed after was left with nothing
- * tracking it (found by a new-user run).
- */
-function roundRequested(pod: PodObservation, io: VMIO): boolean {
-  return (
-    !hibernateGateOpen(pod) &&
-    pod.annotations?.[Annotations.lifecycleState] !== LifecycleStates.failed &&
-    on(io, 'deletion-waits-for-requested-round')
-  );
-}
-
-/**
  * True for a CocoonSet's pod whose VM `vmName` is hibernated (hibernate requested, the VM not running): once
  * no CocoonHibernation holds it, the set clears the annotation and vk wakes the VM from its `:hibernate`
  * tag (docs/cocoonset.md#a-pass-in-order, un-suspend), so a deleting CR must not drop that tag first.
@@ -1220,7 +1205,7 @@ function wakeInFlight(pod: PodObservation, vmName: string): boolean {
  * `:hibernate` tag of the VM this CR recorded (best effort), then remove the finalizer. Deliberate
  * additions, so a deletion never races vk-cocoon over the tag:
  * - while vk is in the middle of a hibernate round for this VM (hibernate requested, lifecycle
- *   `hibernating`, or since patch `deletion-waits-for-requested-round` any round not ended: `roundRequested`), wait — dropping the tag now would race the push — for at most DELETE_ROUND_WAIT_MS
+ *   `hibernating`), wait — dropping the tag now would race the push — for at most DELETE_ROUND_WAIT_MS
  *   after the deletion started;
  * - a CocoonSet's VM left hibernated (`setVMHibernated`, no other live CR holding it): its set would wake it
  *   from the tag right after the CR goes, so wake it here first (clear the hibernate annotation);
@@ -1282,7 +1267,7 @@ async function deletionFlow(state: VMState, cr: TrackedCR, io: VMIO): Promise<vo
     const roundInFlight =
       pod?.exists === true &&
       hibernateAnnotated(pod) &&
-      (vkHibernating(pod) || roundRequested(pod, io)) &&
+      vkHibernating(pod) &&
       (pod.annotations?.[Annotations.vmName] ?? '') === vmName;
     const since = cr.deletionTimestamp ? Date.parse(cr.deletionTimestamp) : Date.now();
     if (roundInFlight && Date.now() - since < DELETE_ROUND_WAIT_MS) {

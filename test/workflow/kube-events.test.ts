@@ -291,6 +291,16 @@ describe('the CocoonHibernation finalizer on a real apiserver', () => {
       fieldSelector: 'involvedObject.name=fin-held',
     });
     expect(heldEvents.items).toEqual([]);
+    // The same when the workflow's view already is the deleting version (the patch then answers 422, not 409).
+    const deleting = await read('fin-held');
+    await expect(
+      acts.patchHibernationStatus({
+        namespace: NS,
+        name: 'fin-held',
+        patch: { status: { phase: 'Pending' } },
+        finalizer: { resourceVersion: deleting.metadata.resourceVersion, finalizers: ['example.com/other'] },
+      }),
+    ).rejects.toMatchObject({ type: 'NotFound' });
     const after = await read('fin-held');
     expect(after.metadata.finalizers).toEqual(['example.com/other']);
     expect(after.status).toBeUndefined();

@@ -649,31 +649,17 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     });
   });
 
-  it('a CR deleted right after its hibernate request, before vk reports hibernating, waits for the round, then drops the tag (fails without deletion-waits-for-requested-round: the tag vk pushed after was left with nothing tracking it; found by a new-user run)', async () => {
+  it('a CR deleted right after its hibernate request, before vk reports hibernating: the deletion does not wait for the round, and the tag vk pushes after stays (deliberate: the VM can be woken from it; waiting and then dropping it discarded VMs whose hibernate a stale view had started, found by a new-user run)', async () => {
     await withWorld(env, async (world) => {
       await world.putPod(NS, 'demo-0', { annotations: podAnnotations(), containerRunning: true });
       await hibernateCR(world);
       await waitFor('Hibernating', () => phase(world) === 'Hibernating');
-      expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.lifecycleState]).not.toBe('hibernating');
       await world.deleteCR(NS, 'hib');
-      await env.sleep(20_000);
-      expect((await settled(world)).hibernations[0]).toMatchObject({ deleting: true });
-      expect(world.calls.some((c) => c.startsWith('DELETE'))).toBe(false);
+      await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
       await world.annotatePod(NS, 'demo-0', { [Annotations.lifecycleState]: 'hibernating' });
       await world.vkHibernated(NS, 'demo-0', VM);
-      await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
-      expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
-    });
-  });
-
-  it('a CR deleted while its hibernate request waits on a vk that reported the round failed does not wait for it', async () => {
-    await withWorld(env, async (world) => {
-      await world.putPod(NS, 'demo-0', { annotations: podAnnotations(), containerRunning: true });
-      await hibernateCR(world);
-      await waitFor('Hibernating', () => phase(world) === 'Hibernating');
-      await world.annotatePod(NS, 'demo-0', { [Annotations.lifecycleState]: 'failed' });
-      await world.deleteCR(NS, 'hib');
-      await waitFor('CR gone', () => world.cr(NS, 'hib') === undefined);
+      await settled(world);
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
     });
   });
 
