@@ -1340,6 +1340,7 @@ async function deletionFlow(state: VMState, cr: TrackedCR, io: VMIO): Promise<vo
     } else {
       try {
         await io.registry.deleteManifest({ vmName, tag: Tags.hibernate });
+        log.info(`deleted ${vmName}:hibernate: cocoonhibernation ${cr.namespace}/${cr.name} was deleted`);
       } catch (err) {
         log.error(`delete hibernate snapshot ${vmName}`, { error: errorMessage(err) });
         // A spent tag is retried (the pass's error backoff) until DELETE_WAKE_WAIT_MS after the deletion
