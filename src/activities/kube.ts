@@ -357,7 +357,7 @@ export function createKubeActivities(deps: KubeActivityDeps) {
     return list.items;
   }
 
-  /** See `setHibernationFinalizer` below. */
+  /** `setHibernationFinalizer` (documented there), also run first by a status write carrying it. */
   async function setFinalizer(input: FinalizerInput): Promise<HibernationObservation> {
     const gone = (uid?: string): HibernationObservation => ({
       exists: false,
@@ -533,9 +533,7 @@ export function createKubeActivities(deps: KubeActivityDeps) {
      * annotations (src/api/ids.ts); an object being deleted cannot gain a finalizer, so it is returned as
      * read. Returns the object after the write, or exists:false when it is gone.
      */
-    async setHibernationFinalizer(input: FinalizerInput): Promise<HibernationObservation> {
-      return setFinalizer(input);
-    },
+    setHibernationFinalizer: setFinalizer,
 
     /**
      * JSON merge patch of the status subresource (no resourceVersion precondition,

@@ -592,15 +592,7 @@ async function pass(state: VMState, name: string, io: VMIO): Promise<boolean> {
     return false;
   }
   if (!hasFinalizer(cr) && !(cr.status?.phase === undefined && on(io, 'finalizer-rides-first-write'))) {
-    track(
-      state,
-      await io.kube.setHibernationFinalizer({
-        namespace: cr.namespace,
-        name: cr.name,
-        present: true,
-        seen: seenOf(cr),
-      }),
-    );
+    await addFinalizer(io, state, cr, seenOf(cr));
     return true;
   }
   if (!cr.podRef) {
@@ -845,11 +837,24 @@ function finalizerToAdd(io: VMIO, state: VMState, cr: TrackedCR): FinalizerSeen 
 async function finalizerFirst(io: VMIO, state: VMState, cr: TrackedCR): Promise<boolean> {
   const seen = finalizerToAdd(io, state, cr);
   if (!seen) return true;
-  const obs = track(
-    state,
-    await io.kube.setHibernationFinalizer({ namespace: cr.namespace, name: cr.name, present: true, seen }),
-  );
+  const obs = await addFinalizer(io, state, cr, seen);
   return obs !== undefined && !obs.deleting && hasFinalizer(obs);
+}
+
+/** Adds our finalizer to `cr` as a write of its own, from `seen`; the CR as answered (undefined: gone). */
+async function addFinalizer(
+  io: VMIO,
+  state: VMState,
+  cr: TrackedCR,
+  seen: FinalizerSeen,
+): Promise<TrackedCR | undefined> {
+  const obs = await io.kube.setHibernationFinalizer({
+    namespace: cr.namespace,
+    name: cr.name,
+    present: true,
+    seen,
+  });
+  return track(state, obs);
 }
 
 async function writeStatus(

@@ -56,28 +56,42 @@ afterEach(async () => {
   watcher = undefined;
 });
 
+type Sent = Array<{ workflowId: string; signal: string; payload: unknown }>;
+
+/**
+ * Starts the watcher on `sources` with `ownWrites`, synced and idle (stopped after the test); what it signals
+ * lands in `sent`.
+ */
+async function watch(
+  sources: Record<string, Source>,
+  ownWrites: OwnWrites,
+): Promise<{ sent: Sent; w: Watcher }> {
+  const sent: Sent = [];
+  const signaller: Signaller = {
+    async signalWithStart(workflowId, signal, payload) {
+      sent.push({ workflowId, signal, payload });
+    },
+  };
+  const w = await startWatcher({
+    kube: {} as KubeClients,
+    client: {} as Client,
+    taskQueue: 'q',
+    log: pino({ level: 'silent' }),
+    signaller,
+    sources,
+    ownWrites,
+  });
+  watcher = w;
+  await w.waitForSync();
+  await w.idle();
+  return { sent, w };
+}
+
 describe('the watcher with the activities write record', () => {
   it("holds an object's events while our write to it is in flight, drops the write's echo for its writer, and sends the next change", async () => {
-    const sent: Array<{ workflowId: string; signal: string; payload: unknown }> = [];
-    const signaller: Signaller = {
-      async signalWithStart(workflowId, signal, payload) {
-        sent.push({ workflowId, signal, payload });
-      },
-    };
     const crs = new Source([cr('7')]);
-    const pods = new Source([pod]);
     const ownWrites = new OwnWrites();
-    watcher = await startWatcher({
-      kube: {} as KubeClients,
-      client: {} as Client,
-      taskQueue: 'q',
-      log: pino({ level: 'silent' }),
-      signaller,
-      sources: { cocoonhibernation: crs, pod: pods },
-      ownWrites,
-    });
-    await watcher.waitForSync();
-    await watcher.idle();
+    const { sent, w } = await watch({ cocoonhibernation: crs, pod: new Source([pod]) }, ownWrites);
     const start = sent.length;
     expect(start).toBeGreaterThan(0);
 
@@ -87,38 +101,25 @@ describe('the watcher with the activities write record', () => {
     await new Promise((r) => setImmediate(r));
     expect(sent).toHaveLength(start);
     answered('8');
-    await watcher.idle();
+    await w.idle();
     expect(sent).toHaveLength(start); // the echo: not signalled to its writer
-    expect(watcher.stats().router.echoes).toBe(1);
+    expect(w.stats().router.echoes).toBe(1);
 
     // Someone else's change afterwards has a newer version and goes through.
     crs.send?.('MODIFIED', cr('9', 'Failed'));
-    await watcher.idle();
+    await w.idle();
     expect(sent.slice(start).map((s) => s.workflowId)).toEqual(['vm/ns/p1']);
     expect(sent[start]?.payload).toMatchObject({ resourceVersion: '9', status: { phase: 'Failed' } });
   });
 
   it('a CR whose first event is the echo of a write made before the watcher started (a restarted operator whose workers ran first) still brings its pod to the workflow (found by a new-user run: the pod waited for the 60 s re-read)', async () => {
-    const sent: Array<{ workflowId: string; signal: string; payload: unknown }> = [];
-    const signaller: Signaller = {
-      async signalWithStart(workflowId, signal, payload) {
-        sent.push({ workflowId, signal, payload });
-      },
-    };
     const ownWrites = new OwnWrites();
     ownWrites.record('cocoonhibernation', 'ns', 'h1', '7', 'vm/ns/p1');
-    watcher = await startWatcher({
-      kube: {} as KubeClients,
-      client: {} as Client,
-      taskQueue: 'q',
-      log: pino({ level: 'silent' }),
-      signaller,
-      // The pods are listed first: their events find no CR targeting them yet.
-      sources: { pod: new Source([pod]), cocoonhibernation: new Source([cr('7', 'Hibernating')], 50) },
+    // The pods are listed first: their events find no CR targeting them yet.
+    const { sent } = await watch(
+      { pod: new Source([pod]), cocoonhibernation: new Source([cr('7', 'Hibernating')], 50) },
       ownWrites,
-    });
-    await watcher.waitForSync();
-    await watcher.idle();
+    );
     const toWorkflow = sent.filter((s) => s.workflowId === 'vm/ns/p1');
     const pods = toWorkflow.flatMap((s) => {
       const p = s.payload as { pod?: { resourceVersion?: string }; name?: string; resourceVersion?: string };
