@@ -89,6 +89,12 @@ export async function buildWorkflowBundle(srcDir: string, outFile: string, log?:
   const { bundleWorkflowCode } = await import('@temporalio/worker');
   const { code } = await bundleWorkflowCode({
     workflowsPath: join(srcDir, 'workflows', 'index.ts'),
+    // Evaluated once per workflow thread and shared by its workflows instead of once per workflow (no
+    // bundled module keeps state of its own: test/unit/workflow-shared-modules.test.ts checks it).
+    preloadModules: [join(srcDir, 'workflows', 'index.ts')],
+    // The SDK needs an inline source map (it maps workflow stack traces with it); positions are enough,
+    // without a copy of every source file in each thread that loads the bundle.
+    webpackConfigHook: (config) => ({ ...config, devtool: 'inline-nosources-source-map' }),
     logger: quietBundlerLogger(log),
   });
   mkdirSync(dirname(outFile), { recursive: true });
