@@ -547,12 +547,19 @@ describe('CocoonSet workflow', () => {
       expect(await readsAsActivities()).toBe(0);
       // A burst: the pass's read waits until the burst is sent, so it all lands during that pass.
       let burst = true;
+      let burstSent!: () => void;
+      const sent = new Promise<void>((resolve) => (burstSent = resolve));
       w.beforeRead = async () => {
         if (!burst) return;
         burst = false;
         for (let i = 0; i <= LOCAL_PASS_MAX_SIGNALS; i++) await tick('demo-2', `burst-${i}`);
+        burstSent();
       };
       await tick('demo-1', 'start-burst');
+      // settled() waits for the signals sent before it is called: called while the burst was still going
+      // out, it could return in the gap after the burst's pass, before the burst reached the workflow
+      // (CI, 2026-12-06: no regular read yet at the assertion).
+      await sent;
       await w.settled(env);
       expect(await readsAsActivities()).toBe(1);
       // Quiet again: the next pass after one more signal is local.
