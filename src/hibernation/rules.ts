@@ -56,6 +56,14 @@ export function hibernateAnnotated(pod: PodObservation): boolean {
 }
 
 /**
+ * vk-cocoon manages the pod's VM: `cocoonset.cocoonstack.io/managed` is exactly "true". vk-cocoon adopts
+ * the VM of any other pod (a static toolbox's) and never hibernates it (docs/hibernation.md#hibernate).
+ */
+export function vkManaged(pod: PodObservation): boolean {
+  return ann(pod, Annotations.managed) === 'true';
+}
+
+/**
  * Hibernate completion gate before the registry probe (docs/hibernation.md#hibernate): lifecycle-state is
  * `hibernated` and its observed generation is at least the pod's CocoonSet generation stamp.
  */

@@ -151,6 +151,8 @@ export interface CocoonSetState {
   published?: string;
   /** A signal not yet acted on when the run continued as new: the next run passes at once. */
   pendingPass?: boolean;
+  /** The pod count the deletion flow last logged it waits for: it logs again only when the count changes. */
+  deletionWaitLogged?: number;
   /** Signals handled so far (all runs), and the newest resourceVersion they carried: the query's barrier. */
   signals?: number;
   lastSignalRV?: string;
@@ -797,7 +799,11 @@ async function deletionFlow(
     return { requeue: false, requeueAfterMs: 0, error: `re-list pods after delete: ${errorMessage(err)}` };
   }
   if (remaining > 0) {
-    log.info(`cocoonset deletion waiting for ${remaining} pods`, { name: state.name });
+    // Each pod's deletion events start a pass: one line per count, not one per pass.
+    if (remaining !== state.deletionWaitLogged) {
+      log.info(`cocoonset deletion waiting for ${remaining} pods`, { name: state.name });
+      state.deletionWaitLogged = remaining;
+    }
     return { requeue: false, requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS };
   }
   // The code-side default (docs/wire-contract.md#defaults): an empty policy is `always` too.

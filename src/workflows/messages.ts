@@ -43,6 +43,7 @@ export const LEVELED_PATCHES: readonly string[] = [
   'delete-reads-generation',
   'status-diff-follows-own-writes',
   'finalizer-rides-first-write',
+  'refuses-unmanaged-hibernate',
 ];
 
 /**

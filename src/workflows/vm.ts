@@ -55,6 +55,7 @@ import {
   type StatusPatch,
   setPhasePatch,
   tagSpent,
+  vkManaged,
   WAKE_TIMEOUT_MS,
   wakeGateOpen,
 } from '../hibernation/rules.js';
@@ -700,6 +701,16 @@ async function pass(state: VMState, name: string, io: VMIO): Promise<boolean> {
   }
   await writeStatus(io, state, cr, conflictPatch(cr, undefined, Date.now()));
   state.vmName = vmName;
+  if (path === 'hibernate' && !vkManaged(pod) && on(io, 'refuses-unmanaged-hibernate')) {
+    // Deliberate deviation: vk-cocoon never hibernates a VM it does not manage (a static toolbox's: it
+    // adopts a VM run by someone else). The reference sets the annotation anyway and goes Failed at the
+    // 3m0s deadline, saying the registry never confirmed a snapshot it was never asked for. Here the CR
+    // says Failed at once, and why, and the pod is left alone. A later pod of that name that vk-cocoon
+    // manages (the toolbox's mode edited) routes as usual at its next pass.
+    const msg = `pod ${cr.namespace}/${cr.podRef} is not managed by vk-cocoon (${Annotations.managed} is not "true", as on a static toolbox); vk-cocoon never hibernates its VM ${vmName}`;
+    await writeStatus(io, state, cr, markFailedPatch(cr, msg, Date.now()));
+    return false;
+  }
   log.debug(`reconcile hibernation ${cr.namespace}/${cr.name} desire=${cr.desire} vm=${vmName}`);
   const before = cr.status?.phase;
   if (path === 'hibernate') await hibernatePath(state, name, vmName, io);

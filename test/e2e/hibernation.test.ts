@@ -14,6 +14,7 @@
  * and CRs (own VM workflows `vm/<ns>/<pod>`). Waits are deadline-bounded polls; the "exactly once" Event checks
  * run after a resync barrier (hibernation-harness.ts `settle`).
  */
+import type { V1Pod } from '@kubernetes/client-node';
 import type { Client } from '@temporalio/client';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { vmWorkflowId } from '../../src/api/ids.js';
@@ -67,14 +68,16 @@ async function readPod(name: string) {
   return kube.core.readNamespacedPod({ name, namespace: ns });
 }
 
-/** Creates a simulator pod and waits until its VM runs (Running container, VM id, lifecycle ready). */
-async function runningVM(name: string): Promise<{ vm: string; id: string }> {
+/**
+ * Creates a simulator pod (`edit` reshapes its body first) and waits until its VM runs (Running container,
+ * VM id, lifecycle ready).
+ */
+async function runningVM(name: string, edit?: (body: V1Pod) => void): Promise<{ vm: string; id: string }> {
   const vm = vmOf(name);
   podsMade.add(name);
-  await kube.core.createNamespacedPod({
-    namespace: ns,
-    body: simPod({ namespace: ns, name, vmName: vm, pool, app: 'hibernation-e2e' }),
-  });
+  const body = simPod({ namespace: ns, name, vmName: vm, pool, app: 'hibernation-e2e' });
+  edit?.(body);
+  await kube.core.createNamespacedPod({ namespace: ns, body });
   const pod = await waitFor(
     `pod ${name} running with a VM id`,
     async () => {
@@ -487,6 +490,34 @@ describe('CocoonHibernation end to end (operator process, local stack)', () => {
     expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
     await settle(temporal, vmWorkflowId(ns, 't5'));
     expect(await eventCount('t5', EventReasons.hibernated)).toBe(1);
+  });
+
+  it('deliberate (the reference annotates the pod and fails at the 3m0s deadline): a hibernate of a pod vk-cocoon does not manage (a static toolbox, its VM adopted) is Failed at once, saying why; the pod is not annotated and no timeout follows', async () => {
+    const { vm, id } = await runningVM('t6', (body) => {
+      const ann = body.metadata!.annotations!;
+      delete ann[Annotations.managed];
+      Object.assign(ann, {
+        [Annotations.mode]: 'static',
+        [Annotations.vmID]: 'qemu-6',
+        [Annotations.ip]: '10.0.0.6',
+      });
+    });
+    expect(id).toBe('qemu-6');
+    await crs.create('t6', 't6', 'Hibernate');
+    // Well inside the 3m0s hibernate deadline.
+    const cr = await crs.waitPhase('t6', 'Failed', QUICK_MS);
+    expect(readyOf(cr)).toMatchObject({
+      status: 'False',
+      reason: 'Failed',
+      message: `pod ${ns}/t6 is not managed by vk-cocoon (${Annotations.managed} is not "true", as on a static toolbox); vk-cocoon never hibernates its VM ${vm}`,
+    });
+    await settle(temporal, vmWorkflowId(ns, 't6'));
+    const pod = await readPod('t6');
+    expect(pod.metadata?.annotations).not.toHaveProperty(Annotations.hibernate);
+    expect(vmIDOf(pod)).toBe('qemu-6');
+    expect(await eventCount('t6', EventReasons.hibernateTimedOut)).toBe(0);
+    await waitFor('the recorder saw Failed', () => rec.phases('t6').includes('Failed'), QUICK_MS);
+    expect(rec.phases('t6')).toEqual(['', 'Failed']);
   });
 
   it('worker killed (-9) mid-hibernate and restarted: the transition completes, nothing lost', async () => {

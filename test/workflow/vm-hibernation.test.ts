@@ -118,6 +118,41 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     });
   });
 
+  /** A static toolbox's pod: vk-cocoon adopts its pre-assigned VM and does not manage it. */
+  const unmanagedAnnotations = { [Annotations.vmName]: VM, [Annotations.vmID]: 'vm-desktop-01' };
+
+  it('deliberate (patch refuses-unmanaged-hibernate; the reference annotates the pod and fails at the 3m0s deadline, "hibernate not confirmed"): a hibernate of a pod vk-cocoon does not manage (a static toolbox) is Failed at once, saying why, and the pod is left alone', async () => {
+    await withWorld(env, async (world) => {
+      await world.putPod(NS, 'demo-0', { annotations: unmanagedAnnotations, containerRunning: true });
+      await hibernateCR(world);
+      await waitFor('Failed', () => phase(world) === 'Failed');
+      const ready = world.cr(NS, 'hib')?.status?.conditions?.find((c) => c.type === CONDITION_READY);
+      expect(ready).toMatchObject({ status: 'False', reason: 'Failed' });
+      expect(ready?.message).toBe(
+        `pod ns/demo-0 is not managed by vk-cocoon (${Annotations.managed} is not "true", as on a static toolbox); vk-cocoon never hibernates its VM ${VM}`,
+      );
+      await settled(world);
+      expect(world.calls.filter((c) => c.startsWith('patchPod') || c.startsWith('HEAD'))).toEqual([]);
+      expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBeUndefined();
+      expect(world.events).toEqual([]);
+
+      // The toolbox's mode edited: its pod is replaced by one vk-cocoon manages, which hibernates as usual.
+      await world.putPod(NS, 'demo-0', { annotations: podAnnotations(), containerRunning: true });
+      await waitFor('Hibernating', () => phase(world) === 'Hibernating');
+      expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBe('true');
+    });
+  });
+
+  it('a run an older version started (patches: 25) annotates an unmanaged pod and waits, as the reference', async () => {
+    await withWorld(env, async (world) => {
+      world.startExtra = { patches: 25 };
+      await world.putPod(NS, 'demo-0', { annotations: unmanagedAnnotations, containerRunning: true });
+      await hibernateCR(world);
+      await waitFor('Hibernating', () => phase(world) === 'Hibernating');
+      expect(world.pod(NS, 'demo-0')?.annotations?.[Annotations.hibernate]).toBe('true');
+    });
+  });
+
   it('a new CR never has the pod annotated before its finalizer is on: the finalizer write comes first', async () => {
     await withWorld(env, async (world) => {
       await world.putPod(NS, 'demo-0', { annotations: podAnnotations(), containerRunning: true });
