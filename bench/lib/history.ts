@@ -54,6 +54,12 @@ export interface TemporalCounts {
   events: number;
   /** Workflow tasks completed. */
   workflowTasks: number;
+  /**
+   * Workflow tasks timed out (WORKFLOW_TASK_TIMED_OUT). In this operator's runs nearly all are
+   * schedule-to-start timeouts on the sticky queue: the task then goes to the shared queue with the whole
+   * history, and the worker that takes it replays the run unless it has it cached.
+   */
+  workflowTaskTimeouts: number;
   /** Activity task attempts: scheduled activities plus their retries (ActivityTaskStarted.attempt − 1). */
   activityTasks: number;
   /** Local activities (MARKER_RECORDED named {@link LOCAL_ACTIVITY_MARKER}). */
@@ -97,6 +103,7 @@ export function temporalCounts(events: readonly HistoryEvent[]): TemporalCounts 
   const c: TemporalCounts = {
     events: events.length,
     workflowTasks: 0,
+    workflowTaskTimeouts: 0,
     activityTasks: 0,
     localActivities: 0,
     otherMarkers: 0,
@@ -130,6 +137,9 @@ export function temporalCounts(events: readonly HistoryEvent[]): TemporalCounts 
           ev.workflowTaskCompletedEventAttributes?.meteringMetadata?.nonfirstLocalActivityExecutionAttempts ??
             0,
         );
+        break;
+      case ET.EVENT_TYPE_WORKFLOW_TASK_TIMED_OUT:
+        c.workflowTaskTimeouts++;
         break;
       case ET.EVENT_TYPE_WORKFLOW_TASK_FAILED:
         if (ev.workflowTaskFailedEventAttributes?.cause === RESET_CAUSE) add('reset');
@@ -221,6 +231,7 @@ export function medianCounts(rows: readonly TemporalCounts[]): TemporalCounts {
   return {
     events: m((r) => r.events),
     workflowTasks: m((r) => r.workflowTasks),
+    workflowTaskTimeouts: m((r) => r.workflowTaskTimeouts),
     activityTasks: m((r) => r.activityTasks),
     localActivities: m((r) => r.localActivities),
     otherMarkers: m((r) => r.otherMarkers),

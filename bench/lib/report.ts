@@ -303,6 +303,7 @@ export function printShipped(r: ShippedResult): void {
         'operator peak RSS MiB',
         'RSS at end MiB',
         'VmHWM MiB',
+        'workflow tasks (timed out) / events per transition',
         'loadavg start → end',
         'other load share',
       ],
@@ -321,6 +322,9 @@ export function printShipped(r: ShippedResult): void {
           fmt(p.peakRssMiB),
           fmt(p.end.rssMiB),
           fmt(p.end.hwmMiB),
+          p.temporal
+            ? `${fmt(p.temporal.workflowTasks, 2)} (${fmt(p.temporal.workflowTaskTimeouts, 2)}) / ${fmt(p.temporal.events, 1)}`
+            : '—',
           `${la(p.loadavgStart)} → ${la(p.loadavgEnd)}`,
           `${fmt(100 * p.cpuSeconds.otherShare)} %`,
         ]),

@@ -137,6 +137,7 @@ export class BenchWorld {
     await pool(names, SETUP_PARALLELISM, async (name) => {
       const annotations: Record<string, string> = {
         [Annotations.vmName]: this.vmName(name),
+        [Annotations.managed]: 'true',
         [Annotations.hibernate]: 'true',
         [Annotations.lifecycleState]: LifecycleStates.hibernated,
       };

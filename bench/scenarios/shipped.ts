@@ -47,9 +47,10 @@ import {
   quantityBytes,
 } from '../lib/cgroup.js';
 import type { BenchEnv } from '../lib/env.js';
-import { terminateAll } from '../lib/history.js';
+import { eventTimeMs, fetchEvents, temporalCounts, terminateAll } from '../lib/history.js';
 import { type CpuWindow, pidCpuSeconds, pidMemory, samplePidRss, startCpuWindow } from '../lib/procstat.js';
 import { driveScalePhase, type ScalePhaseName, seedScaleFleet } from '../lib/scale.js';
+import { pool } from '../lib/stats.js';
 import { BenchWorld } from '../lib/world.js';
 
 /** Size and knobs of the shipped-operator runs. */
@@ -107,6 +108,16 @@ export interface ShippedPhase {
   loadavgStart: LoadAvg;
   loadavgEnd: LoadAvg;
   nudged: string[];
+  /** From the VM workflows' histories, the events inside the phase's window; per transition. */
+  temporal?: PhaseTemporal;
+}
+
+/** What a phase cost Temporal, per transition (summed over every VM workflow, divided by N). */
+export interface PhaseTemporal {
+  workflowTasks: number;
+  /** Workflow tasks timed out: with this operator, sticky-queue schedule-to-start timeouts. */
+  workflowTaskTimeouts: number;
+  events: number;
 }
 
 /** The memory limit a shipped run had (or why it had none). */
@@ -234,6 +245,38 @@ async function memoryPoint(op: OperatorProcess): Promise<MemoryPoint> {
   };
 }
 
+/**
+ * Reads every VM workflow's history (after the run: the reads are not in any phase's CPU) and sets each
+ * phase's `temporal`: the workflow tasks, timed-out workflow tasks and events whose server time falls in
+ * the phase's window (`windows[i]`, epoch ms, for `phases[i]`), per transition.
+ */
+async function countTemporal(
+  env: BenchEnv,
+  ids: readonly string[],
+  phases: ShippedPhase[],
+  windows: ReadonlyArray<[number, number]>,
+): Promise<void> {
+  const sums = phases.map(() => ({ workflowTasks: 0, workflowTaskTimeouts: 0, events: 0 }));
+  await pool(ids, 16, async (id) => {
+    const events = await fetchEvents(env.client, id);
+    windows.forEach(([from, to], i) => {
+      const c = temporalCounts(events.filter((e) => eventTimeMs(e) >= from && eventTimeMs(e) <= to));
+      sums[i]!.workflowTasks += c.workflowTasks;
+      sums[i]!.workflowTaskTimeouts += c.workflowTaskTimeouts;
+      sums[i]!.events += c.events;
+    });
+  });
+  phases.forEach((p, i) => {
+    const n = ids.length || 1;
+    const t = sums[i]!;
+    p.temporal = {
+      workflowTasks: t.workflowTasks / n,
+      workflowTaskTimeouts: t.workflowTaskTimeouts / n,
+      events: t.events / n,
+    };
+  });
+}
+
 async function runOnce(
   env: BenchEnv,
   opts: ShippedOptions,
@@ -317,6 +360,7 @@ async function runOnce(
     );
     const rss = samplePidRss(op.pid);
     const phases: ShippedPhase[] = [];
+    const windows: Array<[number, number]> = [];
     try {
       for (const phase of ['hibernate', 'wake'] as const) {
         const reg0 = Object.fromEntries(proxy.counts);
@@ -330,6 +374,7 @@ async function runOnce(
         });
         abort.catch(() => undefined); // a death after this phase is the next phase's to report
         const d = await Promise.race([driveScalePhase(env, world, phase, opts.parallel ?? 32), abort]);
+        windows.push([d.startedAt, d.startedAt + d.wallMs]);
         const cpuSeconds = cpu.stop();
         const operatorCpuS = pidCpuSeconds(op.pid) - op0;
         const peakRssMiB = rss.peak() / MiB;
@@ -365,6 +410,11 @@ async function runOnce(
       const settleMs = opts.settleMs ?? 10_000;
       await new Promise((r) => setTimeout(r, settleMs));
       const settled = await memoryPoint(op);
+      await countTemporal(env, ids, phases, windows);
+      for (const p of phases)
+        say(
+          `shipped ${label} ${p.phase} per transition: ${p.temporal?.workflowTasks.toFixed(2)} workflow tasks, ${p.temporal?.workflowTaskTimeouts.toFixed(2)} timed out, ${p.temporal?.events.toFixed(1)} history events`,
+        );
       return {
         cacheSetting: label,
         shippedEnv,
