@@ -42,6 +42,21 @@ export function isTerminal(pod: PodLike): boolean {
 }
 
 /**
+ * A hibernate round vk-cocoon reported failed: lifecycle-state `failed` on a pod asked to hibernate
+ * (`vm.cocoonstack.io/hibernate: "true"`) whose phase is not `Failed`. vk-cocoon fails a round (network
+ * resize, snapshot, push, remove) with the VM left in place and running, and retries the round itself
+ * (docs/wire-contract.md#on-pods): the pod holds a live VM, not a dead one.
+ */
+export function hibernateRoundFailed(pod: PodLike): boolean {
+  const a = pod.metadata?.annotations;
+  return (
+    a?.[Annotations.lifecycleState] === LifecycleStates.failed &&
+    a?.[Annotations.hibernate] === 'true' &&
+    !podTerminal(pod)
+  );
+}
+
+/**
  * Why the main counts as failed (`mainPodFailedReason`, docs/cocoonset.md#a-pass-in-order):
  * `PodLifecycleFailed` when the lifecycle-state is `failed` (wins), else `MainAgentFailed` when the phase is
  * `Failed`, else ''.

@@ -50,6 +50,7 @@ import {
   type Classified,
   classifyPods,
   compareNames,
+  hibernateRoundFailed,
   isControlledBy,
   isTerminal,
   mainPodFailedReason,
@@ -401,6 +402,14 @@ export interface PassInput {
    * workflow sets it behind `patched()`.
    */
   statusDiffFollowsOwnWrites?: boolean;
+  /**
+   * A sub-agent or toolbox whose hibernate round vk-cocoon reported failed (`hibernateRoundFailed`: the VM
+   * still runs; vk retries the round) is neither rebuilt, recreated nor drift-deleted: the reference counts
+   * its lifecycle `failed` as terminal and deleted the VM a CocoonHibernation was keeping (found by a
+   * new-user run: a failing registry push destroyed a forked sub-agent three times over). The workflow sets
+   * it behind `patched()`.
+   */
+  failedRoundKeepsVM?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -1410,6 +1419,9 @@ async function ensureSubAgents(
       continue;
     }
     const podName = pod.metadata?.name ?? '';
+    // Ours: a failed hibernate round leaves a live VM; vk-cocoon retries the round (its next report runs
+    // the pass again).
+    if (st.input.failedRoundKeepsVM === true && hibernateRoundFailed(pod)) continue;
     const cs = currentCS(st);
     const t = triageSubAgent(cs, pod, slot, readRebuildHistory(cs), st.input.nowMs, driftOptions(st));
     switch (t.kind) {
@@ -1679,6 +1691,8 @@ async function ensureToolboxes(st: PassState): Promise<boolean> {
       return fail(st, `create toolbox ${tb.name}: name collision with existing pod ${podName}`);
     }
     if (existing) {
+      // Ours: as for a sub-agent, a failed hibernate round leaves a live VM (see `failedRoundKeepsVM`).
+      if (st.input.failedRoundKeepsVM === true && hibernateRoundFailed(existing)) continue;
       const drifted = !podSpecMatchesToolbox(existing, st.cs, tb, driftOptions(st));
       // A failed toolbox the spec still builds waits out its minimum age; a drifted one (the fix) does not.
       const waitMs = st.input.toolboxRecreateBackoff && !drifted ? recreateWaitMs(st, existing) : 0;

@@ -498,6 +498,7 @@ async function drive(
     pendingMainNamesMissingNode: on(io, 'pending-main-names-missing-node'),
     deleteReadsGeneration: on(io, 'delete-reads-generation'),
     statusDiffFollowsOwnWrites: on(io, 'status-diff-follows-own-writes'),
+    failedRoundKeepsVM: on(io, 'failed-hibernate-round-keeps-vm'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,

@@ -44,6 +44,7 @@ export const LEVELED_PATCHES: readonly string[] = [
   'status-diff-follows-own-writes',
   'finalizer-rides-first-write',
   'refuses-unmanaged-hibernate',
+  'failed-hibernate-round-keeps-vm',
 ];
 
 /**

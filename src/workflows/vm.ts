@@ -1061,9 +1061,16 @@ async function hibernatePath(state: VMState, name: string, vmName: string, io: V
       return;
     }
   }
+  // vk-cocoon's own reason, when it reported the round failed (a push the registry refused: it keeps the
+  // VM running and retries the round), as for the wake (found by a new-user run).
+  const vkFailed =
+    pod.annotations?.[Annotations.lifecycleState] === LifecycleStates.failed
+      ? pod.annotations?.[Annotations.lifecycleStateMessage] || 'no message'
+      : undefined;
+  const reported = vkFailed === undefined ? '' : ` (it reported: ${vkFailed})`;
   await inFlightUntilDeadline(io, state, cr, 'hibernate', vmName, (limit) => ({
-    event: `snapshot ${vmName} not confirmed in the registry within ${limit}`,
-    status: `hibernate not confirmed within ${limit}`,
+    event: `snapshot ${vmName} not confirmed in the registry within ${limit}${reported}`,
+    status: `hibernate not confirmed within ${limit}${vkFailed === undefined ? '' : `; vk-cocoon reported the hibernate failed: ${vkFailed}`}`,
   }));
 }
 

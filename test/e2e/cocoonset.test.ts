@@ -495,6 +495,29 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     );
   });
 
+  it('deliberate (patch failed-hibernate-round-keeps-vm; the reference counts lifecycle failed as terminal and rebuilds it): a sub-agent a CocoonHibernation hibernates while the registry refuses every push keeps its pod and VM through the failed rounds, no rebuild; once the registry takes the push it is Hibernated (new-user finding: the forked VM was deleted three times in 6 s)', async () => {
+    const name = 'pushfail';
+    const sub = `${name}-1`;
+    sim.faults.add({ vm: `^${vmOf(name, 1)}$`, op: 'hibernate.push.fail' });
+    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+    const { pods } = await waitRunning(name);
+    const uid = pods.get(sub)!.metadata!.uid!;
+    await crs.create(sub, sub, 'Hibernate');
+    const failedRounds = () =>
+      rec.podHistory(sub).filter((p) => p.lifecycle === LifecycleStates.failed).length;
+    await waitFor('two failed hibernate rounds of the sub-agent', () => failedRounds() >= 2, QUICK_MS);
+    await pokeAndWaitForPass(name, sub, 1);
+    expect(new Set(rec.podHistory(sub).map((p) => p.uid))).toEqual(new Set([uid]));
+    expect(rec.podHistory(sub).some((p) => p.deleting)).toBe(false);
+    expect(await setEvents(name, EventReasons.subAgentRebuilding)).toEqual([]);
+    expect((await crs.get(sub))?.status?.phase).toBe('Hibernating');
+
+    sim.faults.clear();
+    await crs.waitPhase(sub, 'Hibernated', QUICK_MS);
+    expect((await podsOf(name)).get(sub)?.metadata?.uid).toBe(uid);
+    expect(await setEvents(name, EventReasons.subAgentRebuilding)).toEqual([]);
+  });
+
   it('a sub-agent whose VM keeps failing is rebuilt 4 times with 0/1/5/30 s backoff, then dead-lettered (Warning event, metric); a spec edit lifts it', async () => {
     const name = 'rebuild';
     const sub = `${name}-2`;

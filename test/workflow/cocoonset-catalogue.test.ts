@@ -433,6 +433,55 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
     });
   });
 
+  /** vk-cocoon failed a hibernate round (the registry push): the VM is left running, the round retried. */
+  const roundFailed = (p: V1Pod) =>
+    annotate(p, {
+      [Annotations.hibernate]: 'true',
+      [Annotations.lifecycleState]: 'failed',
+      [Annotations.lifecycleStateMessage]: 'push vk-ns-demo-1:hibernate: registry push failed',
+    });
+
+  for (const [what, cs, pod] of [
+    ['sub-agent', catalogueSet(replicas(1)), 'demo-1'],
+    ['toolbox', catalogueSet(toolboxes('tb')), 'demo-tb'],
+  ] as const) {
+    it(`deliberate (patch failed-hibernate-round-keeps-vm; the reference counts lifecycle failed as terminal and deletes the live VM): a ${what} whose hibernate round vk reports failed is neither rebuilt nor recreated; vk's retry then hibernates the same pod`, async () => {
+      const world = new CocoonSetWorld(cs, convergedPods(cs));
+      const oldUID = uidOf(world, pod);
+      await withCocoonSetWorld(env, world, async (w) => {
+        await w.start();
+        await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+        // A CocoonHibernation holds the VM: its VM workflow set the annotation, vk's round failed.
+        w.crs = [hibernation(pod, 'Hibernate', 'Hibernating')];
+        await w.updatePod(pod, roundFailed);
+        await w.settled(env);
+        expect(uidOf(w, pod)).toBe(oldUID);
+        expect(w.calls.filter((c) => c.startsWith('delete ') || c.startsWith('create '))).toEqual([]);
+        expect(w.historyWrites).toEqual([]);
+        expect(eventsOf(w, EventReasons.subAgentRebuilding)).toEqual([]);
+        expect(eventsOf(w, EventReasons.toolboxFailing)).toEqual([]);
+        await w.updatePod(pod, (p) => annotate(p, { [Annotations.lifecycleState]: 'hibernated' }));
+        await w.settled(env);
+        expect(uidOf(w, pod)).toBe(oldUID);
+        expect(w.calls.filter((c) => c.startsWith('delete ') || c.startsWith('create '))).toEqual([]);
+      });
+    });
+  }
+
+  it('a run an older version started (patches: 26) rebuilds a sub-agent whose hibernate round failed, as the reference', async () => {
+    const cs = catalogueSet(replicas(1));
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    const oldUID = uidOf(world, 'demo-1');
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start({ patches: 26 });
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      w.crs = [hibernation('demo-1', 'Hibernate', 'Hibernating')];
+      await w.updatePod('demo-1', roundFailed);
+      await waitFor('demo-1 recreated', () => w.pods.has('demo-1') && uidOf(w, 'demo-1') !== oldUID);
+      expect(eventsOf(w, EventReasons.subAgentRebuilding)).toHaveLength(1);
+    });
+  });
+
   it('a terminal toolbox is replaced every time it fails, with no rebuild history, event, metric or dead letter', async () => {
     const cs = catalogueSet(toolboxes('tb'));
     const world = new CocoonSetWorld(cs, convergedPods(cs));

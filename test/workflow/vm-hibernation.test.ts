@@ -445,6 +445,26 @@ describe('VM workflow: CocoonHibernation reconcile', () => {
     });
   });
 
+  it("a hibernate whose rounds vk-cocoon reports failed (the push refused) times out at 3m0s with vk's reason in the status and the Event (ours: the reference says only that it timed out)", async () => {
+    await withWorld(env, async (world) => {
+      await world.putPod(NS, 'demo-0', { annotations: podAnnotations(), containerRunning: true });
+      await hibernateCR(world);
+      await waitFor('Hibernating', () => phase(world) === 'Hibernating');
+      await world.annotatePod(NS, 'demo-0', {
+        [Annotations.lifecycleState]: 'failed',
+        [Annotations.lifecycleStateMessage]: 'push vk-ns-demo-0:hibernate: registry push failed',
+      });
+      await env.sleep(3 * 60_000 + 2_000);
+      await waitFor('Failed', () => phase(world) === 'Failed');
+      expect(world.cr(NS, 'hib')!.status!.conditions![0]!.message).toBe(
+        'hibernate not confirmed within 3m0s; vk-cocoon reported the hibernate failed: push vk-ns-demo-0:hibernate: registry push failed',
+      );
+      expect(world.events.find((e) => e.reason === 'HibernateTimedOut')?.message).toBe(
+        `snapshot ${VM} not confirmed in the registry within 3m0s (it reported: push vk-ns-demo-0:hibernate: registry push failed)`,
+      );
+    });
+  });
+
   it('finishes an in-flight hibernate before a reversed Wake desire (test 32)', async () => {
     await withWorld(env, async (world) => {
       await world.putPod(NS, 'demo-0', {
