@@ -39,6 +39,7 @@ const hibernatedPod = (world: VMWorld) =>
   world.putPod(NS, 'demo-0', {
     annotations: {
       [Annotations.vmName]: VM,
+      [Annotations.managed]: 'true',
       [Annotations.hibernate]: 'true',
       [Annotations.lifecycleState]: 'hibernated',
     },
@@ -109,7 +110,11 @@ describe('VM workflow under faults', () => {
   it('of two opposite desires created in the same second, the one created first holds the VM (not the name-first one), also after the workflow restarts', async () => {
     await withWorld(env, async (world) => {
       await world.putPod(NS, 'demo-0', {
-        annotations: { [Annotations.vmName]: VM, [Annotations.vmID]: 'vmid-1' },
+        annotations: {
+          [Annotations.vmName]: VM,
+          [Annotations.managed]: 'true',
+          [Annotations.vmID]: 'vmid-1',
+        },
         containerRunning: true,
       });
       const sameSecond = '2026-01-01T00:00:07Z';

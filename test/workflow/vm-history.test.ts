@@ -78,7 +78,7 @@ async function upserts(runId?: string): Promise<Array<Record<string, unknown>>> 
 /** A running VM's pod, then a Wake CR on it, until the CR says Active. */
 async function runningVMWithWakeCR(world: VMWorld): Promise<void> {
   await world.putPod(NS, 'demo-0', {
-    annotations: { [Annotations.vmName]: VM, [Annotations.vmID]: 'vm-first' },
+    annotations: { [Annotations.vmName]: VM, [Annotations.managed]: 'true', [Annotations.vmID]: 'vm-first' },
     containerRunning: true,
   });
   await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
@@ -101,7 +101,11 @@ describe('VM workflow search attributes', () => {
       await world.putCR({ namespace: NS, name: 'hib', podRef: 'demo-0', desire: 'Wake' });
       await waitFor('Pending', () => world.cr(NS, 'hib')?.status?.phase === 'Pending');
       await world.putPod(NS, 'demo-0', {
-        annotations: { [Annotations.vmName]: VM, [Annotations.vmID]: 'vm-first' },
+        annotations: {
+          [Annotations.vmName]: VM,
+          [Annotations.managed]: 'true',
+          [Annotations.vmID]: 'vm-first',
+        },
         containerRunning: true,
       });
       await waitFor('Active', () => world.cr(NS, 'hib')?.status?.phase === 'Active');
