@@ -56,6 +56,17 @@ export function hibernateAnnotated(pod: PodObservation): boolean {
 }
 
 /**
+ * vk-cocoon's reason when it reported the pod's last round failed (lifecycle-state `failed`): its
+ * lifecycle-state-message, or "no message"; undefined when the state is not `failed`
+ * (docs/hibernation.md#hibernate, #wake: the deadline's message carries it).
+ */
+export function vkFailure(pod: PodObservation): string | undefined {
+  return ann(pod, Annotations.lifecycleState) === LifecycleStates.failed
+    ? ann(pod, Annotations.lifecycleStateMessage) || 'no message'
+    : undefined;
+}
+
+/**
  * vk-cocoon manages the pod's VM: `cocoonset.cocoonstack.io/managed` is exactly "true". vk-cocoon adopts
  * the VM of any other pod (a static toolbox's) and never hibernates it (docs/hibernation.md#hibernate).
  */

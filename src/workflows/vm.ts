@@ -55,6 +55,7 @@ import {
   type StatusPatch,
   setPhasePatch,
   tagSpent,
+  vkFailure,
   vkManaged,
   WAKE_TIMEOUT_MS,
   wakeGateOpen,
@@ -1063,10 +1064,7 @@ async function hibernatePath(state: VMState, name: string, vmName: string, io: V
   }
   // vk-cocoon's own reason, when it reported the round failed (a push the registry refused: it keeps the
   // VM running and retries the round), as for the wake (found by a new-user run).
-  const vkFailed =
-    pod.annotations?.[Annotations.lifecycleState] === LifecycleStates.failed
-      ? pod.annotations?.[Annotations.lifecycleStateMessage] || 'no message'
-      : undefined;
+  const vkFailed = vkFailure(pod);
   const reported = vkFailed === undefined ? '' : ` (it reported: ${vkFailed})`;
   await inFlightUntilDeadline(io, state, cr, 'hibernate', vmName, (limit) => ({
     event: `snapshot ${vmName} not confirmed in the registry within ${limit}${reported}`,
@@ -1115,10 +1113,7 @@ async function wakePath(state: VMState, name: string, vmName: string, io: VMIO):
   }
   // vk-cocoon's own reason, when it reported the wake failed (e.g. the tag missing from the registry), says
   // more than "never running" (found by a new-user run).
-  const vkFailed =
-    pod.annotations?.[Annotations.lifecycleState] === LifecycleStates.failed
-      ? pod.annotations?.[Annotations.lifecycleStateMessage] || 'no message'
-      : undefined;
+  const vkFailed = vkFailure(pod);
   const [why, reported] =
     vkFailed === undefined
       ? ['vk-cocoon never reported the container running', '']
