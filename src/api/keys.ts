@@ -313,4 +313,10 @@ export const ConditionReasons = {
    * is touched until the spec or the namespace's limits change.
    */
   exceedsNamespaceLimits: 'ExceedsNamespaceLimits',
+  /**
+   * Ours, on `Progressing=False` of a `Pending` set: vk-cocoon reported the main's hibernate round failed
+   * (lifecycle `failed` while the pod carries the hibernate request: e.g. the registry refused the push). The
+   * VM still runs and vk-cocoon retries the round; the message gives vk-cocoon's reason.
+   */
+  hibernateRoundFailed: 'HibernateRoundFailed',
 } as const;

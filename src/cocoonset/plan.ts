@@ -410,6 +410,16 @@ export interface PassInput {
    * it behind `patched()`.
    */
   failedRoundKeepsVM?: boolean;
+  /**
+   * The same for the main (`hibernateRoundFailed`): the set is not `Failed` while vk-cocoon retries a failed
+   * hibernate round on it, and the main is not drift-deleted meanwhile. The reference runs its failed-main
+   * short-circuit: `Failed`, then a false `RecoveredFromFailure` "Ready again" at each retry (the set flapped
+   * `Failed` and `Pending`; found by a new-user run), and an edit then deleted the VM mid-round. Instead the
+   * pass records the Warning `PodLifecycleFailed` (vk's reason) and goes on; the hibernating main holds the
+   * set `Pending` with `Progressing=False` reason `HibernateRoundFailed`. The workflow sets it behind
+   * `patched()`.
+   */
+  failedMainRoundKeepsPhase?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -1213,6 +1223,19 @@ async function handleFailedMain(
       await dropRemovedTags(st, [main]);
     return finish(st, { requeue: true });
   }
+  recordFailedMain(st, main, reason);
+  return writeStatusAndFinish(st, 'Failed', {});
+}
+
+/**
+ * The failed main's evidence (reference `handleFailedMainAgent`): the Warning Event `reason` with vk-cocoon's
+ * (or the pod's) failure, and for `PodLifecycleFailed` the metric labelled with the phase before.
+ */
+function recordFailedMain(
+  st: PassState,
+  main: V1Pod,
+  reason: 'PodLifecycleFailed' | 'MainAgentFailed',
+): void {
   if (reason === EventReasons.podLifecycleFailed) {
     st.r.effect({
       id: 'metric:lifecycleStateFailedObservedTotal',
@@ -1221,15 +1244,13 @@ async function handleFailedMain(
       labels: { phase: st.cs.status?.phase || 'Pending' },
     });
   }
-  const msg = failureOf(main);
   st.r.effect({
     id: `event:${reason}`,
     type: 'event',
     eventType: 'Warning',
     reason,
-    message: `main pod ${st.ns}/${main.metadata?.name ?? ''}: ${msg}`,
+    message: `main pod ${st.ns}/${main.metadata?.name ?? ''}: ${failureOf(main)}`,
   });
-  return writeStatusAndFinish(st, 'Failed', {});
 }
 
 /**
@@ -2353,7 +2374,10 @@ async function reconcile(st: PassState): Promise<never> {
   }
   // 7. Failed main short-circuit / recovery.
   const main = c.main;
-  if (main) {
+  const mainRoundFailed =
+    main !== undefined && st.input.failedMainRoundKeepsPhase === true && hibernateRoundFailed(main);
+  if (main && mainRoundFailed) recordFailedMain(st, main, EventReasons.podLifecycleFailed);
+  else if (main) {
     const reason = mainPodFailedReason(main);
     if (reason !== '') return handleFailedMain(st, main, reason);
     if (cs.status?.phase === 'Failed' && podReady(main)) {
@@ -2413,7 +2437,8 @@ async function reconcile(st: PassState): Promise<never> {
   if (
     main &&
     (!podSpecMatchesAgent(main, cs, 0, driftOptions(st)) || unboundOffPin(st, main)) &&
-    !inHibernateRound(st, main)
+    !inHibernateRound(st, main) &&
+    !mainRoundFailed
   ) {
     // Ours: not while the main's tag is spent (`driftWaitsForSpentTag`): its re-create would wait for the tag.
     await holdMainWhileSpent(st, main.metadata!.name!, '', st.input.driftWaitsForSpentTag, '');
@@ -2426,6 +2451,13 @@ async function reconcile(st: PassState): Promise<never> {
   // 15. Main not Ready: Pending, 5 s. Ours (`hibernatingMainHoldsMembers`): a main carrying the hibernate
   // annotation counts as not Ready.
   if (!podReady(main) || (st.input.hibernatingMainHoldsMembers && hibernateRequested(main))) {
+    if (mainRoundFailed) {
+      const status = await writeStatus(st, 'Pending', 'status', {
+        reason: ConditionReasons.hibernateRoundFailed,
+        message: `main pod ${st.ns}/${main.metadata?.name ?? ''}: vk-cocoon reported its hibernate round failed (${failureOf(main)}); the VM keeps running and vk-cocoon retries the round`,
+      });
+      return finish(st, { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS }, status);
+    }
     if (st.input.pendingMainNamesMissingNode) await pendingMainBlock(st, main);
     return writeStatusAndFinish(st, 'Pending', { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });
   }

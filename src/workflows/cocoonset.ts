@@ -499,6 +499,7 @@ async function drive(
     deleteReadsGeneration: on(io, 'delete-reads-generation'),
     statusDiffFollowsOwnWrites: on(io, 'status-diff-follows-own-writes'),
     failedRoundKeepsVM: on(io, 'failed-hibernate-round-keeps-vm'),
+    failedMainRoundKeepsPhase: on(io, 'failed-main-round-keeps-phase'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,

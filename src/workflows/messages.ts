@@ -45,6 +45,7 @@ export const LEVELED_PATCHES: readonly string[] = [
   'finalizer-rides-first-write',
   'refuses-unmanaged-hibernate',
   'failed-hibernate-round-keeps-vm',
+  'failed-main-round-keeps-phase',
 ];
 
 /**

@@ -518,6 +518,43 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     expect(await setEvents(name, EventReasons.subAgentRebuilding)).toEqual([]);
   });
 
+  it("deliberate (patch failed-main-round-keeps-phase; the reference turns the set Failed, then says RecoveredFromFailure at each retry): a main a CocoonHibernation hibernates while the registry refuses every push keeps the set Pending with Progressing HibernateRoundFailed and vk's reason, never Failed, no recovery event; once the registry takes the push it is Hibernated, same pod", async () => {
+    const name = 'mainpushfail';
+    const main = `${name}-0`;
+    sim.faults.add({ vm: `^${vmOf(name, 0)}$`, op: 'hibernate.push.fail' });
+    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+    const { pods } = await waitRunning(name);
+    const uid = pods.get(main)!.metadata!.uid!;
+    await crs.create(main, main, 'Hibernate');
+    const failedRounds = () =>
+      rec.podHistory(main).filter((p) => p.lifecycle === LifecycleStates.failed).length;
+    await waitFor('two failed hibernate rounds of the main', () => failedRounds() >= 2, QUICK_MS);
+    await pokeAndWaitForPass(name, main, 1);
+    const held = await sets.waitUntil(
+      name,
+      'Progressing HibernateRoundFailed',
+      (cs) =>
+        cs?.status?.conditions?.find((c) => c.type === CONDITION_PROGRESSING)?.reason ===
+        'HibernateRoundFailed',
+      QUICK_MS,
+    );
+    expect(held!.status?.phase).toBe('Pending');
+    expect(held!.status?.conditions?.find((c) => c.type === CONDITION_PROGRESSING)?.message).toContain(
+      'registry push failed',
+    );
+    expect((await setEvents(name, EventReasons.podLifecycleFailed))[0]?.message).toContain(
+      `main pod ${ns}/${main}:`,
+    );
+    expect((await crs.get(main))?.status?.phase).toBe('Hibernating');
+
+    sim.faults.clear();
+    await crs.waitPhase(main, 'Hibernated', QUICK_MS);
+    expect((await podsOf(name)).get(main)?.metadata?.uid).toBe(uid);
+    expect(rec.podHistory(main).some((p) => p.deleting)).toBe(false);
+    expect(rec.cocoonSetHistory(name).map((s) => s.phase)).not.toContain('Failed');
+    expect(await setEvents(name, EventReasons.recoveredFromFailure)).toEqual([]);
+  });
+
   it('a sub-agent whose VM keeps failing is rebuilt 4 times with 0/1/5/30 s backoff, then dead-lettered (Warning event, metric); a spec edit lifts it', async () => {
     const name = 'rebuild';
     const sub = `${name}-2`;

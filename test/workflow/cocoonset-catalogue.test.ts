@@ -468,6 +468,57 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
     });
   }
 
+  it("deliberate (patch failed-main-round-keeps-phase; the reference turns the set Failed and says RecoveredFromFailure at each retry): a main whose hibernate round vk reports failed keeps the set Pending with Progressing HibernateRoundFailed and vk's reason, a Warning PodLifecycleFailed and no recovery event; an edit meanwhile does not delete it", async () => {
+    const cs = catalogueSet(replicas(1));
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    const mainUID = uidOf(world, 'demo-0');
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      w.crs = [hibernation('demo-0', 'Hibernate', 'Hibernating')];
+      await w.updatePod('demo-0', roundFailed);
+      await waitFor('Pending', () => w.cs?.status?.phase === 'Pending');
+      await w.settled(env);
+      expect(w.cs!.status!.conditions!.find((c) => c.type === 'Progressing')).toMatchObject({
+        status: 'False',
+        reason: 'HibernateRoundFailed',
+        message:
+          'main pod ns/demo-0: vk-cocoon reported its hibernate round failed (push vk-ns-demo-1:hibernate: registry push failed); the VM keeps running and vk-cocoon retries the round',
+      });
+      expect(eventsOf(w, EventReasons.podLifecycleFailed)[0]).toMatchObject({
+        type: 'Warning',
+        message: 'main pod ns/demo-0: push vk-ns-demo-1:hibernate: registry push failed',
+      });
+      // vk retries the round (hibernating), fails it again; meanwhile the spec is edited.
+      await w.updatePod('demo-0', (p) => annotate(p, { [Annotations.lifecycleState]: 'hibernating' }));
+      await w.settled(env);
+      await w.editSpec((c) => {
+        c.spec.agent.image = 'ghcr.io/cocoonstack/cocoon/ubuntu:26.04';
+      });
+      await w.updatePod('demo-0', roundFailed);
+      await w.settled(env);
+      expect(uidOf(w, 'demo-0')).toBe(mainUID);
+      expect(w.calls.filter((c) => c.startsWith('delete ') || c.startsWith('create '))).toEqual([]);
+      expect(w.phaseWrites).not.toContain('Failed');
+      expect(eventsOf(w, EventReasons.recoveredFromFailure)).toEqual([]);
+      expect(w.cs!.status!.phase).toBe('Pending');
+    });
+  });
+
+  it('a run an older version started (patches: 27) turns the set Failed on a main whose hibernate round failed, and Pending with RecoveredFromFailure once vk retries, as the reference', async () => {
+    const cs = catalogueSet(replicas(1));
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start({ patches: 27 });
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      w.crs = [hibernation('demo-0', 'Hibernate', 'Hibernating')];
+      await w.updatePod('demo-0', roundFailed);
+      await waitFor('Failed', () => w.cs?.status?.phase === 'Failed');
+      await w.updatePod('demo-0', (p) => annotate(p, { [Annotations.lifecycleState]: 'hibernating' }));
+      await waitFor('RecoveredFromFailure', () => eventsOf(w, EventReasons.recoveredFromFailure).length > 0);
+    });
+  });
+
   it('a run an older version started (patches: 26) rebuilds a sub-agent whose hibernate round failed, as the reference', async () => {
     const cs = catalogueSet(replicas(1));
     const world = new CocoonSetWorld(cs, convergedPods(cs));

@@ -88,6 +88,8 @@ export class CocoonSetWorld {
   readonly creates: string[] = [];
   /** Values of the rebuild-history annotation as written, in order. */
   readonly historyWrites: string[] = [];
+  /** The phases the status writes set, in order (writes that leave the phase as it is are not listed). */
+  readonly phaseWrites: string[] = [];
   /** Counter increments, in order, with their labels. */
   readonly metrics: { metric: string; labels: Record<string, string> }[] = [];
   /** Pods that exist but the pass's read does not show yet (a lagging informer cache). */
@@ -432,6 +434,8 @@ export class CocoonSetWorld {
       cocoonSetPatchStatus: async ({ body }) => {
         this.calls.push('status');
         const cs = this.requireCS();
+        const phase = (body.status as { phase?: unknown } | undefined)?.phase;
+        if (typeof phase === 'string') this.phaseWrites.push(phase);
         cs.status = mergePatch(cs.status ?? {}, body.status) as CocoonSet['status'];
         cs.metadata.resourceVersion = this.nextRV();
       },
