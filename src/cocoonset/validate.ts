@@ -361,8 +361,13 @@ function vmRuleErrors(path: string, opts: VMOptions, mode: string, image: string
     if (mode !== 'run') out.push(`${path}: firecracker does not support ${mode} mode, use mode=run instead`);
   }
   if (mode === 'clone' && image !== '' && !isRelativeImageRef(image)) {
+    // cocoon-webhook's wording; ours adds the case rule when the repository part breaks it (an image with
+    // an upper-case letter read as if it named a registry port).
+    const colon = image.lastIndexOf(':');
+    const repo = colon < 0 || image.indexOf('/', colon) >= 0 ? image : image.slice(0, colon);
+    const hint = /[A-Z]/.test(repo) ? '; repository names are lowercase' : '';
     out.push(
-      `${path}.image ${JSON.stringify(image)} must be repo[:tag] when mode is clone (no registry port or digest)`,
+      `${path}.image ${JSON.stringify(image)} must be repo[:tag] when mode is clone (no registry port or digest${hint})`,
     );
   }
   return out;

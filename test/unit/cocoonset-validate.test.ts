@@ -423,6 +423,20 @@ describe('vmSpecReason (cocoon-webhook CocoonSet rules the CRD does not enforce)
       ].join('; '),
     );
   });
+
+  it('a clone image with an upper-case repository says repository names are lowercase (the webhook wording alone blames a registry port); an upper-case tag is valid', () => {
+    const withImage = (image: string) =>
+      finalizedSet((c) => {
+        c.spec.agent.image = image;
+      });
+    expect(vmSpecReason(withImage('cocoonstack/Ubuntu:24.04'))).toBe(
+      'spec.agent.image "cocoonstack/Ubuntu:24.04" must be repo[:tag] when mode is clone (no registry port or digest; repository names are lowercase)',
+    );
+    expect(vmSpecReason(withImage('localhost:5000/ubuntu:24.04'))).toBe(
+      'spec.agent.image "localhost:5000/ubuntu:24.04" must be repo[:tag] when mode is clone (no registry port or digest)',
+    );
+    expect(vmSpecReason(withImage('cocoonstack/ubuntu:Noble-24.04'))).toBeUndefined();
+  });
 });
 
 /** A Running set of a main and one sub-agent, both live on node-a; then `edit` at generation 2. */
