@@ -285,6 +285,18 @@ describe('CocoonSet suspend end to end: against CocoonHibernations and operator 
     console.log(`[suspend e2e] (a) done after ${((Date.now() - started) / 1000).toFixed(1)} s`);
 
     // (b) The set suspended first; then CocoonHibernations that want the VMs awake: they lose and wait.
+    // "First" at the resolution the API gives a CR's creation time: by the tie rule (vm.ts `holderOf`), a CR
+    // created in the same wall-clock second as the set's desire reached the VM workflow counts as older, and
+    // wins. When (a) ran in under two seconds, late-main was created in that second and went Active (CI, once).
+    const desire = (await vmState(main)).setDesire;
+    expect(desire?.desire).toBe('Hibernate');
+    const since = desire?.since ?? 0;
+    await waitFor(
+      "the wall clock a second past the set's desire",
+      () => Math.floor(Date.now() / 1000) > Math.floor(since / 1000),
+      QUICK_MS,
+      { intervalMs: 50 },
+    );
     const bStart = Date.now();
     const bMark = registryLog.mark();
     const bStarted = sim.state().started.length;
