@@ -639,7 +639,10 @@ async function execute(
           if (a.wokenPod) state.spentBySet = { ...(state.spentBySet ?? {}), [a.wokenPod]: a.vmName };
           throw err;
         }
-        log.info(`cocoonset ${namespace}/${state.name}: deleted ${a.vmName}:${Tags.hibernate}`);
+        // The DELETE answers alike whether the tag was there (200/202) or not (404): say both.
+        log.info(
+          `cocoonset ${namespace}/${state.name}: ${a.vmName}:${Tags.hibernate} is gone (deleted, or was absent)`,
+        );
         if (a.wokenPod) state.tagDroppedFor = { ...(state.tagDroppedFor ?? {}), [a.wokenPod]: true };
         const spent = Object.entries(state.spentBySet ?? {}).filter(([, vm]) => vm !== a.vmName);
         state.spentBySet = spent.length > 0 ? Object.fromEntries(spent) : undefined;
