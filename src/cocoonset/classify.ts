@@ -57,6 +57,70 @@ export function hibernateRoundFailed(pod: PodLike): boolean {
 }
 
 /**
+ * A hibernate round vk-cocoon reported failed, as a set's workflow remembers it between passes (pod name →
+ * this record): the pod incarnation it was seen on, and vk-cocoon's message then (cut as the pass's pod
+ * summaries cut it).
+ */
+export interface FailedRound {
+  uid: string;
+  message: string;
+}
+
+/**
+ * The failed hibernate rounds to remember after a read of `pods`, given those remembered before (`prev`).
+ * A pod seen with `hibernateRoundFailed` is recorded; a recorded one stays while its incarnation (uid) is the
+ * same and its lifecycle-state is still `failed` (the round was called off: the hibernate annotation is gone
+ * and vk-cocoon, with no new attempt, never writes another state) or `hibernating` (vk-cocoon retries the
+ * round). Any other state, another incarnation or a pod no longer read forgets it. Undefined when none is left.
+ */
+export function noteFailedRounds(
+  prev: Readonly<Record<string, FailedRound>> | undefined,
+  pods: readonly PodLike[],
+): Record<string, FailedRound> | undefined {
+  const out: Record<string, FailedRound> = {};
+  for (const pod of pods) {
+    const name = pod.metadata?.name ?? '';
+    const uid = pod.metadata?.uid ?? '';
+    const a = pod.metadata?.annotations;
+    if (hibernateRoundFailed(pod)) {
+      out[name] = { uid, message: a?.[Annotations.lifecycleStateMessage] ?? '' };
+      continue;
+    }
+    const known = prev?.[name];
+    const state = a?.[Annotations.lifecycleState];
+    if (
+      known !== undefined &&
+      known.uid === uid &&
+      !podTerminal(pod) &&
+      (state === LifecycleStates.failed || state === LifecycleStates.hibernating)
+    )
+      out[name] = known;
+  }
+  return Object.keys(out).length > 0 ? out : undefined;
+}
+
+/**
+ * The pod's lifecycle-state `failed` comes from a hibernate round, not from a dead VM: `hibernateRoundFailed`,
+ * or a round `rounds` (see `noteFailedRounds`) recorded on this incarnation that was called off since (the
+ * annotation is gone; vk-cocoon keeps reporting `failed` until a later round succeeds or the pod is created
+ * again, wire contract "sticky failed"). vk-cocoon leaves the VM running through a failed round (or, for a
+ * failed restore, the state in the `:hibernate` tag): such a pod is not terminal, whatever the reference's
+ * rebuild and failed-main rules say.
+ */
+export function failedRoundHoldsVM(
+  pod: PodLike,
+  rounds: Readonly<Record<string, FailedRound>> | undefined,
+): boolean {
+  if (hibernateRoundFailed(pod)) return true;
+  const a = pod.metadata?.annotations;
+  return (
+    a?.[Annotations.lifecycleState] === LifecycleStates.failed &&
+    !podTerminal(pod) &&
+    rounds?.[pod.metadata?.name ?? '']?.uid === (pod.metadata?.uid ?? '')
+  );
+}
+
+/**
  * Why the main counts as failed (`mainPodFailedReason`, docs/cocoonset.md#a-pass-in-order):
  * `PodLifecycleFailed` when the lifecycle-state is `failed` (wins), else `MainAgentFailed` when the phase is
  * `Failed`, else ''.

@@ -50,6 +50,8 @@ import {
   type Classified,
   classifyPods,
   compareNames,
+  type FailedRound,
+  failedRoundHoldsVM,
   hibernateRoundFailed,
   isControlledBy,
   isTerminal,
@@ -420,6 +422,19 @@ export interface PassInput {
    * `patched()`.
    */
   failedMainRoundKeepsPhase?: boolean;
+  /**
+   * One rule for every pod whose lifecycle `failed` a hibernate round left (`failedRoundHoldsVM`, with the
+   * rounds the workflow remembers in `failedRounds`): it counts as holding its VM, not as terminal, in every
+   * step that reads terminal (sub-agent rebuild, toolbox recreate, the failed main, the suspend gate, the seat
+   * release, the placement and clone-image checks), and is never drift-deleted. Before, only a pod still
+   * carrying the hibernate annotation was spared: once the round was called off (CocoonHibernation deleted
+   * or set to `Wake`, set un-suspended) vk-cocoon still reports `failed` and the set deleted the running
+   * sub-agent or toolbox, or held the set `Failed` for good; and a suspend gate that skipped the failed pod
+   * said `Suspended` with no snapshot taken (found by a new-user run). The workflow sets it behind `patched()`.
+   */
+  failedRoundsHoldVMs?: boolean;
+  /** The failed hibernate rounds the workflow remembers (`noteFailedRounds`), with `failedRoundsHoldVMs`. */
+  failedRounds?: Readonly<Record<string, FailedRound>>;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -843,7 +858,7 @@ function movedPlacement(cs: CocoonSet, main: V1Pod): string | undefined {
  */
 async function placementBlock(st: PassState): Promise<void> {
   const main = st.c.main;
-  if (!main || isTerminal(main) || st.cs.spec.suspend) return;
+  if (!main || terminal(st, main) || st.cs.spec.suspend) return;
   const wanted = movedPlacement(st.cs, main);
   if (wanted === undefined) return;
   const o = await st.r.run({ id: 'any-node', type: 'anyNode', labelSelector: wanted });
@@ -861,7 +876,7 @@ async function placementBlock(st: PassState): Promise<void> {
  * fails (a role without nodes: the plain `Pending` as the reference). Ours (`pendingMainNamesMissingNode`).
  */
 async function pendingMainBlock(st: PassState, main: V1Pod): Promise<void> {
-  if (!unbound(main) || isTerminal(main) || main.metadata?.deletionTimestamp != null) return;
+  if (!unbound(main) || terminal(st, main) || main.metadata?.deletionTimestamp != null) return;
   const wanted = placementSelector(main);
   const o = await st.r.run({ id: 'any-node-for-pending-main', type: 'anyNode', labelSelector: wanted });
   if (o.kind !== 'nodes' || o.any) return;
@@ -898,12 +913,13 @@ export function cloneImageRef(image: string): { repo: string; tag: string } {
  * in clone mode.
  */
 function newCloneImage(
+  st: PassState,
   pod: V1Pod | undefined,
   mode: string,
   image: string,
   field: string,
 ): { pod: V1Pod; image: string; field: string } | undefined {
-  if (!pod || unbound(pod) || isTerminal(pod) || mode !== 'clone' || image === '') return undefined;
+  if (!pod || unbound(pod) || terminal(st, pod) || mode !== 'clone' || image === '') return undefined;
   const current = parseVMSpec(pod);
   if (current.mode === 'clone' && current.image === image) return undefined;
   return { pod, image, field };
@@ -926,9 +942,10 @@ async function cloneImageBlock(st: PassState): Promise<void> {
   if (st.cs.spec.suspend || !st.input.registryConfigured) return;
   const agent = st.cs.spec.agent;
   const wants = [
-    newCloneImage(st.c.main, agentModeOf(agent), agent.image ?? '', 'spec.agent.image'),
+    newCloneImage(st, st.c.main, agentModeOf(agent), agent.image ?? '', 'spec.agent.image'),
     ...(st.cs.spec.toolboxes ?? []).map((tb, i) =>
       newCloneImage(
+        st,
         st.c.toolbox.get(tb.name),
         toolboxModeOf(tb),
         tb.image ?? '',
@@ -983,7 +1000,7 @@ export const NAMESPACE_LIMITS_RECHECK_MS = 30_000;
 function driftReplacements(st: PassState): { pod: V1Pod; replacement: Replacement }[] {
   const { cs, c } = st;
   const live = (p: V1Pod | undefined): p is V1Pod =>
-    p !== undefined && !unbound(p) && !isTerminal(p) && p.metadata?.deletionTimestamp == null;
+    p !== undefined && !unbound(p) && !terminal(st, p) && p.metadata?.deletionTimestamp == null;
   const replacing = (pod: V1Pod, resources: V1ResourceRequirements) => ({
     pod,
     replacement: {
@@ -1441,10 +1458,12 @@ async function ensureSubAgents(
     }
     const podName = pod.metadata?.name ?? '';
     // Ours: a failed hibernate round leaves a live VM; vk-cocoon retries the round (its next report runs
-    // the pass again).
-    if (st.input.failedRoundKeepsVM === true && hibernateRoundFailed(pod)) continue;
+    // the pass again), or the round was called off.
+    if (inFailedRound(st, pod)) continue;
     const cs = currentCS(st);
-    const t = triageSubAgent(cs, pod, slot, readRebuildHistory(cs), st.input.nowMs, driftOptions(st));
+    const t = triageSubAgent(cs, pod, slot, readRebuildHistory(cs), st.input.nowMs, driftOptions(st), {
+      terminal: terminal(st, pod),
+    });
     switch (t.kind) {
       case 'keep':
         break;
@@ -1599,6 +1618,68 @@ async function ensureSubAgents(
  * drop (the workflow replays the pass).
  */
 /**
+ * What the set says of a main that a failed hibernate round holds (`Progressing=False` reason
+ * `HibernateRoundFailed`), or undefined when none does: the round still asked for (vk-cocoon retries it:
+ * `failed`, or `hibernating` again after a recorded failure, so the condition does not flap at each retry),
+ * a failure with no VM on the pod (a restore that failed: the state stays in the registry), or a round called
+ * off (no hibernate annotation any more: vk-cocoon reports `failed`, and the pod not Ready, until a later
+ * round succeeds; `calledOff`, nothing will retry).
+ */
+function mainRoundReport(st: PassState, main: V1Pod): { message: string; calledOff: boolean } | undefined {
+  const pod = `main pod ${st.ns}/${main.metadata?.name ?? ''}`;
+  const state = lifecycleOf(main).state;
+  const recorded = st.input.failedRounds?.[main.metadata?.name ?? ''];
+  const asked = hibernateRequested(main);
+  if (
+    state === LifecycleStates.hibernating &&
+    asked &&
+    recorded !== undefined &&
+    recorded.uid === main.metadata?.uid
+  )
+    return {
+      message: `${pod}: vk-cocoon reported its hibernate round failed (${recorded.message}) and is retrying it; the VM keeps running meanwhile`,
+      calledOff: false,
+    };
+  if (state !== LifecycleStates.failed || !failedRoundHoldsVM(main, st.input.failedRounds)) return undefined;
+  if (!asked)
+    return {
+      message: `${pod}: its hibernate round failed (${failureOf(main)}) and was called off; the VM keeps running, but vk-cocoon reports it failed and not Ready until a hibernate round succeeds: hibernate and wake it again (a CocoonHibernation, or spec.suspend), or delete the pod to have the main created again from the spec (its state is lost)`,
+      calledOff: true,
+    };
+  if (vmIDOf(main) === '')
+    return {
+      message: `${pod}: vk-cocoon reported it failed with no VM running (${failureOf(main)}); its hibernated state stays in the registry and vk-cocoon retries`,
+      calledOff: false,
+    };
+  return {
+    message: `${pod}: vk-cocoon reported its hibernate round failed (${failureOf(main)}); the VM keeps running and vk-cocoon retries the round`,
+    calledOff: false,
+  };
+}
+
+/**
+ * Terminal for this pass (`isTerminal`: phase `Failed` or lifecycle `failed`), except, with
+ * `failedRoundsHoldVMs`, a pod whose lifecycle `failed` a hibernate round left (`failedRoundHoldsVM`): it
+ * holds its VM.
+ */
+function terminal(st: PassState, pod: V1Pod): boolean {
+  return (
+    isTerminal(pod) &&
+    !(st.input.failedRoundsHoldVMs === true && failedRoundHoldsVM(pod, st.input.failedRounds))
+  );
+}
+
+/**
+ * A sub-agent or toolbox in a failed hibernate round that is still asked for (`hibernateRoundFailed`, with
+ * `failedRoundKeepsVM`): kept as it is (no rebuild, recreate or drift delete) while vk-cocoon retries the
+ * round. Once the round is called off the pod is a live pod like any other (`terminal` says it is not
+ * terminal): a drifted one is replaced as any drifted pod is.
+ */
+function inFailedRound(st: PassState, pod: V1Pod): boolean {
+  return st.input.failedRoundKeepsVM === true && hibernateRoundFailed(pod);
+}
+
+/**
  * vk-cocoon is hibernating `pod`'s VM (lifecycle `hibernating`; ours, `deletedVMsDropTag`): a drift delete
  * waits for the round to end (the pod's next change runs the pass again). Deleted mid-round, the snapshot
  * lands after the pod is gone, out of `dropRemovedTags`' reach, and the new pod finds it (a refused image or
@@ -1659,7 +1740,7 @@ export function validateToolboxes(toolboxes: readonly ToolboxSpec[]): string | u
  * failed, is old enough, or has no creation time.
  */
 function recreateWaitMs(st: PassState, pod: V1Pod): number {
-  if (!isTerminal(pod)) return 0;
+  if (!terminal(st, pod)) return 0;
   const created = pod.metadata?.creationTimestamp;
   const at = created instanceof Date ? created.getTime() : Date.parse(String(created ?? ''));
   if (Number.isNaN(at)) return 0;
@@ -1713,7 +1794,7 @@ async function ensureToolboxes(st: PassState): Promise<boolean> {
     }
     if (existing) {
       // Ours: as for a sub-agent, a failed hibernate round leaves a live VM (see `failedRoundKeepsVM`).
-      if (st.input.failedRoundKeepsVM === true && hibernateRoundFailed(existing)) continue;
+      if (inFailedRound(st, existing)) continue;
       const drifted = !podSpecMatchesToolbox(existing, st.cs, tb, driftOptions(st));
       // A failed toolbox the spec still builds waits out its minimum age; a drifted one (the fix) does not.
       const waitMs = st.input.toolboxRecreateBackoff && !drifted ? recreateWaitMs(st, existing) : 0;
@@ -1725,9 +1806,9 @@ async function ensureToolboxes(st: PassState): Promise<boolean> {
         continue;
       }
       if (
-        (isTerminal(existing) || drifted) &&
+        (terminal(st, existing) || drifted) &&
         !inHibernateRound(st, existing) &&
-        (isTerminal(existing) || !(await spentHeld(st, podName)))
+        (terminal(st, existing) || !(await spentHeld(st, podName)))
       ) {
         if (await deletePod(st, existing.metadata!.name!, `delete toolbox ${tb.name} for recreate`))
           await dropRemovedTags(st, [existing]);
@@ -1803,23 +1884,35 @@ async function askVMs(
 
 /**
  * The suspend completion gate (reference `allOwnedPodsHibernated`; docs/cocoonset.md#suspend), over `pods`
- * in name order: unmanaged (static toolboxes) and terminal pods are skipped; every other pod needs a VM
+ * in name order: unmanaged (static toolboxes) and terminal pods (`terminal`) are skipped; every other pod needs a VM
  * name, lifecycle `hibernated` reported for at least the set's generation (a stale tag or lagging
  * annotation from an earlier round cannot pass), and then its `:hibernate` tag in the registry. The
  * annotation checks come first and cost nothing; only when all pass are the tags probed, all at once (the
  * reference probes one by one and stops at the first absent tag). A probe error fails the pass. Resolves
- * the first pod not done yet with why, or undefined when all are done (also when every pod is skipped).
+ * the first pod not done yet with why (`roundFailed`: vk-cocoon reported its hibernate round failed, with
+ * `failedRoundsHoldVMs`), or undefined when all are done (also when every pod is skipped).
  */
-async function suspendGate(st: PassState, pods: V1Pod[]): Promise<string | undefined> {
+async function suspendGate(
+  st: PassState,
+  pods: V1Pod[],
+): Promise<{ why: string; roundFailed: boolean } | undefined> {
   const generation = st.cs.metadata.generation ?? 0;
   const toProbe: V1Pod[] = [];
   for (const pod of pods) {
-    if (pod.metadata?.annotations?.[Annotations.managed] !== 'true' || isTerminal(pod)) continue;
+    if (pod.metadata?.annotations?.[Annotations.managed] !== 'true' || terminal(st, pod)) continue;
     const name = pod.metadata?.name ?? '';
-    if (vmNameOf(pod) === '') return `pod ${name} has no VM name yet`;
+    if (vmNameOf(pod) === '') return { why: `pod ${name} has no VM name yet`, roundFailed: false };
     const lc = lifecycleOf(pod);
+    if (st.input.failedRoundsHoldVMs && lc.state === LifecycleStates.failed)
+      return {
+        why: `pod ${st.ns}/${name}: vk-cocoon reported its hibernate round failed (${failureOf(pod)}) and retries it; the set is Suspended once its snapshot is in`,
+        roundFailed: true,
+      };
     if (lc.state !== 'hibernated' || lc.observedGeneration < generation)
-      return `pod ${name}: vk-cocoon has not reported hibernated for generation ${generation} yet`;
+      return {
+        why: `pod ${name}: vk-cocoon has not reported hibernated for generation ${generation} yet`,
+        roundFailed: false,
+      };
     toProbe.push(pod);
   }
   if (!st.input.registryConfigured) return undefined;
@@ -1831,7 +1924,8 @@ async function suspendGate(st: PassState, pods: V1Pod[]): Promise<string | undef
   for (const [i, o] of outcomes.entries()) {
     const vm = vmNameOf(toProbe[i]);
     if (o.kind === 'error') return fail(st, `probe hibernate snapshot ${vm}: ${o.message}`);
-    if (o.kind === 'probe' && !o.present) return `snapshot ${vm}:hibernate is not in the registry yet`;
+    if (o.kind === 'probe' && !o.present)
+      return { why: `snapshot ${vm}:hibernate is not in the registry yet`, roundFailed: false };
   }
   return undefined;
 }
@@ -1920,7 +2014,9 @@ async function hibernateAll(st: PassState, pods: V1Pod[], release = false): Prom
     'status',
     conflicts.length > 0
       ? { reason: ConditionReasons.desireConflict, message: conflicts.join('; ') }
-      : undefined,
+      : waiting.roundFailed
+        ? { reason: ConditionReasons.hibernateRoundFailed, message: waiting.why }
+        : undefined,
   );
   return finish(st, { requeueAfterMs: REQUEUE_SUSPEND_POLL_MS }, status);
 }
@@ -1990,7 +2086,7 @@ async function suspendRelease(st: PassState): Promise<never> {
   const node = st.c.main?.spec?.nodeName ?? '';
   if (node !== '') await annotateSet(st, 'hint', { [Annotations.hibernatedOnNode]: node });
   for (const pod of pods) {
-    if (isTerminal(pod)) continue;
+    if (terminal(st, pod)) continue;
     const podName = pod.metadata?.name ?? '';
     if (pod.metadata?.annotations?.[Annotations.keepSnapshotOnDelete] !== 'true') {
       // Best effort: the outcome is not checked (a lost flag costs the wake a registry pull; failing here
@@ -2239,7 +2335,7 @@ async function releasedWake(st: PassState): Promise<void> {
     }
     return writeStatusAndFinish(st, '', { requeue: true });
   }
-  if (hint === '' || isTerminal(main)) return;
+  if (hint === '' || terminal(st, main)) return;
   const o = await st.r.run({ id: `confirm-delete:${mainName}`, type: 'readPod', pod: mainName });
   if (o.kind === 'notFound' || (o.kind === 'pod' && o.pod.metadata?.deletionTimestamp != null))
     return finish(st, { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });
@@ -2375,7 +2471,10 @@ async function reconcile(st: PassState): Promise<never> {
   // 7. Failed main short-circuit / recovery.
   const main = c.main;
   const mainRoundFailed =
-    main !== undefined && st.input.failedMainRoundKeepsPhase === true && hibernateRoundFailed(main);
+    main !== undefined &&
+    (st.input.failedRoundsHoldVMs === true
+      ? failedRoundHoldsVM(main, st.input.failedRounds)
+      : st.input.failedMainRoundKeepsPhase === true && hibernateRoundFailed(main));
   if (main && mainRoundFailed) recordFailedMain(st, main, EventReasons.podLifecycleFailed);
   else if (main) {
     const reason = mainPodFailedReason(main);
@@ -2438,7 +2537,7 @@ async function reconcile(st: PassState): Promise<never> {
     main &&
     (!podSpecMatchesAgent(main, cs, 0, driftOptions(st)) || unboundOffPin(st, main)) &&
     !inHibernateRound(st, main) &&
-    !mainRoundFailed
+    !(mainRoundFailed && hibernateRequested(main))
   ) {
     // Ours: not while the main's tag is spent (`driftWaitsForSpentTag`): its re-create would wait for the tag.
     await holdMainWhileSpent(st, main.metadata!.name!, '', st.input.driftWaitsForSpentTag, '');
@@ -2451,12 +2550,13 @@ async function reconcile(st: PassState): Promise<never> {
   // 15. Main not Ready: Pending, 5 s. Ours (`hibernatingMainHoldsMembers`): a main carrying the hibernate
   // annotation counts as not Ready.
   if (!podReady(main) || (st.input.hibernatingMainHoldsMembers && hibernateRequested(main))) {
-    if (mainRoundFailed) {
+    const round = mainRoundFailed || st.input.failedRoundsHoldVMs ? mainRoundReport(st, main) : undefined;
+    if (round !== undefined) {
       const status = await writeStatus(st, 'Pending', 'status', {
         reason: ConditionReasons.hibernateRoundFailed,
-        message: `main pod ${st.ns}/${main.metadata?.name ?? ''}: vk-cocoon reported its hibernate round failed (${failureOf(main)}); the VM keeps running and vk-cocoon retries the round`,
+        message: round.message,
       });
-      return finish(st, { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS }, status);
+      return finish(st, { requeueAfterMs: round.calledOff ? 0 : REQUEUE_WAIT_FOR_MAIN_MS }, status);
     }
     if (st.input.pendingMainNamesMissingNode) await pendingMainBlock(st, main);
     return writeStatusAndFinish(st, 'Pending', { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });

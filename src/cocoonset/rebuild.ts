@@ -198,7 +198,8 @@ export interface TriageEvent {
  * drifted → lift), then terminal (phase Failed or lifecycle `failed`) → rebuild with backoff / dead letter,
  * then drift → delete, else keep. `history` is the CocoonSet's current history (read it once per pass and
  * thread the written value to later slots); it is not mutated. `nowMs` is the pass's clock; `drift` how the
- * drift rules read the pod (src/cocoonset/drift.ts `DriftOptions`).
+ * drift rules read the pod (src/cocoonset/drift.ts `DriftOptions`); `opts.terminal` overrides `isTerminal`
+ * (the pass's own rule: a pod a failed hibernate round left holds its VM).
  */
 export function triageSubAgent(
   cs: CocoonSet,
@@ -207,6 +208,7 @@ export function triageSubAgent(
   history: RebuildHistory,
   nowMs: number,
   drift: DriftOptions = {},
+  opts: { terminal?: boolean } = {},
 ): SubAgentTriage {
   const replicas = cs.spec.agent.replicas ?? 0;
   if (isDeadLettered(pod)) {
@@ -216,7 +218,7 @@ export function triageSubAgent(
     next.delete(slot);
     return { kind: 'liftDeadLetter', history: encodeRebuildHistory(replicas, next) };
   }
-  if (isTerminal(pod)) {
+  if (opts.terminal ?? isTerminal(pod)) {
     const entry = history.get(slot) ?? { count: 0, lastDeleted: ZERO_TIME };
     if (entry.count >= MAX_REBUILD_ATTEMPTS) {
       return {

@@ -46,6 +46,7 @@ export const LEVELED_PATCHES: readonly string[] = [
   'refuses-unmanaged-hibernate',
   'failed-hibernate-round-keeps-vm',
   'failed-main-round-keeps-phase',
+  'failed-round-holds-vm',
 ];
 
 /**

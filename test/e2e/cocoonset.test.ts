@@ -555,6 +555,104 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     expect(await setEvents(name, EventReasons.recoveredFromFailure)).toEqual([]);
   });
 
+  it('deliberate (patch failed-round-holds-vm; the reference counts lifecycle failed as terminal: it rebuilds the sub-agent and holds the set Failed for good): a main and a sub-agent whose hibernate rounds fail keep their VMs once their CocoonHibernations are deleted (vk keeps reporting failed), the set Pending with Progressing HibernateRoundFailed saying the round was called off; a suspend and un-suspend once the registry takes pushes brings both back Ready, same pods', async () => {
+    const name = 'calledoff';
+    const main = `${name}-0`;
+    const sub = `${name}-1`;
+    sim.faults.add({ vm: `^(${vmOf(name, 0)}|${vmOf(name, 1)})$`, op: 'hibernate.push.fail' });
+    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+    const { pods } = await waitRunning(name);
+    await crs.create(main, main, 'Hibernate');
+    await crs.create(sub, sub, 'Hibernate');
+    const failedRounds = (pod: string) =>
+      rec.podHistory(pod).filter((p) => p.lifecycle === LifecycleStates.failed).length;
+    await waitFor(
+      'failed hibernate rounds of both',
+      () => failedRounds(main) >= 2 && failedRounds(sub) >= 2,
+      QUICK_MS,
+    );
+    await pokeAndWaitForPass(name, main, 1);
+
+    // The user gives up: both CRs are deleted; their VM workflows clear the annotations, vk writes nothing more.
+    await crs.delete(main);
+    await crs.delete(sub);
+    const calledOff = await waitFor(
+      'both hibernate annotations cleared, lifecycle still failed',
+      async () => {
+        const now = await podsOf(name);
+        const both = [now.get(main), now.get(sub)];
+        return both.every(
+          (p) =>
+            p?.metadata?.annotations?.[Annotations.hibernate] === undefined &&
+            lifecycleOf(p!).state === LifecycleStates.failed,
+        )
+          ? now
+          : undefined;
+      },
+      240_000,
+    );
+    expect(uidsOf(calledOff)).toEqual(uidsOf(pods));
+    await pokeAndWaitForPass(name, sub, 2);
+    await pokeAndWaitForPass(name, main, 3);
+    const held = await sets.waitUntil(
+      name,
+      'Progressing HibernateRoundFailed, called off',
+      (cs) =>
+        cs?.status?.conditions
+          ?.find((c) => c.type === CONDITION_PROGRESSING)
+          ?.message?.includes('and was called off') === true,
+      QUICK_MS,
+    );
+    expect(held!.status?.phase).toBe('Pending');
+    expect(uidsOf(await podsOf(name))).toEqual(uidsOf(pods));
+    expect(rec.cocoonSetHistory(name).map((s) => s.phase)).not.toContain('Failed');
+    expect(await setEvents(name, EventReasons.subAgentRebuilding)).toEqual([]);
+
+    // The way out that keeps the state: a hibernate round that succeeds, then a wake.
+    sim.faults.clear();
+    await sets.patchSpec(name, { suspend: true });
+    await sets.waitUntil(name, 'Suspended', (cs) => cs?.status?.phase === 'Suspended', BRING_UP_MS);
+    await sets.patchSpec(name, { suspend: false });
+    const back = await waitRunning(name);
+    expect(uidsOf(back.pods)).toEqual(uidsOf(pods));
+    expect(rec.podHistory(main).some((p) => p.deleting)).toBe(false);
+    expect(rec.podHistory(sub).some((p) => p.deleting)).toBe(false);
+    expect(rec.cocoonSetHistory(name).map((s) => s.phase)).not.toContain('Failed');
+  }, 600_000);
+
+  it("deliberate (patch failed-round-holds-vm; the reference skips a failed pod and says Suspended with no snapshot taken): a suspend while the registry refuses one sub-agent's push stays Suspending with Progressing HibernateRoundFailed, never Suspended, until the push goes through", async () => {
+    const name = 'suspendfail';
+    const sub = `${name}-1`;
+    sim.faults.add({ vm: `^${vmOf(name, 1)}$`, op: 'hibernate.push.fail' });
+    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+    const { pods } = await waitRunning(name);
+    await sets.patchSpec(name, { suspend: true });
+    const failedRounds = () =>
+      rec.podHistory(sub).filter((p) => p.lifecycle === LifecycleStates.failed).length;
+    await waitFor('two failed hibernate rounds of the sub-agent', () => failedRounds() >= 2, QUICK_MS);
+    await pokeAndWaitForPass(name, sub, 1);
+    const held = await sets.waitUntil(
+      name,
+      'Suspending with Progressing HibernateRoundFailed',
+      (cs) =>
+        cs?.status?.conditions?.find((c) => c.type === CONDITION_PROGRESSING)?.reason ===
+        'HibernateRoundFailed',
+      QUICK_MS,
+    );
+    expect(held!.status?.phase).toBe('Suspending');
+    expect(held!.status?.conditions?.find((c) => c.type === CONDITION_PROGRESSING)?.message).toContain(
+      `pod ${ns}/${sub}: vk-cocoon reported its hibernate round failed`,
+    );
+    expect(rec.cocoonSetHistory(name).map((s) => s.phase)).not.toContain('Suspended');
+
+    sim.faults.clear();
+    await sets.waitUntil(name, 'Suspended', (cs) => cs?.status?.phase === 'Suspended', BRING_UP_MS);
+    expect(await headTag(registry, vmOf(name, 1), Tags.hibernate)).toBe(200);
+    await sets.patchSpec(name, { suspend: false });
+    const back = await waitRunning(name);
+    expect(uidsOf(back.pods)).toEqual(uidsOf(pods));
+  }, 300_000);
+
   it('a sub-agent whose VM keeps failing is rebuilt 4 times with 0/1/5/30 s backoff, then dead-lettered (Warning event, metric); a spec edit lifts it', async () => {
     const name = 'rebuild';
     const sub = `${name}-2`;

@@ -8,7 +8,13 @@ import type { V1Pod } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
 import { Annotations, Labels, LIMIT_RANGER_ANNOTATION } from '../../src/api/keys.js';
 import type { CocoonSet, ToolboxSpec } from '../../src/api/types.js';
-import { classifyPods, isControlledBy, ownedPods } from '../../src/cocoonset/classify.js';
+import {
+  classifyPods,
+  failedRoundHoldsVM,
+  isControlledBy,
+  noteFailedRounds,
+  ownedPods,
+} from '../../src/cocoonset/classify.js';
 import {
   envFromEqual,
   limitRangerDefaults,
@@ -774,5 +780,44 @@ describe('resourcesMatch', () => {
       envFromEqual([{ configMapRef: { name: 'a' } }], [{ configMapRef: { name: 'a', optional: false } }]),
     ).toBe(false);
     expect(envFromEqual([{ secretRef: { name: 'a' } }], [{ configMapRef: { name: 'a' } }])).toBe(false);
+  });
+});
+
+describe('failed hibernate rounds (noteFailedRounds, failedRoundHoldsVM)', () => {
+  const pod = (uid: string, ann: Record<string, string>, phase = 'Running'): V1Pod => ({
+    metadata: { name: 'demo-1', uid, annotations: ann },
+    status: { phase },
+  });
+  const failed = {
+    [Annotations.lifecycleState]: 'failed',
+    [Annotations.lifecycleStateMessage]: 'push refused',
+  };
+  const inRound = pod('u1', { ...failed, [Annotations.hibernate]: 'true' });
+
+  it('records a round vk reported failed, and keeps it while the same pod stays failed or retries (hibernating)', () => {
+    const seen = noteFailedRounds(undefined, [inRound]);
+    expect(seen).toEqual({ 'demo-1': { uid: 'u1', message: 'push refused' } });
+    expect(noteFailedRounds(seen, [pod('u1', failed)])).toEqual(seen);
+    expect(noteFailedRounds(seen, [pod('u1', { [Annotations.lifecycleState]: 'hibernating' })])).toEqual(
+      seen,
+    );
+  });
+
+  it('forgets it on any other state, another incarnation, phase Failed, or a pod no longer read', () => {
+    const seen = noteFailedRounds(undefined, [inRound]);
+    expect(noteFailedRounds(seen, [pod('u1', { [Annotations.lifecycleState]: 'ready' })])).toBeUndefined();
+    expect(noteFailedRounds(seen, [pod('u2', failed)])).toBeUndefined();
+    expect(noteFailedRounds(seen, [pod('u1', failed, 'Failed')])).toBeUndefined();
+    expect(noteFailedRounds(seen, [])).toBeUndefined();
+  });
+
+  it('a failed lifecycle holds the VM only in a round, or after a recorded round on the same incarnation; never with phase Failed', () => {
+    const seen = noteFailedRounds(undefined, [inRound]);
+    expect(failedRoundHoldsVM(inRound, undefined)).toBe(true);
+    expect(failedRoundHoldsVM(pod('u1', failed), seen)).toBe(true);
+    expect(failedRoundHoldsVM(pod('u1', failed), undefined)).toBe(false);
+    expect(failedRoundHoldsVM(pod('u2', failed), seen)).toBe(false);
+    expect(failedRoundHoldsVM(pod('u1', failed, 'Failed'), seen)).toBe(false);
+    expect(failedRoundHoldsVM(pod('u1', { [Annotations.lifecycleState]: 'ready' }), seen)).toBe(false);
   });
 });

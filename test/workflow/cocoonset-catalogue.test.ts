@@ -433,9 +433,13 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
     });
   });
 
-  /** vk-cocoon failed a hibernate round (the registry push): the VM is left running, the round retried. */
+  /**
+   * vk-cocoon failed a hibernate round (the registry push): the VM is left running (its id stays), the round
+   * retried.
+   */
   const roundFailed = (p: V1Pod) =>
     annotate(p, {
+      [Annotations.vmID]: p.metadata?.annotations?.[Annotations.vmID] ?? 'vm-id',
       [Annotations.hibernate]: 'true',
       [Annotations.lifecycleState]: 'failed',
       [Annotations.lifecycleStateMessage]: 'push vk-ns-demo-1:hibernate: registry push failed',
@@ -492,6 +496,8 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
       // vk retries the round (hibernating), fails it again; meanwhile the spec is edited.
       await w.updatePod('demo-0', (p) => annotate(p, { [Annotations.lifecycleState]: 'hibernating' }));
       await w.settled(env);
+      // The new image is in the registry: the edit would replace the main, were it not mid-round.
+      w.tags.add('ghcr.io/cocoonstack/cocoon/ubuntu:26.04');
       await w.editSpec((c) => {
         c.spec.agent.image = 'ghcr.io/cocoonstack/cocoon/ubuntu:26.04';
       });
@@ -528,6 +534,145 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
       await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       w.crs = [hibernation('demo-1', 'Hibernate', 'Hibernating')];
       await w.updatePod('demo-1', roundFailed);
+      await waitFor('demo-1 recreated', () => w.pods.has('demo-1') && uidOf(w, 'demo-1') !== oldUID);
+      expect(eventsOf(w, EventReasons.subAgentRebuilding)).toHaveLength(1);
+    });
+  });
+
+  /**
+   * vk-cocoon's failed round called off: the hibernate annotation goes, lifecycle `failed` stays (sticky), and
+   * vk-cocoon reports the pod not Ready (Ready needs lifecycle `ready`).
+   */
+  const roundCalledOff = (p: V1Pod) => {
+    const { [Annotations.hibernate]: _asked, ...rest } = p.metadata!.annotations!;
+    p.metadata!.annotations = rest;
+    p.status = {
+      ...p.status,
+      conditions: (p.status?.conditions ?? []).map((c) =>
+        c.type === 'Ready' ? { ...c, status: 'False' } : c,
+      ),
+    };
+  };
+
+  for (const [what, cs, pod] of [
+    ['sub-agent', catalogueSet(replicas(1)), 'demo-1'],
+    ['toolbox', catalogueSet(toolboxes('tb')), 'demo-tb'],
+  ] as const) {
+    it(`deliberate (patch failed-round-holds-vm; the reference counts lifecycle failed as terminal and deletes the live VM): a ${what} whose failed hibernate round is called off (the annotation goes, vk keeps reporting failed) keeps its VM: neither rebuilt nor recreated`, async () => {
+      const world = new CocoonSetWorld(cs, convergedPods(cs));
+      const oldUID = uidOf(world, pod);
+      await withCocoonSetWorld(env, world, async (w) => {
+        await w.start();
+        await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+        w.crs = [hibernation(pod, 'Hibernate', 'Hibernating')];
+        await w.updatePod(pod, roundFailed);
+        await w.settled(env);
+        // The CocoonHibernation is deleted: its VM workflow clears the annotation; vk writes nothing more.
+        w.crs = [];
+        await w.updatePod(pod, roundCalledOff);
+        await w.settled(env);
+        await w.updatePod(pod, () => {});
+        await w.settled(env);
+        expect(uidOf(w, pod)).toBe(oldUID);
+        expect(w.calls.filter((c) => c.startsWith('delete ') || c.startsWith('create '))).toEqual([]);
+        expect(w.historyWrites).toEqual([]);
+        expect(eventsOf(w, EventReasons.subAgentRebuilding)).toEqual([]);
+        expect(eventsOf(w, EventReasons.toolboxFailing)).toEqual([]);
+      });
+    });
+  }
+
+  it('deliberate (patch failed-round-holds-vm; the reference turns the set Failed for good): a main whose failed hibernate round is called off keeps its VM and the set Pending, Progressing HibernateRoundFailed saying how to clear it; a later successful round and wake make it Running', async () => {
+    const cs = catalogueSet(replicas(1));
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    const mainUID = uidOf(world, 'demo-0');
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      w.crs = [hibernation('demo-0', 'Hibernate', 'Hibernating')];
+      await w.updatePod('demo-0', roundFailed);
+      await waitFor('Pending', () => w.cs?.status?.phase === 'Pending');
+      // vk retries the round: the condition stays (no flap to Reconciling at each retry).
+      await w.updatePod('demo-0', (p) => annotate(p, { [Annotations.lifecycleState]: 'hibernating' }));
+      await w.settled(env);
+      expect(w.cs!.status!.conditions!.find((c) => c.type === 'Progressing')).toMatchObject({
+        reason: 'HibernateRoundFailed',
+        message:
+          'main pod ns/demo-0: vk-cocoon reported its hibernate round failed (push vk-ns-demo-1:hibernate: registry push failed) and is retrying it; the VM keeps running meanwhile',
+      });
+      await w.updatePod('demo-0', roundFailed);
+      await w.settled(env);
+      w.crs = [];
+      await w.updatePod('demo-0', roundCalledOff);
+      await w.settled(env);
+      await w.updatePod('demo-0', () => {});
+      await w.settled(env);
+      expect(uidOf(w, 'demo-0')).toBe(mainUID);
+      expect(w.calls.filter((c) => c.startsWith('delete ') || c.startsWith('create '))).toEqual([]);
+      expect(w.phaseWrites).not.toContain('Failed');
+      expect(w.cs!.status!.phase).toBe('Pending');
+      expect(w.cs!.status!.conditions!.find((c) => c.type === 'Progressing')).toMatchObject({
+        status: 'False',
+        reason: 'HibernateRoundFailed',
+        message: expect.stringContaining(
+          'main pod ns/demo-0: its hibernate round failed (push vk-ns-demo-1:hibernate: registry push failed) and was called off; the VM keeps running',
+        ),
+      });
+      // A later round succeeds and the VM is woken: vk reports ready again.
+      await w.updatePod('demo-0', (p) => {
+        annotate(p, { [Annotations.lifecycleState]: 'ready', [Annotations.lifecycleStateMessage]: '' });
+        p.status!.conditions = p.status!.conditions!.map((c) =>
+          c.type === 'Ready' ? { ...c, status: 'True' } : c,
+        );
+      });
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      expect(uidOf(w, 'demo-0')).toBe(mainUID);
+      expect(w.phaseWrites).not.toContain('Failed');
+    });
+  });
+
+  it('deliberate (patch failed-round-holds-vm; the reference skips the failed pod and says Suspended): a suspend whose hibernate round vk reports failed on one pod stays Suspending with Progressing HibernateRoundFailed until that pod is hibernated', async () => {
+    const cs = catalogueSet(replicas(1));
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      await w.editSpec((c) => (c.spec.suspend = true));
+      await waitFor('both asked to hibernate', () =>
+        ['demo-0', 'demo-1'].every(
+          (n) => w.pod(n)?.metadata?.annotations?.[Annotations.hibernate] === 'true',
+        ),
+      );
+      const generation = w.cs!.metadata.generation!;
+      await w.vkHibernated('demo-0', generation);
+      await w.updatePod('demo-1', roundFailed);
+      await w.settled(env);
+      await w.updatePod('demo-1', () => {});
+      await w.settled(env);
+      expect(w.phaseWrites).not.toContain('Suspended');
+      expect(w.cs!.status!.phase).toBe('Suspending');
+      expect(w.cs!.status!.conditions!.find((c) => c.type === 'Progressing')).toMatchObject({
+        reason: 'HibernateRoundFailed',
+        message:
+          'pod ns/demo-1: vk-cocoon reported its hibernate round failed (push vk-ns-demo-1:hibernate: registry push failed) and retries it; the set is Suspended once its snapshot is in',
+      });
+      await w.vkHibernated('demo-1', generation);
+      await waitFor('Suspended', () => w.cs?.status?.phase === 'Suspended');
+    });
+  });
+
+  it('a run an older version started (patches: 28) rebuilds a sub-agent once its failed hibernate round is called off, as the reference', async () => {
+    const cs = catalogueSet(replicas(1));
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    const oldUID = uidOf(world, 'demo-1');
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start({ patches: 28 });
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      w.crs = [hibernation('demo-1', 'Hibernate', 'Hibernating')];
+      await w.updatePod('demo-1', roundFailed);
+      await w.settled(env);
+      w.crs = [];
+      await w.updatePod('demo-1', roundCalledOff);
       await waitFor('demo-1 recreated', () => w.pods.has('demo-1') && uidOf(w, 'demo-1') !== oldUID);
       expect(eventsOf(w, EventReasons.subAgentRebuilding)).toHaveLength(1);
     });
