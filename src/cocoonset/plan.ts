@@ -89,6 +89,7 @@ import {
 } from './restore.js';
 import { buildStatus, type CocoonSetStatus, planStatusWrite } from './status.js';
 import {
+  cloneImageRef,
   invalidSpecReason,
   nodePinReason,
   replicasReason,
@@ -895,15 +896,6 @@ async function pendingMainBlock(st: PassState, main: V1Pod): Promise<void> {
 /** How often a pass held by `cloneImageBlock` probes the registry for the image again, ms. */
 export const NO_IMAGE_RECHECK_MS = 30_000;
 
-/**
- * `repo` and `tag` (default `latest`) of a registry-relative clone image `repo[:tag]` (vk-cocoon's
- * `ociutil.ParseRef` under its registry; the validation gate has already refused any other shape).
- */
-export function cloneImageRef(image: string): { repo: string; tag: string } {
-  const colon = image.lastIndexOf(':');
-  if (colon < 0 || image.indexOf('/', colon) >= 0) return { repo: image, tag: 'latest' };
-  return { repo: image.slice(0, colon), tag: image.slice(colon + 1) };
-}
 
 /**
  * A pod holding a VM whose replacement the spec would clone from another image (`image`, named by `field`),

@@ -338,14 +338,23 @@ const RELATIVE_REF_RE = new RegExp(
 const REPO_NAME_MAX = 255;
 
 /**
+ * `repo` and `tag` (default `latest`) of a clone image `repo[:tag]`: the last `:` not followed by a `/`
+ * starts the tag (vk-cocoon's `ociutil.ParseRef` under its registry; the validation gate refuses any shape
+ * but a registry-relative one before a pass probes it).
+ */
+export function cloneImageRef(image: string): { repo: string; tag: string } {
+  const colon = image.lastIndexOf(':');
+  if (colon < 0 || image.indexOf('/', colon) >= 0) return { repo: image, tag: 'latest' };
+  return { repo: image.slice(0, colon), tag: image.slice(colon + 1) };
+}
+
+/**
  * Whether `image` is a registry-relative `repo[:tag]` (lowercase path components, an optional tag, no
  * registry port, no digest): what vk-cocoon resolves under its registry for a clone-mode VM, and the rule
  * cocoon-webhook applies to clone-mode images.
  */
 export function isRelativeImageRef(image: string): boolean {
-  if (!RELATIVE_REF_RE.test(image)) return false;
-  const colon = image.lastIndexOf(':');
-  return (colon < 0 ? image : image.slice(0, colon)).length <= REPO_NAME_MAX;
+  return RELATIVE_REF_RE.test(image) && cloneImageRef(image).repo.length <= REPO_NAME_MAX;
 }
 
 /** The VM-spec rule errors of one agent or toolbox (`path`) whose mode, defaulted, is `mode`. */
@@ -363,9 +372,7 @@ function vmRuleErrors(path: string, opts: VMOptions, mode: string, image: string
   if (mode === 'clone' && image !== '' && !isRelativeImageRef(image)) {
     // cocoon-webhook's wording; ours adds the case rule when the repository part breaks it (an image with
     // an upper-case letter read as if it named a registry port).
-    const colon = image.lastIndexOf(':');
-    const repo = colon < 0 || image.indexOf('/', colon) >= 0 ? image : image.slice(0, colon);
-    const hint = /[A-Z]/.test(repo) ? '; repository names are lowercase' : '';
+    const hint = /[A-Z]/.test(cloneImageRef(image).repo) ? '; repository names are lowercase' : '';
     out.push(
       `${path}.image ${JSON.stringify(image)} must be repo[:tag] when mode is clone (no registry port or digest${hint})`,
     );

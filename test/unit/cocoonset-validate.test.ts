@@ -8,7 +8,6 @@ import { Annotations, Labels } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
 import type { NamespaceLimits } from '../../src/cocoonset/admission.js';
 import {
-  cloneImageRef,
   NAMESPACE_LIMITS_RECHECK_MS,
   NO_IMAGE_RECHECK_MS,
   NO_NODE_RECHECK_MS,
@@ -16,6 +15,7 @@ import {
 } from '../../src/cocoonset/plan.js';
 import { buildAgentPod, buildToolboxPod } from '../../src/cocoonset/pods.js';
 import {
+  cloneImageRef,
   invalidSpecReason,
   isRelativeImageRef,
   MAX_SUB_AGENTS,
