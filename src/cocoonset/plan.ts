@@ -896,7 +896,6 @@ async function pendingMainBlock(st: PassState, main: V1Pod): Promise<void> {
 /** How often a pass held by `cloneImageBlock` probes the registry for the image again, ms. */
 export const NO_IMAGE_RECHECK_MS = 30_000;
 
-
 /**
  * A pod holding a VM whose replacement the spec would clone from another image (`image`, named by `field`),
  * or undefined: a node has taken the pod (its VM runs, or is hibernated there: a retain set being
