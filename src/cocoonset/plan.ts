@@ -1307,6 +1307,25 @@ function holdSpent(
   return new Set(held.map((h) => h.pod));
 }
 
+/**
+ * `Progressing=False` reason `HibernateRoundFailed` naming the sub-agents and toolboxes whose lifecycle `failed`
+ * a hibernate round left (`failedRoundHoldsVM`, with `failedRoundsHoldVMs`): kept with their VMs, but not
+ * Ready until a round succeeds; undefined when there are none. The main's own report is `mainRoundReport`.
+ */
+function memberRoundBlock(st: PassState): { reason: string; message: string } | undefined {
+  if (!st.input.failedRoundsHoldVMs) return undefined;
+  const members = [...subSlotsAscending(st.c).map((s) => st.c.sub.get(s)!), ...st.c.toolbox.values()].filter(
+    (p) => lifecycleOf(p).state === LifecycleStates.failed && failedRoundHoldsVM(p, st.input.failedRounds),
+  );
+  if (members.length === 0) return undefined;
+  const says = members.map((p) =>
+    hibernateRequested(p)
+      ? `pod ${st.ns}/${p.metadata?.name ?? ''}: vk-cocoon reported its hibernate round failed (${failureOf(p)}); the VM keeps running and vk-cocoon retries the round`
+      : `pod ${st.ns}/${p.metadata?.name ?? ''}: its hibernate round failed (${failureOf(p)}) and was called off; the VM keeps running, but vk-cocoon reports it failed and not Ready until a hibernate round succeeds (hibernate and wake it again, or delete the pod to have it created again, losing its state)`,
+  );
+  return { reason: ConditionReasons.hibernateRoundFailed, message: says.join('; ') };
+}
+
 /** `Progressing=False` reason `SpentSnapshotTag` naming the pods this pass held back (`holdSpent`), if any. */
 function spentBlock(st: PassState): { reason: string; message: string } | undefined {
   const held = st.spentWaits ?? [];
@@ -2561,13 +2580,14 @@ async function reconcile(st: PassState): Promise<never> {
   // toolboxes too young to recreate say so too, and are looked at again when they may be.
   const spent = spentBlock(st);
   const failing = toolboxBlock(st);
-  const block = spent ?? failing;
+  const block = spent ?? failing ?? memberRoundBlock(st);
   if (block) {
     const status = await writeStatus(st, '', 'status', { reason: block.reason, message: block.message });
     const waits = [spent ? REQUEUE_WAIT_FOR_MAIN_MS : 0, failing?.afterMs ?? 0, sub.requeueAfterMs].filter(
       (ms) => ms > 0,
     );
-    return finish(st, { requeueAfterMs: Math.min(...waits) }, status);
+    // A failed round alone waits for the pod's next change (no look again).
+    return finish(st, { requeueAfterMs: waits.length > 0 ? Math.min(...waits) : 0 }, status);
   }
   // 20–21. Derived status; requeue only for rebuild backoff.
   return writeStatusAndFinish(st, '', { requeueAfterMs: sub.requeueAfterMs });

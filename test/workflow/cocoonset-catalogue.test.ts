@@ -567,12 +567,25 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
         w.crs = [hibernation(pod, 'Hibernate', 'Hibernating')];
         await w.updatePod(pod, roundFailed);
         await w.settled(env);
+        expect(w.cs!.status!.conditions!.find((c) => c.type === 'Progressing')).toMatchObject({
+          status: 'False',
+          reason: 'HibernateRoundFailed',
+          message: `pod ns/${pod}: vk-cocoon reported its hibernate round failed (push vk-ns-demo-1:hibernate: registry push failed); the VM keeps running and vk-cocoon retries the round`,
+        });
         // The CocoonHibernation is deleted: its VM workflow clears the annotation; vk writes nothing more.
         w.crs = [];
         await w.updatePod(pod, roundCalledOff);
         await w.settled(env);
         await w.updatePod(pod, () => {});
         await w.settled(env);
+        expect(w.cs!.status!.conditions!.find((c) => c.type === 'Progressing')).toMatchObject({
+          status: 'False',
+          reason: 'HibernateRoundFailed',
+          message: expect.stringContaining(
+            `pod ns/${pod}: its hibernate round failed (push vk-ns-demo-1:hibernate: registry push failed) and was called off`,
+          ),
+        });
+        await expectWaitsForEvents(w);
         expect(uidOf(w, pod)).toBe(oldUID);
         expect(w.calls.filter((c) => c.startsWith('delete ') || c.startsWith('create '))).toEqual([]);
         expect(w.historyWrites).toEqual([]);
