@@ -26,6 +26,7 @@ export const Annotations = {
   hibernatedOnNode: 'cocoonset.cocoonstack.io/hibernated-on-node',
   deleteVMNames: 'cocoonset.cocoonstack.io/delete-vm-names',
   rebuildHistory: 'cocoonset.cocoonstack.io/rebuild-history',
+  failedHibernateRounds: 'cocoon-operator.cocoonstack.io/failed-hibernate-rounds',
   deadLetter: 'cocoonset.cocoonstack.io/dead-letter',
   vmID: 'vm.cocoonstack.io/id',
   vmName: 'vm.cocoonstack.io/name',

@@ -57,13 +57,39 @@ export function hibernateRoundFailed(pod: PodLike): boolean {
 }
 
 /**
- * A hibernate round vk-cocoon reported failed, as a set's workflow remembers it between passes (pod name →
- * this record): the pod incarnation it was seen on, and vk-cocoon's message then (cut as the pass's pod
- * summaries cut it).
+ * A hibernate round vk-cocoon reported failed, as a set remembers it between passes (pod name → this record,
+ * in the CocoonSet's `cocoon-operator.cocoonstack.io/failed-hibernate-rounds` annotation): the pod
+ * incarnation it was seen on, and vk-cocoon's message then (at most FAILED_ROUND_MESSAGE_MAX characters).
  */
 export interface FailedRound {
   uid: string;
   message: string;
+}
+
+/** Longest vk-cocoon message a remembered failed round keeps (the annotation stays small). */
+export const FAILED_ROUND_MESSAGE_MAX = 256;
+
+/**
+ * The failed rounds recorded in the CocoonSet's annotation (`Annotations.failedHibernateRounds`, JSON written
+ * by `noteFailedRounds`' caller); undefined when absent, and when unreadable (someone edited it by hand:
+ * the rounds are then forgotten, as the reference never knew them).
+ */
+export function readFailedRounds(raw: string | undefined): Record<string, FailedRound> | undefined {
+  if (!raw) return undefined;
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(raw);
+  } catch {
+    return undefined;
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) return undefined;
+  const out: Record<string, FailedRound> = {};
+  for (const [name, v] of Object.entries(parsed as Record<string, unknown>)) {
+    const r = v as Partial<FailedRound> | null;
+    if (typeof r?.uid !== 'string' || typeof r.message !== 'string') return undefined;
+    out[name] = { uid: r.uid, message: r.message };
+  }
+  return Object.keys(out).length > 0 ? out : undefined;
 }
 
 /**
@@ -83,7 +109,10 @@ export function noteFailedRounds(
     const uid = pod.metadata?.uid ?? '';
     const a = pod.metadata?.annotations;
     if (hibernateRoundFailed(pod)) {
-      out[name] = { uid, message: a?.[Annotations.lifecycleStateMessage] ?? '' };
+      out[name] = {
+        uid,
+        message: (a?.[Annotations.lifecycleStateMessage] ?? '').slice(0, FAILED_ROUND_MESSAGE_MAX),
+      };
       continue;
     }
     const known = prev?.[name];

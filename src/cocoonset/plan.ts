@@ -56,8 +56,10 @@ import {
   isControlledBy,
   isTerminal,
   mainPodFailedReason,
+  noteFailedRounds,
   ownedPods,
   podsInNameOrder,
+  readFailedRounds,
   subSlotsAscending,
 } from './classify.js';
 import {
@@ -425,7 +427,7 @@ export interface PassInput {
   failedMainRoundKeepsPhase?: boolean;
   /**
    * One rule for every pod whose lifecycle `failed` a hibernate round left (`failedRoundHoldsVM`, with the
-   * rounds the workflow remembers in `failedRounds`): it counts as holding its VM, not as terminal, in every
+   * rounds the set remembers in its `failed-hibernate-rounds` annotation, `noteRounds`): it counts as holding its VM, not as terminal, in every
    * step that reads terminal (sub-agent rebuild, toolbox recreate, the failed main, the suspend gate, the seat
    * release, the placement and clone-image checks), and is never drift-deleted. Before, only a pod still
    * carrying the hibernate annotation was spared: once the round was called off (CocoonHibernation deleted
@@ -434,8 +436,6 @@ export interface PassInput {
    * said `Suspended` with no snapshot taken (found by a new-user run). The workflow sets it behind `patched()`.
    */
   failedRoundsHoldVMs?: boolean;
-  /** The failed hibernate rounds the workflow remembers (`noteFailedRounds`), with `failedRoundsHoldVMs`. */
-  failedRounds?: Readonly<Record<string, FailedRound>>;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -718,6 +718,8 @@ interface PassState {
   input: PassInput;
   /** Annotations written to the CocoonSet so far (mirrored into later reads). */
   written: Record<string, string>;
+  /** The failed hibernate rounds this pass remembers (`noteRounds`). */
+  failedRounds?: Readonly<Record<string, FailedRound>>;
   /** Annotations removed from the CocoonSet so far (hidden from later reads). */
   cleared?: Set<string>;
   /** The namespace's CocoonHibernation List of this pass, once asked for. */
@@ -1310,19 +1312,15 @@ function holdSpent(
 /**
  * `Progressing=False` reason `HibernateRoundFailed` naming the sub-agents and toolboxes whose lifecycle `failed`
  * a hibernate round left (`failedRoundHoldsVM`, with `failedRoundsHoldVMs`): kept with their VMs, but not
- * Ready until a round succeeds; undefined when there are none. The main's own report is `mainRoundReport`.
+ * Ready until a round succeeds (`roundReport`); undefined when there are none.
  */
 function memberRoundBlock(st: PassState): { reason: string; message: string } | undefined {
   if (!st.input.failedRoundsHoldVMs) return undefined;
-  const members = [...subSlotsAscending(st.c).map((s) => st.c.sub.get(s)!), ...st.c.toolbox.values()].filter(
-    (p) => lifecycleOf(p).state === LifecycleStates.failed && failedRoundHoldsVM(p, st.input.failedRounds),
+  const members = [...subSlotsAscending(st.c).map((s) => st.c.sub.get(s)!), ...st.c.toolbox.values()];
+  const says = members.flatMap(
+    (p) => roundReport(st, p, `pod ${st.ns}/${p.metadata?.name ?? ''}`)?.message ?? [],
   );
-  if (members.length === 0) return undefined;
-  const says = members.map((p) =>
-    hibernateRequested(p)
-      ? `pod ${st.ns}/${p.metadata?.name ?? ''}: vk-cocoon reported its hibernate round failed (${failureOf(p)}); the VM keeps running and vk-cocoon retries the round`
-      : `pod ${st.ns}/${p.metadata?.name ?? ''}: its hibernate round failed (${failureOf(p)}) and was called off; the VM keeps running, but vk-cocoon reports it failed and not Ready until a hibernate round succeeds (hibernate and wake it again, or delete the pod to have it created again, losing its state)`,
-  );
+  if (says.length === 0) return undefined;
   return { reason: ConditionReasons.hibernateRoundFailed, message: says.join('; ') };
 }
 
@@ -1628,43 +1626,54 @@ async function ensureSubAgents(
  * drop (the workflow replays the pass).
  */
 /**
- * What the set says of a main that a failed hibernate round holds (`Progressing=False` reason
- * `HibernateRoundFailed`), or undefined when none does: the round still asked for (vk-cocoon retries it:
- * `failed`, or `hibernating` again after a recorded failure, so the condition does not flap at each retry),
- * a failure with no VM on the pod (a restore that failed: the state stays in the registry), or a round called
- * off (no hibernate annotation any more: vk-cocoon reports `failed`, and the pod not Ready, until a later
- * round succeeds; `calledOff`, nothing will retry).
+ * What the set says of a pod that a failed hibernate round holds (`Progressing=False` reason
+ * `HibernateRoundFailed`; `who` names it, e.g. "main pod ns/demo-0"), or undefined when none does: the round
+ * still asked for (vk-cocoon retries it: `failed`, or `hibernating` again after a remembered failure, whose
+ * message it quotes so that the text does not change at each retry), a failure with no VM on the pod (a
+ * restore that failed: the state stays in the registry), or a round called off (no hibernate annotation any
+ * more: vk-cocoon reports `failed`, and the pod not Ready, until a later round succeeds; `calledOff`,
+ * nothing will retry).
  */
-function mainRoundReport(st: PassState, main: V1Pod): { message: string; calledOff: boolean } | undefined {
-  const pod = `main pod ${st.ns}/${main.metadata?.name ?? ''}`;
-  const state = lifecycleOf(main).state;
-  const recorded = st.input.failedRounds?.[main.metadata?.name ?? ''];
-  const asked = hibernateRequested(main);
-  if (
-    state === LifecycleStates.hibernating &&
-    asked &&
-    recorded !== undefined &&
-    recorded.uid === main.metadata?.uid
-  )
-    return {
-      message: `${pod}: vk-cocoon reported its hibernate round failed (${recorded.message}) and is retrying it; the VM keeps running meanwhile`,
-      calledOff: false,
-    };
-  if (state !== LifecycleStates.failed || !failedRoundHoldsVM(main, st.input.failedRounds)) return undefined;
+function roundReport(
+  st: PassState,
+  pod: V1Pod,
+  who: string,
+): { message: string; calledOff: boolean } | undefined {
+  const state = lifecycleOf(pod).state;
+  const recorded = st.failedRounds?.[pod.metadata?.name ?? ''];
+  const mine = recorded !== undefined && recorded.uid === pod.metadata?.uid ? recorded : undefined;
+  const asked = hibernateRequested(pod);
+  const retried = state === LifecycleStates.hibernating && asked && mine !== undefined;
+  if (!retried && (state !== LifecycleStates.failed || !failedRoundHoldsVM(pod, st.failedRounds)))
+    return undefined;
   if (!asked)
     return {
-      message: `${pod}: its hibernate round failed (${failureOf(main)}) and was called off; the VM keeps running, but vk-cocoon reports it failed and not Ready until a hibernate round succeeds: hibernate and wake it again (a CocoonHibernation, or spec.suspend), or delete the pod to have the main created again from the spec (its state is lost)`,
+      message: `${who}: its hibernate round failed (${failureOf(pod)}) and was called off; the VM keeps running, but vk-cocoon reports it failed and not Ready until a hibernate round succeeds: hibernate and wake it again (a CocoonHibernation, or spec.suspend), or delete the pod to have it created again from the spec (its state is lost)`,
       calledOff: true,
     };
-  if (vmIDOf(main) === '')
+  if (!retried && vmIDOf(pod) === '')
     return {
-      message: `${pod}: vk-cocoon reported it failed with no VM running (${failureOf(main)}); its hibernated state stays in the registry and vk-cocoon retries`,
+      message: `${who}: vk-cocoon reported it failed with no VM running (${failureOf(pod)}); its hibernated state stays in the registry and vk-cocoon retries`,
       calledOff: false,
     };
   return {
-    message: `${pod}: vk-cocoon reported its hibernate round failed (${failureOf(main)}); the VM keeps running and vk-cocoon retries the round`,
+    message: `${who}: vk-cocoon reported its hibernate round failed (${mine?.message ?? failureOf(pod)}); the VM keeps running and vk-cocoon retries the round`,
     calledOff: false,
   };
+}
+
+/**
+ * Brings the set's memory of failed hibernate rounds (`noteFailedRounds` over its pods) up to date: kept in
+ * the CocoonSet's `cocoon-operator.cocoonstack.io/failed-hibernate-rounds` annotation, written only when it
+ * changes, so that it outlives the workflow run (a run started afresh, e.g. after a terminate, still knows a
+ * called-off round's pod holds its VM). A failed write fails the pass.
+ */
+async function noteRounds(st: PassState): Promise<void> {
+  const raw = st.cs.metadata.annotations?.[Annotations.failedHibernateRounds];
+  st.failedRounds = noteFailedRounds(readFailedRounds(raw), [...st.c.allByName.values()]);
+  const next = st.failedRounds === undefined ? null : JSON.stringify(st.failedRounds);
+  if (next === (raw ?? null)) return;
+  await annotateSet(st, 'failed-rounds', { [Annotations.failedHibernateRounds]: next });
 }
 
 /**
@@ -1674,8 +1683,7 @@ function mainRoundReport(st: PassState, main: V1Pod): { message: string; calledO
  */
 function terminal(st: PassState, pod: V1Pod): boolean {
   return (
-    isTerminal(pod) &&
-    !(st.input.failedRoundsHoldVMs === true && failedRoundHoldsVM(pod, st.input.failedRounds))
+    isTerminal(pod) && !(st.input.failedRoundsHoldVMs === true && failedRoundHoldsVM(pod, st.failedRounds))
   );
 }
 
@@ -2450,6 +2458,7 @@ async function reconcile(st: PassState): Promise<never> {
     if (err !== undefined) return fail(st, `add finalizer: ${err}`);
     return finish(st, { requeue: true });
   }
+  if (st.input.failedRoundsHoldVMs) await noteRounds(st);
   // Validation gate (ours): nothing below touches a pod while the spec builds pods the apiserver rejects.
   // Toolbox names that break the toolbox name rules keep failing at their own step, as in the reference.
   const tbNamesOK = validateToolboxes(cs.spec.toolboxes ?? []) === undefined;
@@ -2483,7 +2492,7 @@ async function reconcile(st: PassState): Promise<never> {
   const mainRoundFailed =
     main !== undefined &&
     (st.input.failedRoundsHoldVMs === true
-      ? failedRoundHoldsVM(main, st.input.failedRounds)
+      ? failedRoundHoldsVM(main, st.failedRounds)
       : st.input.failedMainRoundKeepsPhase === true && hibernateRoundFailed(main));
   if (main && mainRoundFailed) recordFailedMain(st, main, EventReasons.podLifecycleFailed);
   else if (main) {
@@ -2560,7 +2569,10 @@ async function reconcile(st: PassState): Promise<never> {
   // 15. Main not Ready: Pending, 5 s. Ours (`hibernatingMainHoldsMembers`): a main carrying the hibernate
   // annotation counts as not Ready.
   if (!podReady(main) || (st.input.hibernatingMainHoldsMembers && hibernateRequested(main))) {
-    const round = mainRoundFailed || st.input.failedRoundsHoldVMs ? mainRoundReport(st, main) : undefined;
+    const round =
+      mainRoundFailed || st.input.failedRoundsHoldVMs
+        ? roundReport(st, main, `main pod ${st.ns}/${main.metadata?.name ?? ''}`)
+        : undefined;
     if (round !== undefined) {
       const status = await writeStatus(st, 'Pending', 'status', {
         reason: ConditionReasons.hibernateRoundFailed,

@@ -33,13 +33,7 @@ import { taskQueues } from '../api/ids.js';
 import { Annotations, Finalizers, Tags } from '../api/keys.js';
 import { extractAgentSlot, vmNameOf } from '../api/pod.js';
 import type { CocoonSet } from '../api/types.js';
-import {
-  classifyPods,
-  type FailedRound,
-  isControlledBy,
-  noteFailedRounds,
-  ownedPods,
-} from '../cocoonset/classify.js';
+import { classifyPods, isControlledBy, ownedPods } from '../cocoonset/classify.js';
 import {
   type ActionOutcome,
   type DelegatedFlow,
@@ -179,12 +173,6 @@ export interface CocoonSetState {
    * tag's DELETE then failed: the tag is spent (`PassInput.spentBySet`). Cleared by that tag's DELETE.
    */
   spentBySet?: Record<string, string>;
-  /**
-   * Pods whose hibernate round vk-cocoon reported failed, remembered after each read of the pods
-   * (`noteFailedRounds`): once the round is called off the pod no longer shows it, yet still holds its VM
-   * (`PassInput.failedRounds`).
-   */
-  failedRounds?: Record<string, FailedRound>;
 }
 
 /**
@@ -391,8 +379,6 @@ async function runPass(
       return true;
     }
     cs = world.cs;
-    if (on(io, 'failed-round-holds-vm'))
-      state.failedRounds = noteFailedRounds(state.failedRounds, world.pods);
     result = await drive(state, input, world.cs, world.pods, io);
     if (result.finalizerRemoved) {
       log.info('cocoonset finalizer removed; workflow completes', {
@@ -515,7 +501,6 @@ async function drive(
     failedRoundKeepsVM: on(io, 'failed-hibernate-round-keeps-vm'),
     failedMainRoundKeepsPhase: on(io, 'failed-main-round-keeps-phase'),
     failedRoundsHoldVMs: on(io, 'failed-round-holds-vm'),
-    failedRounds: state.failedRounds,
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,

@@ -5,6 +5,7 @@
  * (test/replay/record.ts) runs them all and writes the files; test/replay/replay.test.ts replays every file
  * against the current workflow code, so a change that breaks runs already in flight fails CI.
  */
+import type { V1Pod } from '@kubernetes/client-node';
 import type { History } from '@temporalio/common/lib/proto-utils.js';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { vmWorkflowId } from '../../src/api/ids.js';
@@ -740,6 +741,49 @@ export const scenarios: Scenario[] = [
         await w.settled(env);
         return {
           'cocoonset-rebuild-dead-letter': await env.client.workflow.getHandle(w.workflowId).fetchHistory(),
+        };
+      });
+    },
+  },
+  {
+    name: 'cocoonset-failed-round',
+    covers:
+      'a sub-agent whose hibernate round vk reports failed, then called off (remembered in the set annotation), then ready again',
+    record: async (env) => {
+      const cs = demoSet(withFinalizer);
+      return withCocoonSetWorld(env, new CocoonSetWorld(cs, convergedPods(cs)), async (w) => {
+        await w.start();
+        await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+        const set = (ann: Record<string, string | undefined>) => (p: V1Pod) => {
+          const merged = { ...p.metadata!.annotations, ...ann };
+          p.metadata!.annotations = Object.fromEntries(
+            Object.entries(merged).filter((e): e is [string, string] => e[1] !== undefined),
+          );
+        };
+        await w.updatePod(
+          'demo-1',
+          set({
+            [Annotations.hibernate]: 'true',
+            [Annotations.lifecycleState]: 'failed',
+            [Annotations.lifecycleStateMessage]: 'push refused',
+          }),
+        );
+        await waitFor('round remembered', () =>
+          Boolean(w.cs?.metadata.annotations?.[Annotations.failedHibernateRounds]),
+        );
+        await w.updatePod('demo-1', set({ [Annotations.hibernate]: undefined }));
+        await w.settled(env);
+        await w.updatePod(
+          'demo-1',
+          set({ [Annotations.lifecycleState]: 'ready', [Annotations.lifecycleStateMessage]: undefined }),
+        );
+        await waitFor(
+          'round forgotten',
+          () => !w.cs?.metadata.annotations?.[Annotations.failedHibernateRounds],
+        );
+        await w.settled(env);
+        return {
+          'cocoonset-failed-round': await env.client.workflow.getHandle(w.workflowId).fetchHistory(),
         };
       });
     },

@@ -586,6 +586,16 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
           ),
         });
         await expectWaitsForEvents(w);
+        // The set remembers the round on the CocoonSet: a run started afresh (here the old one is terminated
+        // by hand) still knows the pod holds its VM.
+        expect(
+          JSON.parse(w.cs!.metadata.annotations![Annotations.failedHibernateRounds]!)[pod],
+        ).toMatchObject({ uid: oldUID, message: 'push vk-ns-demo-1:hibernate: registry push failed' });
+        await w.client!.getHandle(w.workflowId).terminate('a fresh run must remember the round');
+        w.sent.signals = 0; // the fresh run counts its signals from 0
+        await w.start();
+        await w.updatePod(pod, () => {});
+        await w.settled(env);
         expect(uidOf(w, pod)).toBe(oldUID);
         expect(w.calls.filter((c) => c.startsWith('delete ') || c.startsWith('create '))).toEqual([]);
         expect(w.historyWrites).toEqual([]);
@@ -611,7 +621,7 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
       expect(w.cs!.status!.conditions!.find((c) => c.type === 'Progressing')).toMatchObject({
         reason: 'HibernateRoundFailed',
         message:
-          'main pod ns/demo-0: vk-cocoon reported its hibernate round failed (push vk-ns-demo-1:hibernate: registry push failed) and is retrying it; the VM keeps running meanwhile',
+          'main pod ns/demo-0: vk-cocoon reported its hibernate round failed (push vk-ns-demo-1:hibernate: registry push failed); the VM keeps running and vk-cocoon retries the round',
       });
       await w.updatePod('demo-0', roundFailed);
       await w.settled(env);
