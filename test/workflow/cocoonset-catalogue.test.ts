@@ -445,6 +445,15 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
       [Annotations.lifecycleStateMessage]: 'push vk-ns-demo-1:hibernate: registry push failed',
     });
 
+  /** The set runs; a CocoonHibernation asks to hibernate its main and vk fails the round: the set is Pending. */
+  async function mainRoundFailing(w: CocoonSetWorld): Promise<void> {
+    await w.start();
+    await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+    w.crs = [hibernation('demo-0', 'Hibernate', 'Hibernating')];
+    await w.updatePod('demo-0', roundFailed);
+    await waitFor('Pending', () => w.cs?.status?.phase === 'Pending');
+  }
+
   for (const [what, cs, pod] of [
     ['sub-agent', catalogueSet(replicas(1)), 'demo-1'],
     ['toolbox', catalogueSet(toolboxes('tb')), 'demo-tb'],
@@ -477,11 +486,7 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
     const world = new CocoonSetWorld(cs, convergedPods(cs));
     const mainUID = uidOf(world, 'demo-0');
     await withCocoonSetWorld(env, world, async (w) => {
-      await w.start();
-      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
-      w.crs = [hibernation('demo-0', 'Hibernate', 'Hibernating')];
-      await w.updatePod('demo-0', roundFailed);
-      await waitFor('Pending', () => w.cs?.status?.phase === 'Pending');
+      await mainRoundFailing(w);
       await w.settled(env);
       expect(w.cs!.status!.conditions!.find((c) => c.type === 'Progressing')).toMatchObject({
         status: 'False',
@@ -610,11 +615,7 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
     const world = new CocoonSetWorld(cs, convergedPods(cs));
     const mainUID = uidOf(world, 'demo-0');
     await withCocoonSetWorld(env, world, async (w) => {
-      await w.start();
-      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
-      w.crs = [hibernation('demo-0', 'Hibernate', 'Hibernating')];
-      await w.updatePod('demo-0', roundFailed);
-      await waitFor('Pending', () => w.cs?.status?.phase === 'Pending');
+      await mainRoundFailing(w);
       // vk retries the round: the condition stays (no flap to Reconciling at each retry).
       await w.updatePod('demo-0', (p) => annotate(p, { [Annotations.lifecycleState]: 'hibernating' }));
       await w.settled(env);
