@@ -38,6 +38,7 @@ import {
   hibernateRequested,
   lifecycleOf,
   podReady,
+  podTerminal,
   restoreFromHibernate,
   vmIDOf,
   vmNameForAgent,
@@ -736,6 +737,8 @@ interface PassState {
   generationReads?: number;
   /** Failed toolboxes too young to recreate (`toolboxRecreateBackoff`): pod, failure, ms until it may be. */
   toolboxWaits?: { pod: string; failure: string; waitMs: number }[];
+  /** Failed pods with no VM kept because their `:hibernate` tag holds their state (`stateInTag`). */
+  tagHeld?: V1Pod[];
 }
 
 function finish(st: PassState, result: Partial<PassResult>, status?: CocoonSetStatus): never {
@@ -1317,9 +1320,13 @@ function holdSpent(
 function memberRoundBlock(st: PassState): { reason: string; message: string } | undefined {
   if (!st.input.failedRoundsHoldVMs) return undefined;
   const members = [...subSlotsAscending(st.c).map((s) => st.c.sub.get(s)!), ...st.c.toolbox.values()];
-  const says = members.flatMap(
-    (p) => roundReport(st, p, `pod ${st.ns}/${p.metadata?.name ?? ''}`)?.message ?? [],
-  );
+  const says = [
+    ...members.flatMap((p) => roundReport(st, p, `pod ${st.ns}/${p.metadata?.name ?? ''}`)?.message ?? []),
+    ...(st.tagHeld ?? []).map(
+      (p) =>
+        `pod ${st.ns}/${p.metadata?.name ?? ''}: vk-cocoon reported it failed with no VM running (${failureOf(p)}); its state is in its :hibernate snapshot, so the set neither rebuilds nor recreates it while vk-cocoon retries (delete the snapshot to give the state up)`,
+    ),
+  ];
   if (says.length === 0) return undefined;
   return { reason: ConditionReasons.hibernateRoundFailed, message: says.join('; ') };
 }
@@ -1467,7 +1474,7 @@ async function ensureSubAgents(
     const podName = pod.metadata?.name ?? '';
     // Ours: a failed hibernate round leaves a live VM; vk-cocoon retries the round (its next report runs
     // the pass again), or the round was called off.
-    if (inFailedRound(st, pod)) continue;
+    if (inFailedRound(st, pod) || (await stateInTag(st, pod))) continue;
     const cs = currentCS(st);
     const t = triageSubAgent(cs, pod, slot, readRebuildHistory(cs), st.input.nowMs, driftOptions(st), {
       terminal: terminal(st, pod),
@@ -1688,6 +1695,25 @@ function terminal(st: PassState, pod: V1Pod): boolean {
 }
 
 /**
+ * Ours (`failedRoundsHoldVMs`): a sub-agent or toolbox vk-cocoon reports failed (lifecycle `failed`, phase not
+ * `Failed`) while it runs no VM, whose `:hibernate` tag is in the registry: that tag is the VM's state (e.g.
+ * the wake after an un-suspend failed its pull; vk-cocoon retries it), so the pod is neither rebuilt nor
+ * recreated (the rebuild would also drop the tag with the pod: the reference rebuilds and keeps the tag,
+ * which the new pod then restores, or is refused). Probed once per such pod per pass; a probe error keeps it
+ * too (fail closed). Kept pods are named in `HibernateRoundFailed` (`memberRoundBlock`).
+ */
+async function stateInTag(st: PassState, pod: V1Pod): Promise<boolean> {
+  if (!st.input.failedRoundsHoldVMs || !st.input.registryConfigured) return false;
+  if (!terminal(st, pod) || podTerminal(pod) || vmIDOf(pod) !== '') return false;
+  const vm = vmNameOf(pod);
+  if (pod.metadata?.annotations?.[Annotations.managed] !== 'true' || vm === '') return false;
+  const o = await st.r.run({ id: `state-probe:${vm}`, type: 'probeHibernate', vmName: vm });
+  const kept = o.kind !== 'probe' || o.present;
+  if (kept) st.tagHeld = [...(st.tagHeld ?? []), pod];
+  return kept;
+}
+
+/**
  * A sub-agent or toolbox in a failed hibernate round that is still asked for (`hibernateRoundFailed`, with
  * `failedRoundKeepsVM`): kept as it is (no rebuild, recreate or drift delete) while vk-cocoon retries the
  * round. Once the round is called off the pod is a live pod like any other (`terminal` says it is not
@@ -1812,7 +1838,7 @@ async function ensureToolboxes(st: PassState): Promise<boolean> {
     }
     if (existing) {
       // Ours: as for a sub-agent, a failed hibernate round leaves a live VM (see `failedRoundKeepsVM`).
-      if (inFailedRound(st, existing)) continue;
+      if (inFailedRound(st, existing) || (await stateInTag(st, existing))) continue;
       const drifted = !podSpecMatchesToolbox(existing, st.cs, tb, driftOptions(st));
       // A failed toolbox the spec still builds waits out its minimum age; a drifted one (the fix) does not.
       const waitMs = st.input.toolboxRecreateBackoff && !drifted ? recreateWaitMs(st, existing) : 0;

@@ -653,6 +653,40 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     expect(uidsOf(back.pods)).toEqual(uidsOf(pods));
   }, 300_000);
 
+  it('deliberate (patch failed-round-holds-vm; the reference rebuilds the sub-agent, and our rebuild would drop its :hibernate tag): a sub-agent whose wake after an un-suspend fails its pull keeps its pod and snapshot, named in Progressing HibernateRoundFailed; once the pull works vk wakes it, same pod', async () => {
+    const name = 'wakefail';
+    const sub = `${name}-1`;
+    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+    const { pods } = await waitRunning(name);
+    await sets.patchSpec(name, { suspend: true });
+    await sets.waitUntil(name, 'Suspended', (cs) => cs?.status?.phase === 'Suspended', BRING_UP_MS);
+    sim.faults.add({ vm: `^${vmOf(name, 1)}$`, op: 'wake.pull.fail' });
+    await sets.patchSpec(name, { suspend: false });
+    const failedWakes = () =>
+      rec.podHistory(sub).filter((p) => p.lifecycle === LifecycleStates.failed).length;
+    await waitFor('a failed wake of the sub-agent', () => failedWakes() >= 1, QUICK_MS);
+    await pokeAndWaitForPass(name, sub, 1);
+    const held = await sets.waitUntil(
+      name,
+      'Progressing HibernateRoundFailed naming the sub-agent',
+      (cs) =>
+        cs?.status?.conditions
+          ?.find((c) => c.type === CONDITION_PROGRESSING)
+          ?.message?.includes(`pod ${ns}/${sub}: vk-cocoon reported it failed with no VM running`) === true,
+      QUICK_MS,
+    );
+    expect(held!.status?.conditions?.find((c) => c.type === CONDITION_PROGRESSING)?.reason).toBe(
+      'HibernateRoundFailed',
+    );
+    expect(await headTag(registry, vmOf(name, 1), Tags.hibernate)).toBe(200);
+    expect(await setEvents(name, EventReasons.subAgentRebuilding)).toEqual([]);
+
+    sim.faults.clear();
+    const back = await waitRunning(name);
+    expect(uidsOf(back.pods)).toEqual(uidsOf(pods));
+    expect(rec.podHistory(sub).some((p) => p.deleting)).toBe(false);
+  }, 300_000);
+
   it('a sub-agent whose VM keeps failing is rebuilt 4 times with 0/1/5/30 s backoff, then dead-lettered (Warning event, metric); a spec edit lifts it', async () => {
     const name = 'rebuild';
     const sub = `${name}-2`;

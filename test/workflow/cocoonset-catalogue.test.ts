@@ -685,6 +685,38 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
     });
   });
 
+  it('deliberate (patch failed-round-holds-vm; the reference rebuilds it, and our rebuild would drop its tag): a sub-agent vk reports failed while it runs no VM and whose :hibernate tag is in the registry (a failed wake vk retries) is kept and named in Progressing HibernateRoundFailed; without the tag it is rebuilt', async () => {
+    const cs = catalogueSet(replicas(1));
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    const oldUID = uidOf(world, 'demo-1');
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      w.tags.add('vk-ns-demo-1:hibernate');
+      await w.updatePod('demo-1', (p) =>
+        annotate(p, {
+          [Annotations.lifecycleState]: 'failed',
+          [Annotations.lifecycleStateMessage]: 'pull failed',
+        }),
+      );
+      await w.settled(env);
+      expect(uidOf(w, 'demo-1')).toBe(oldUID);
+      expect(w.calls).toContain('probe vk-ns-demo-1:hibernate');
+      expect(w.calls.filter((c) => c.startsWith('delete ') || c.startsWith('registry-delete'))).toEqual([]);
+      expect(w.cs!.status!.conditions!.find((c) => c.type === 'Progressing')).toMatchObject({
+        status: 'False',
+        reason: 'HibernateRoundFailed',
+        message: expect.stringContaining(
+          'pod ns/demo-1: vk-cocoon reported it failed with no VM running (pull failed)',
+        ),
+      });
+      // The snapshot is given up (deleted by hand): the pod is rebuilt as the reference does.
+      w.tags.delete('vk-ns-demo-1:hibernate');
+      await w.updatePod('demo-1', () => {});
+      await waitFor('demo-1 rebuilt', () => w.pods.has('demo-1') && uidOf(w, 'demo-1') !== oldUID);
+    });
+  });
+
   it('a run an older version started (patches: 28) rebuilds a sub-agent once its failed hibernate round is called off, as the reference', async () => {
     const cs = catalogueSet(replicas(1));
     const world = new CocoonSetWorld(cs, convergedPods(cs));
