@@ -1324,7 +1324,7 @@ function memberRoundBlock(st: PassState): { reason: string; message: string } | 
     ...members.flatMap((p) => roundReport(st, p, `pod ${st.ns}/${p.metadata?.name ?? ''}`)?.message ?? []),
     ...(st.tagHeld ?? []).map(
       (p) =>
-        `pod ${st.ns}/${p.metadata?.name ?? ''}: vk-cocoon reported it failed with no VM running (${failureOf(p)}); its state is in its :hibernate snapshot, so the set neither rebuilds nor recreates it while vk-cocoon retries (delete the snapshot to give the state up)`,
+        `pod ${st.ns}/${p.metadata?.name ?? ''}: vk-cocoon reported it failed with no VM running (${failureOf(p)}); its :hibernate snapshot is in the registry, and the set keeps the pod rather than drop that snapshot with a rebuild while vk-cocoon retries; if vk-cocoon refuses the snapshot (its message says so), delete the snapshot to give that state up, and the set rebuilds the pod`,
     ),
   ];
   if (says.length === 0) return undefined;
