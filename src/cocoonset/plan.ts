@@ -428,8 +428,8 @@ export interface PassInput {
   failedMainRoundKeepsPhase?: boolean;
   /**
    * One rule for every pod whose lifecycle `failed` a hibernate round left (`failedRoundHoldsVM`, with the
-   * rounds the set remembers in its `failed-hibernate-rounds` annotation, `noteRounds`): it counts as holding its VM, not as terminal, in every
-   * step that reads terminal (sub-agent rebuild, toolbox recreate, the failed main, the suspend gate, the seat
+   * rounds the set remembers in its `failed-hibernate-rounds` annotation, `noteRounds`): it counts as holding
+   * its VM, not as terminal, in every step that reads terminal (sub-agent rebuild, toolbox recreate, the failed main, the suspend gate, the seat
    * release, the placement and clone-image checks), and is never drift-deleted. Before, only a pod still
    * carrying the hibernate annotation was spared: once the round was called off (CocoonHibernation deleted
    * or set to `Wake`, set un-suspended) vk-cocoon still reports `failed` and the set deleted the running

@@ -693,12 +693,7 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
       await w.start();
       await waitFor('Running', () => w.cs?.status?.phase === 'Running');
       w.tags.add('vk-ns-demo-1:hibernate');
-      await w.updatePod('demo-1', (p) =>
-        annotate(p, {
-          [Annotations.lifecycleState]: 'failed',
-          [Annotations.lifecycleStateMessage]: 'pull failed',
-        }),
-      );
+      await w.updatePod('demo-1', lifecycleFailed('pull failed'));
       await w.settled(env);
       expect(uidOf(w, 'demo-1')).toBe(oldUID);
       expect(w.calls).toContain('probe vk-ns-demo-1:hibernate');
