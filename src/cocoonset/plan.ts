@@ -437,6 +437,17 @@ export interface PassInput {
    * said `Suspended` with no snapshot taken (found by a new-user run). The workflow sets it behind `patched()`.
    */
   failedRoundsHoldVMs?: boolean;
+  /**
+   * A main replaced while its VM lives only in its `:hibernate` tag (`mainStateInTag`: no VM running, the tag
+   * in the registry; e.g. a suspended set un-suspended together with a resources edit, or a wake that failed)
+   * keeps that tag: vk-cocoon restores the new pod from it (its evidence check), or refuses a changed image
+   * and says to delete the tag to give the state up. The set asks the new pod's VM workflow to wake it once
+   * the pod is there (`wakeOwed`), which drops the tag once the VM runs. Before, the replacement dropped the
+   * tag and the new main booted fresh: the suspended state was lost. The Go operator keeps the tag. A `Failed`
+   * main also says vk-cocoon's reason in `Progressing` (before, only its Event did). The workflow sets it
+   * behind `patched()`.
+   */
+  replacedMainKeepsSnapshot?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -551,6 +562,11 @@ export type PassEnd =
       kind: 'done';
       result: PassResult;
       mirror: { annotations: Record<string, string>; status?: CocoonSetStatus };
+      /**
+       * Pods the pass replaced keeping their `:hibernate` tag (`replacedMainKeepsSnapshot`): the workflow
+       * owes each new pod a wake ask (it records them as asked to hibernate, so the un-suspend step asks).
+       */
+      wakeOwed?: string[];
     };
 
 /**
@@ -739,6 +755,8 @@ interface PassState {
   toolboxWaits?: { pod: string; failure: string; waitMs: number }[];
   /** Failed pods with no VM kept because their `:hibernate` tag holds their state (`stateInTag`). */
   tagHeld?: V1Pod[];
+  /** Pods deleted keeping their `:hibernate` tag, whose new pod must be asked to wake (`mainStateInTag`). */
+  wakeOwed?: string[];
 }
 
 function finish(st: PassState, result: Partial<PassResult>, status?: CocoonSetStatus): never {
@@ -750,6 +768,7 @@ function finish(st: PassState, result: Partial<PassResult>, status?: CocoonSetSt
       error: result.error,
     },
     mirror: { annotations: { ...st.written }, status },
+    ...(st.wakeOwed ? { wakeOwed: st.wakeOwed } : {}),
   });
 }
 
@@ -1232,12 +1251,48 @@ async function handleFailedMain(
   reason: 'PodLifecycleFailed' | 'MainAgentFailed',
 ): Promise<never> {
   if (!podSpecMatchesAgent(main, st.cs, 0, driftOptions(st))) {
-    if (await deletePod(st, main.metadata!.name!, 'delete terminal drifted main agent'))
-      await dropRemovedTags(st, [main]);
+    const keepTag = await mainStateInTag(st, main);
+    const deleted = await deletePod(st, main.metadata!.name!, 'delete terminal drifted main agent');
+    if (keepTag) oweWake(st, main);
+    else if (deleted) await dropRemovedTags(st, [main]);
     return finish(st, { requeue: true });
   }
   recordFailedMain(st, main, reason);
-  return writeStatusAndFinish(st, 'Failed', {});
+  if (!st.input.replacedMainKeepsSnapshot) return writeStatusAndFinish(st, 'Failed', {});
+  const status = await writeStatus(st, 'Failed', 'status', {
+    reason,
+    message: `main pod ${st.ns}/${main.metadata?.name ?? ''}: ${failureOf(main)}`,
+  });
+  return finish(st, {}, status);
+}
+
+/**
+ * Ours (`replacedMainKeepsSnapshot`): whether the main's VM lives only in its `:hibernate` tag: a managed
+ * main with no VM id (vk-cocoon removed the VM at its hibernate, or a wake has not brought it up) whose tag
+ * the registry has (one HEAD). A replacement then keeps the tag for the new pod (vk-cocoon restores any
+ * create of a VM whose tag exists, or refuses a changed image and says how to give the state up), where
+ * `dropRemovedTags` would discard the state. A probe error fails the pass before anything is deleted.
+ */
+async function mainStateInTag(st: PassState, main: V1Pod): Promise<boolean> {
+  if (!st.input.replacedMainKeepsSnapshot || !st.input.registryConfigured || vmIDOf(main) !== '')
+    return false;
+  const vm = vmNameOf(main);
+  if (main.metadata?.annotations?.[Annotations.managed] !== 'true' || vm === '') return false;
+  const o = await st.r.run({ id: `state-probe:${vm}`, type: 'probeHibernate', vmName: vm });
+  if (o.kind !== 'probe')
+    return fail(
+      st,
+      `probe hibernate snapshot ${vm} of the main to replace: ${errText(o) ?? 'unexpected outcome'}`,
+    );
+  return o.present;
+}
+
+/**
+ * Records that `pod` was deleted with its `:hibernate` tag kept (`mainStateInTag`): the workflow asks its
+ * next pod's VM workflow to wake (`PassEnd.wakeOwed`), which drops the tag once the restored VM runs.
+ */
+function oweWake(st: PassState, pod: V1Pod): void {
+  st.wakeOwed = [...(st.wakeOwed ?? []), pod.metadata?.name ?? ''];
 }
 
 /**
@@ -2551,9 +2606,19 @@ async function reconcile(st: PassState): Promise<never> {
   else if (wakeMayEngage(cs, main, st.input.registryConfigured)) await offer(st, 'wake');
   // 11. Un-suspend: clear leftover hibernate annotations, except on CR-owned pods. With `setDesires` the
   // pods' VM workflows decide (they know the CocoonHibernations): no List here.
+  const mainDrifted =
+    main !== undefined &&
+    (!podSpecMatchesAgent(main, cs, 0, driftOptions(st)) || unboundOffPin(st, main)) &&
+    !inHibernateRound(st, main) &&
+    !(mainRoundFailed && hibernateRequested(main));
+  // Ours (`replacedMainKeepsSnapshot`): a drifted main whose VM is in its tag alone is replaced, not woken
+  // first (a wake would start the VM the delete then stops); its new pod is asked to wake instead.
+  const mainKeepsTag = mainDrifted && (await mainStateInTag(st, main!));
   const hibernating = podsInNameOrder(c).filter(hibernateRequested);
   const toWake = podsInNameOrder(c).filter(
-    (p) => hibernateRequested(p) || st.input.hibernateAsked?.[p.metadata?.name ?? ''] !== undefined,
+    (p) =>
+      (hibernateRequested(p) || st.input.hibernateAsked?.[p.metadata?.name ?? ''] !== undefined) &&
+      !(mainKeepsTag && p === main),
   );
   // The set's own wake (released seat, migration) already dropped the tag of the pod it restored: that VM
   // workflow only lets go of the old request (`keepTag`), so a wake sends one DELETE.
@@ -2578,16 +2643,12 @@ async function reconcile(st: PassState): Promise<never> {
     }
   }
   // 12. Main drift: delete, requeue.
-  if (
-    main &&
-    (!podSpecMatchesAgent(main, cs, 0, driftOptions(st)) || unboundOffPin(st, main)) &&
-    !inHibernateRound(st, main) &&
-    !(mainRoundFailed && hibernateRequested(main))
-  ) {
+  if (main && mainDrifted) {
     // Ours: not while the main's tag is spent (`driftWaitsForSpentTag`): its re-create would wait for the tag.
     await holdMainWhileSpent(st, main.metadata!.name!, '', st.input.driftWaitsForSpentTag, '');
-    if (await deletePod(st, main.metadata!.name!, 'delete drifted main agent'))
-      await dropRemovedTags(st, [main]);
+    const deleted = await deletePod(st, main.metadata!.name!, 'delete drifted main agent');
+    if (mainKeepsTag) oweWake(st, main);
+    else if (deleted) await dropRemovedTags(st, [main]);
     return finish(st, { requeue: true });
   }
   // 14. Main missing: create it.

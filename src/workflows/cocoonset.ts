@@ -163,7 +163,8 @@ export interface CocoonSetState {
   /**
    * Pods (name → uid asked about) whose VM workflow was asked to hibernate and not asked to wake since:
    * un-suspend asks them to wake even when their annotation was never written (a CocoonHibernation held the
-   * VM awake, or the un-suspend came first), so no VM workflow keeps a stale desire.
+   * VM awake, or the un-suspend came first), so no VM workflow keeps a stale desire. Also (uid '') a main
+   * replaced with its `:hibernate` tag kept (`PassEnd.wakeOwed`): its next pod is asked to wake.
    */
   hibernateAsked?: Record<string, string>;
   /** Pods whose tag the set's own wake dropped since it last asked their VM workflow (`PassInput.tagDroppedFor`). */
@@ -501,6 +502,7 @@ async function drive(
     failedRoundKeepsVM: on(io, 'failed-hibernate-round-keeps-vm'),
     failedMainRoundKeepsPhase: on(io, 'failed-main-round-keeps-phase'),
     failedRoundsHoldVMs: on(io, 'failed-round-holds-vm'),
+    replacedMainKeepsSnapshot: on(io, 'replaced-main-keeps-snapshot'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,
@@ -520,6 +522,13 @@ async function drive(
     },
   });
   if (end.kind === 'done') {
+    // A main replaced with its :hibernate tag kept: its next pod is owed a wake ask (the un-suspend step asks
+    // the pods recorded here), which drops the tag once the restored VM runs. No PodUID: any new pod.
+    if (end.wakeOwed)
+      state.hibernateAsked = {
+        ...(state.hibernateAsked ?? {}),
+        ...Object.fromEntries(end.wakeOwed.map((p) => [p, ''])),
+      };
     rollUp(state, cs, pods, end.mirror.status?.phase);
     return end.result;
   }

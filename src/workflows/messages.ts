@@ -47,6 +47,7 @@ export const LEVELED_PATCHES: readonly string[] = [
   'failed-hibernate-round-keeps-vm',
   'failed-main-round-keeps-phase',
   'failed-round-holds-vm',
+  'replaced-main-keeps-snapshot',
 ];
 
 /**

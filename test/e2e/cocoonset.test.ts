@@ -1198,6 +1198,54 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     }
   });
 
+  it("deliberate (patch replaced-main-keeps-snapshot; before it the drifted main's :hibernate tag was dropped with the pod, and the Go operator keeps it too): a suspended set un-suspended together with a resources edit gets a new main with the new resources, restored from the main's own snapshot, not booted fresh; the toolbox wakes in place; the sub-agents are re-forked from the restored main; every tag dropped once the VMs run", async () => {
+    const name = 'resize';
+    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+    const { pods } = await waitRunning(name);
+    const before = uidsOf(pods);
+    await sets.patchSpec(name, { suspend: true });
+    await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
+    const mainVM = vmOf(name, 0);
+    expect(await headTag(registry, mainVM, Tags.hibernate)).toBe(200);
+    const startedBefore = sim.state().started.length;
+
+    const resources = {
+      requests: { cpu: '250m', memory: '128Mi' },
+      limits: { cpu: '500m', memory: '256Mi' },
+    };
+    await sets.patchSpec(name, { suspend: false, agent: { resources } });
+    const after = await waitRunning(
+      name,
+      BRING_UP_MS,
+      (p) =>
+        p.metadata?.labels?.[Labels.role] !== 'main' ||
+        p.spec?.containers[0]?.resources?.requests?.cpu === '250m',
+    );
+    const main = after.pods.get(`${name}-0`)!;
+    expect(main.metadata?.uid).not.toBe(before[`${name}-0`]);
+    const started = sim.state().started.slice(startedBefore);
+    const mainStarts = started.filter((v) => v.name === mainVM);
+    // Once: the old pod was replaced without being woken first; the new one from the main's own snapshot
+    // (vk-cocoon's evidence check found the tag; the image is unchanged). Booted fresh it would say `run`.
+    expect(mainStarts.map((v) => v.source)).toEqual([
+      expect.stringMatching(new RegExp(`^restore .*${mainVM}`)),
+    ]);
+    expect(after.pods.get(`${name}-tools`)!.metadata?.uid).toBe(before[`${name}-tools`]);
+    expect(started.find((v) => v.name === vmOf(name, 'tools'))?.source).toMatch(/^wake /);
+    for (const slot of [1, 2]) {
+      expect(after.pods.get(`${name}-${slot}`)!.metadata?.uid, `slot ${slot}`).not.toBe(
+        before[`${name}-${slot}`],
+      );
+    }
+    for (const m of [0, 1, 2, 'tools']) {
+      await waitFor(
+        `${m}:hibernate dropped once its VM runs`,
+        async () => ((await headTag(registry, vmOf(name, m), Tags.hibernate)) === 404 ? true : undefined),
+        QUICK_MS,
+      );
+    }
+  });
+
   it('a scale-down while suspended: un-suspended, the removed sub-agent is deleted and its :hibernate tag dropped; scaled up again, the slot comes back as a fresh fork of the main (a leftover tag would make vk-cocoon refuse the clone)', async () => {
     const name = 'shrink';
     const spec = { ...realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place), toolboxes: [] };

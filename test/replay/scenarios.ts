@@ -789,6 +789,41 @@ export const scenarios: Scenario[] = [
     },
   },
   {
+    name: 'cocoonset-replaced-main',
+    covers:
+      'a main whose wake vk reports failed (no VM, its :hibernate tag in): Failed with the reason; a resources edit replaces it keeping the tag, and the new pod is asked to wake',
+    record: async (env) => {
+      const cs = demoSet(withFinalizer);
+      return withCocoonSetWorld(env, new CocoonSetWorld(cs, convergedPods(cs)), async (w) => {
+        await w.start();
+        await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+        w.tags.add('vk-ns-demo-0:hibernate');
+        await w.updatePod('demo-0', (p) => {
+          const { [Annotations.vmID]: _gone, ...rest } = p.metadata!.annotations ?? {};
+          p.metadata!.annotations = {
+            ...rest,
+            [Annotations.lifecycleState]: 'failed',
+            [Annotations.lifecycleStateMessage]: 'wake pull failed',
+          };
+        });
+        await waitFor('Failed', () => w.cs?.status?.phase === 'Failed');
+        const oldUID = w.pod('demo-0')?.metadata?.uid;
+        await w.editSpec((c) => {
+          c.spec.agent.resources = { requests: { cpu: '250m' } };
+        });
+        await waitFor(
+          'main recreated',
+          () => w.pods.has('demo-0') && w.pod('demo-0')?.metadata?.uid !== oldUID,
+        );
+        await waitFor('asked to wake', () => w.calls.includes('ask demo-0 Wake'));
+        await w.settled(env);
+        return {
+          'cocoonset-replaced-main': await env.client.workflow.getHandle(w.workflowId).fetchHistory(),
+        };
+      });
+    },
+  },
+  {
     name: 'cocoonset-large-rounds',
     covers:
       'rounds of more than 4 Kubernetes calls as regular activities beside the local ones: 5 more sub-agents created at once, then all 7 scaled away (their deletes)',

@@ -712,6 +712,61 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
     });
   });
 
+  /** vk-cocoon failed a wake of the main (its pull): no VM, the `:hibernate` tag still holds its state. */
+  const mainWakeFailed = async (w: CocoonSetWorld) => {
+    w.tags.add(`${MAIN_VM}:hibernate`);
+    await w.updatePod('demo-0', (p) => {
+      delete p.metadata!.annotations![Annotations.vmID];
+      lifecycleFailed(`wake ${MAIN_VM}: pull failed`)(p);
+    });
+  };
+
+  it("deliberate (patch replaced-main-keeps-snapshot; our drift replacement dropped the tag, the Go operator keeps it): a failed main that runs no VM and whose :hibernate tag is in the registry is Failed with vk's reason in Progressing; its spec edited, it is replaced with the tag kept and the new pod's VM workflow asked to wake", async () => {
+    const cs = catalogueSet();
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    const oldUID = uidOf(world, 'demo-0');
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      await mainWakeFailed(w);
+      await waitFor('Failed', () => w.cs?.status?.phase === 'Failed');
+      expect(w.cs!.status!.conditions!.find((c) => c.type === 'Progressing')).toMatchObject({
+        status: 'False',
+        reason: EventReasons.podLifecycleFailed,
+        message: expect.stringMatching(/^main pod ns\/demo-0: .*pull failed/),
+      });
+
+      await w.editSpec((c) => {
+        c.spec.agent.resources = { requests: { cpu: '250m' } };
+      });
+      await waitFor('main recreated', () => w.pods.has('demo-0') && uidOf(w, 'demo-0') !== oldUID);
+      await waitFor('the new main asked to wake', () => w.calls.includes('ask demo-0 Wake'));
+      expect(w.calls).toContain(`probe ${MAIN_VM}:hibernate`);
+      expect(registryDeletes(w)).toEqual([]);
+      expect(w.tags.has(`${MAIN_VM}:hibernate`)).toBe(true);
+    });
+  });
+
+  it('a run an older version started (patches: 29) replaces a failed main whose spec was edited dropping its :hibernate tag, and says nothing of the failure in Progressing', async () => {
+    const cs = catalogueSet();
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    const oldUID = uidOf(world, 'demo-0');
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start({ patches: 29 });
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      await mainWakeFailed(w);
+      await waitFor('Failed', () => w.cs?.status?.phase === 'Failed');
+      expect(w.cs!.status!.conditions!.find((c) => c.type === 'Progressing')?.reason).not.toBe(
+        EventReasons.podLifecycleFailed,
+      );
+      await w.editSpec((c) => {
+        c.spec.agent.resources = { requests: { cpu: '250m' } };
+      });
+      await waitFor('main recreated', () => w.pods.has('demo-0') && uidOf(w, 'demo-0') !== oldUID);
+      await waitFor('tag dropped', () => registryDeletes(w).includes(`${MAIN_VM}:hibernate`));
+    });
+  });
+
   it('a run an older version started (patches: 28) rebuilds a sub-agent once its failed hibernate round is called off, as the reference', async () => {
     const cs = catalogueSet(replicas(1));
     const world = new CocoonSetWorld(cs, convergedPods(cs));
