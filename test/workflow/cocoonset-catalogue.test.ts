@@ -351,7 +351,7 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
     });
   });
 
-  it('a main vk reports lifecycle failed turns the set Failed (Warning event, metric labelled with the phase before), stops every other step and waits; Ready again, it recovers with an event', async () => {
+  it('a main vk reports lifecycle failed turns the set Failed (Warning event, metric labelled with the phase before), stops every other step and waits; Ready again, it recovers with an event (deliberate, patch replaced-main-keeps-snapshot: Progressing carries the Event reason and message, where the reference says Stable "Failed")', async () => {
     const cs = catalogueSet(replicas(1));
     const world = new CocoonSetWorld(cs, convergedPods(cs));
     const subUID = uidOf(world, 'demo-1');
@@ -369,8 +369,8 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
       ]);
       expect(w.cs!.status!.conditions!.find((c) => c.type === 'Progressing')).toMatchObject({
         status: 'False',
-        reason: 'Stable',
-        message: 'Failed',
+        reason: EventReasons.podLifecycleFailed,
+        message: 'main pod ns/demo-0: hibernate push failed',
       });
       // No requeue: nothing happens until the next event.
       const n = await w.passes();
