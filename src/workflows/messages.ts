@@ -48,6 +48,7 @@ export const LEVELED_PATCHES: readonly string[] = [
   'failed-main-round-keeps-phase',
   'failed-round-holds-vm',
   'replaced-main-keeps-snapshot',
+  'set-wake-outlasts-deadline',
 ];
 
 /**

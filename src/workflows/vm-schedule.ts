@@ -30,6 +30,8 @@ export const DELETE_WAKE_WAIT_MS = HIBERNATE_TIMEOUT_MS + WAKE_TIMEOUT_MS;
 export const SET_DESIRE_RECHECK_MS = 10 * 60_000;
 /** While an un-suspend waits for its VM to run again (to drop the leftover tag), re-read the pod this often. */
 export const SET_WAKE_POLL_MS = 5_000;
+/** The same once the wake has waited past its deadline (`late`, patch `set-wake-outlasts-deadline`). */
+export const SET_WAKE_LATE_POLL_MS = 60_000;
 
 /**
  * The two transitions' deadlines (docs/hibernation.md#hibernate, docs/hibernation.md#wake): the in-flight
@@ -54,7 +56,8 @@ export function pastDeadline(cr: TrackedCR, kind: TransitionKind, nowMs: number)
 
 /** How often a set's desire without a watch re-reads the pod (ms). */
 export function setDesireRecheckMs(state: VMState): number {
-  return state.setDesire?.desire === 'Wake' ? SET_WAKE_POLL_MS : SET_DESIRE_RECHECK_MS;
+  if (state.setDesire?.desire !== 'Wake') return SET_DESIRE_RECHECK_MS;
+  return state.setDesire.late ? SET_WAKE_LATE_POLL_MS : SET_WAKE_POLL_MS;
 }
 
 /** A transition in flight (or a deletion): the world is re-read every FALLBACK_RESYNC_MS meanwhile. */

@@ -156,9 +156,10 @@ export interface VMState {
   /**
    * What the pod's CocoonSet wants of the VM (docs/cocoonset.md#suspend), since when (epoch ms, workflow
    * time of the first signal with this desire), and the conflict last reported to the set (a
-   * CocoonHibernation holds the VM the other way).
+   * CocoonHibernation holds the VM the other way). `late`: a Wake still waiting for its VM past the wake
+   * deadline (`set-wake-outlasts-deadline`), looked at less often.
    */
-  setDesire?: SetDesire & { since: number; conflict?: string };
+  setDesire?: SetDesire & { since: number; conflict?: string; late?: boolean };
   /**
    * The CocoonSet that owned the pod when this workflow last saw it exist (its controller owner reference
    * and `cocoonset.cocoonstack.io/name` label): the deletion flow still knows it once the pod is gone.
@@ -340,7 +341,12 @@ function observeSetDesire(state: VMState, d: SetDesire): boolean {
     (pod?.uid !== d.podUID || olderThan(pod?.resourceVersion, d.podResourceVersion));
   if (newerPod) state.needResync = true;
   const same = cur?.desire === d.desire && cur.set === d.set && cur.podUID === d.podUID;
-  state.setDesire = { ...d, since: same ? cur.since : Date.now(), conflict: same ? cur.conflict : undefined };
+  state.setDesire = {
+    ...d,
+    since: same ? cur.since : Date.now(),
+    conflict: same ? cur.conflict : undefined,
+    ...(same && cur.late ? { late: true } : {}),
+  };
   const annotated = pod !== undefined && hibernateAnnotated(pod);
   return !same || newerPod || annotated !== (d.desire === 'Hibernate');
 }
@@ -492,6 +498,19 @@ async function setDesirePass(state: VMState, io: VMIO): Promise<void> {
     const vkRoundLeft = on(io, 'set-wake-waits-for-hibernate-round') && vkHibernating(now);
     const waiting = !held && !hibernateAnnotated(now) && (!wakeGateOpen(now) || vkRoundLeft);
     if (waiting && Date.now() - d.since < WAKE_TIMEOUT_MS) return;
+    if (waiting && on(io, 'set-wake-outlasts-deadline')) {
+      // Ours: the wake goes on waiting past its deadline (vk-cocoon retries a failed pull on its own
+      // backoff) and drops the tag once the VM runs. Before, the desire was spent here and the tag stayed:
+      // a later create of the pod (a node drain, a spec edit) restored the suspend-time state, rolling back
+      // everything the VM did since. Looked at every minute from now on; the pod's deletion still ends it.
+      if (!d.late) {
+        log.warn(
+          `${state.pod}: not running ${goDuration(WAKE_TIMEOUT_MS)} after the un-suspend; still waiting, its tag is dropped once it runs`,
+        );
+        state.setDesire = { ...d, late: true };
+      }
+      return;
+    }
     if (waiting)
       log.warn(
         `${state.pod}: not running ${goDuration(WAKE_TIMEOUT_MS)} after the un-suspend; its tag is kept`,

@@ -115,6 +115,55 @@ describe('VM workflow: a CocoonSet desire', () => {
     });
   });
 
+  it('deliberate (patch set-wake-outlasts-deadline; before it the desire was spent at the wake deadline and the tag stayed, for a later create to roll the VM back): an un-suspend whose VM runs only after 5 min (vk retrying a failed pull) still drops the tag once it runs, looking every minute past the deadline', async () => {
+    await withWorld(env, async (world) => {
+      await setPod(world);
+      await world.setDesire(NS, POD, 'Hibernate');
+      await waitFor('hibernate annotation', () => hibernate(world) === 'true');
+      await world.vkHibernated(NS, POD, VM);
+      await world.setDesire(NS, POD, 'Wake');
+      await waitFor('annotation cleared', () => hibernate(world) === undefined);
+      await env.sleep(6 * 60_000);
+      const handle = env.client.workflow.getHandle(vmWorkflowId(NS, POD));
+      expect((await handle.describe()).status.name).toBe('RUNNING');
+      const late = await settled(world);
+      expect(late.setDesire).toMatchObject({ desire: 'Wake', late: true });
+      // It looks once a minute now, not every 5 s: 5 more minutes bring at most 6 re-reads (not 60).
+      const reads = () => world.calls.filter((c) => c.startsWith('readVMWorld')).length;
+      const before = reads();
+      await env.sleep(5 * 60_000);
+      await settled(world);
+      expect(reads() - before).toBeGreaterThanOrEqual(4);
+      expect(reads() - before).toBeLessThanOrEqual(6);
+      // vk's retry brings the VM up; no watch event reaches the workflow: its minute look finds it.
+      world.pods.set(`${NS}/${POD}`, {
+        ...world.pod(NS, POD)!,
+        containerRunning: true,
+        annotations: { ...world.pod(NS, POD)!.annotations, [Annotations.vmID]: 'vm-2' },
+      });
+      await env.sleep(60_000);
+      await handle.result();
+      expect(world.calls.filter((c) => c.startsWith('DELETE'))).toEqual([`DELETE ${VM}:hibernate`]);
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
+    });
+  });
+
+  it('a run an older version started (patches: 30) spends an un-suspend at the wake deadline and keeps the tag', async () => {
+    await withWorld(env, async (world) => {
+      world.startExtra = { patches: 30 };
+      await setPod(world);
+      await world.setDesire(NS, POD, 'Hibernate');
+      await waitFor('hibernate annotation', () => hibernate(world) === 'true');
+      await world.vkHibernated(NS, POD, VM);
+      await world.setDesire(NS, POD, 'Wake');
+      await waitFor('annotation cleared', () => hibernate(world) === undefined);
+      await env.sleep(6 * 60_000);
+      await env.client.workflow.getHandle(vmWorkflowId(NS, POD)).result();
+      expect(world.calls.filter((c) => c.startsWith('DELETE'))).toEqual([]);
+      expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+    });
+  });
+
   it('a Wake that leaves the tag to the set (a migration wakes in place and drops it itself): the VM workflow clears the annotation and sends no DELETE', async () => {
     await withWorld(env, async (world) => {
       await setPod(world);
