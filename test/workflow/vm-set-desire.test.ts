@@ -35,6 +35,17 @@ const setPod = (world: VMWorld, annotations = vmPodAnnotations(VM, { [Annotation
 const conflictOf = (world: VMWorld, name: string) =>
   world.cr(NS, name)?.status?.conditions?.find((c) => c.type === CONDITION_CONFLICT);
 
+/** The set suspends the VM (vk hibernates it), then un-suspends it; vk does not bring it up for 6 min. */
+async function unsuspendedNotRunningFor6Min(world: VMWorld): Promise<void> {
+  await setPod(world);
+  await world.setDesire(NS, POD, 'Hibernate');
+  await waitFor('hibernate annotation', () => hibernate(world) === 'true');
+  await world.vkHibernated(NS, POD, VM);
+  await world.setDesire(NS, POD, 'Wake');
+  await waitFor('annotation cleared', () => hibernate(world) === undefined);
+  await env.sleep(6 * 60_000);
+}
+
 describe('VM workflow: a CocoonSet desire', () => {
   it('Hibernate sets the annotation of a pod no CocoonHibernation targets and keeps the workflow running; Wake clears it and the workflow completes', async () => {
     await withWorld(env, async (world) => {
@@ -117,13 +128,7 @@ describe('VM workflow: a CocoonSet desire', () => {
 
   it('deliberate (patch set-wake-outlasts-deadline; before it the desire was spent at the wake deadline and the tag stayed, for a later create to roll the VM back): an un-suspend whose VM runs only after 5 min (vk retrying a failed pull) still drops the tag once it runs, looking every minute past the deadline', async () => {
     await withWorld(env, async (world) => {
-      await setPod(world);
-      await world.setDesire(NS, POD, 'Hibernate');
-      await waitFor('hibernate annotation', () => hibernate(world) === 'true');
-      await world.vkHibernated(NS, POD, VM);
-      await world.setDesire(NS, POD, 'Wake');
-      await waitFor('annotation cleared', () => hibernate(world) === undefined);
-      await env.sleep(6 * 60_000);
+      await unsuspendedNotRunningFor6Min(world);
       const handle = env.client.workflow.getHandle(vmWorkflowId(NS, POD));
       expect((await handle.describe()).status.name).toBe('RUNNING');
       const late = await settled(world);
@@ -151,13 +156,7 @@ describe('VM workflow: a CocoonSet desire', () => {
   it('a run an older version started (patches: 30) spends an un-suspend at the wake deadline and keeps the tag', async () => {
     await withWorld(env, async (world) => {
       world.startExtra = { patches: 30 };
-      await setPod(world);
-      await world.setDesire(NS, POD, 'Hibernate');
-      await waitFor('hibernate annotation', () => hibernate(world) === 'true');
-      await world.vkHibernated(NS, POD, VM);
-      await world.setDesire(NS, POD, 'Wake');
-      await waitFor('annotation cleared', () => hibernate(world) === undefined);
-      await env.sleep(6 * 60_000);
+      await unsuspendedNotRunningFor6Min(world);
       await env.client.workflow.getHandle(vmWorkflowId(NS, POD)).result();
       expect(world.calls.filter((c) => c.startsWith('DELETE'))).toEqual([]);
       expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
