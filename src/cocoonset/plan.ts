@@ -2341,6 +2341,15 @@ async function migrate(st: PassState): Promise<void> {
     return markMigrating(st);
   }
   if (hibernateRequested(main) && (desired === '' || node === desired)) {
+    // Ours (`replacedMainKeepsSnapshot`): a main whose VM is in the tag alone and whose spec changed is not
+    // woken in place (the drift step would then replace the running VM, booting fresh): the pass goes on
+    // to that step, which replaces it keeping the tag; the new pod is restored here (`!main` above).
+    if (
+      st.input.replacedMainKeepsSnapshot &&
+      vmIDOf(main) === '' &&
+      !podSpecMatchesAgent(main, cs, 0, driftOptions(st))
+    )
+      return;
     // The migration drops the tag itself once the VM runs (below): one DELETE per wake.
     await askVMs(st, [main], 'Wake', 'migrate: ask the VM workflow to wake', { keepTag: () => true });
     return markMigrating(st);

@@ -1246,6 +1246,55 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     }
   });
 
+  it('deliberate (patch replaced-main-keeps-snapshot): a pinned set (spec.nodeName) suspended, then un-suspended together with a resources edit: its main is not woken in place first (the drift would then replace the running VM) but replaced, restored on the pinned node from its snapshot with the new resources, the tag dropped once it runs', async () => {
+    const mig = migrationNodes('pinresize');
+    const { nodeA, sims } = mig;
+    const name = 'pinresize';
+    const vm = vmOf(name, 0);
+    try {
+      await mig.start();
+      await createSet(name, mig.spec(nodeA));
+      await sets.waitPhase(name, 'Running', BRING_UP_MS);
+      const first = (await podsOf(name)).get(`${name}-0`)!;
+      await sets.patchSpec(name, { suspend: true });
+      await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
+      expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
+      const startedBefore = sims[0]!.state().started.length;
+
+      await sets.patchSpec(name, { suspend: false, agent: { resources: { requests: { cpu: '250m' } } } });
+      const main = await waitFor(
+        `${name}-0 running again with the new resources`,
+        async () => {
+          const p = (await podsOf(name)).get(`${name}-0`);
+          return p &&
+            live(p) &&
+            podReady(p) &&
+            vmIDOf(p) !== '' &&
+            p.spec?.containers[0]?.resources?.requests?.cpu === '250m'
+            ? p
+            : undefined;
+        },
+        BRING_UP_MS,
+      );
+      expect(main.metadata?.uid).not.toBe(first.metadata?.uid);
+      expect(main.spec?.nodeName).toBe(nodeA);
+      const starts = sims[0]!
+        .state()
+        .started.slice(startedBefore)
+        .filter((v) => v.name === vm);
+      expect(starts.map((v) => v.source)).toEqual([expect.stringMatching(new RegExp(`^restore .*${vm}`))]);
+      await sets.waitPhase(name, 'Running', BRING_UP_MS);
+      await waitFor(
+        'the tag dropped once the VM runs',
+        async () => ((await headTag(registry, vm, Tags.hibernate)) === 404 ? true : undefined),
+        QUICK_MS,
+      );
+    } finally {
+      await dropSet(name);
+      await mig.stop();
+    }
+  });
+
   it('a scale-down while suspended: un-suspended, the removed sub-agent is deleted and its :hibernate tag dropped; scaled up again, the slot comes back as a fresh fork of the main (a leftover tag would make vk-cocoon refuse the clone)', async () => {
     const name = 'shrink';
     const spec = { ...realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place), toolboxes: [] };
