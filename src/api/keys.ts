@@ -320,4 +320,10 @@ export const ConditionReasons = {
    * VM still runs and vk-cocoon retries the round; the message gives vk-cocoon's reason.
    */
   hibernateRoundFailed: 'HibernateRoundFailed',
+  /**
+   * Ours, on `Progressing=False`: the main's VM lives only in its `:hibernate` snapshot and the spec now
+   * names another agent image, under which vk-cocoon will not restore it; the main is left as it is until
+   * the image is set back (the state kept) or the snapshot deleted (the new image booted fresh).
+   */
+  snapshotImageMismatch: 'SnapshotImageMismatch',
 } as const;

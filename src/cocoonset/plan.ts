@@ -1252,6 +1252,11 @@ async function handleFailedMain(
 ): Promise<never> {
   if (!podSpecMatchesAgent(main, st.cs, 0, driftOptions(st))) {
     const keepTag = await mainStateInTag(st, main);
+    const mismatch = keepTag ? imageMismatch(st, main) : undefined;
+    if (mismatch) {
+      const status = await writeStatus(st, 'Failed', 'status', mismatch);
+      return finish(st, { requeueAfterMs: REQUEUE_SNAPSHOT_CHOICE_MS }, status);
+    }
     const deleted = await deletePod(st, main.metadata!.name!, 'delete terminal drifted main agent');
     if (keepTag) oweWake(st, main);
     else if (deleted) await dropRemovedTags(st, [main]);
@@ -1285,6 +1290,28 @@ async function mainStateInTag(st: PassState, main: V1Pod): Promise<boolean> {
       `probe hibernate snapshot ${vm} of the main to replace: ${errText(o) ?? 'unexpected outcome'}`,
     );
   return o.present;
+}
+
+/** How often a main held for an image its snapshot cannot be restored under looks again (a tag DELETE has no event). */
+const REQUEUE_SNAPSHOT_CHOICE_MS = 30_000;
+
+/**
+ * Ours (`replacedMainKeepsSnapshot`), for a main whose VM is in its tag alone (`mainStateInTag`): when the
+ * spec names another agent image than the pod's, the `SnapshotImageMismatch` block saying how to choose;
+ * undefined when the image is the same. vk-cocoon refuses to restore a snapshot under another image (its
+ * evidence check), and a restore-marked create skips that check and would bring the old VM back under a pod
+ * naming the new image: so the main is not replaced until the user sets the image back (the state kept) or
+ * deletes the snapshot (the new image booted fresh).
+ */
+function imageMismatch(st: PassState, main: V1Pod): { reason: string; message: string } | undefined {
+  const have = main.metadata?.annotations?.[Annotations.image] ?? '';
+  const want = buildAgentPod(st.cs, 0, '', '').metadata?.annotations?.[Annotations.image] ?? '';
+  if (have === want) return undefined;
+  const vm = vmNameOf(main);
+  return {
+    reason: ConditionReasons.snapshotImageMismatch,
+    message: `main pod ${st.ns}/${main.metadata?.name ?? ''}: its VM is in its :hibernate snapshot (${vm}:hibernate), taken under image ${have}, and vk-cocoon will not restore it under ${want}; set spec.agent.image back to ${have} to keep that state, or delete the snapshot to boot ${want} fresh`,
+  };
 }
 
 /**
@@ -2653,6 +2680,11 @@ async function reconcile(st: PassState): Promise<never> {
   }
   // 12. Main drift: delete, requeue.
   if (main && mainDrifted) {
+    const mismatch = mainKeepsTag ? imageMismatch(st, main) : undefined;
+    if (mismatch) {
+      const status = await writeStatus(st, '', 'status', mismatch);
+      return finish(st, { requeueAfterMs: REQUEUE_SNAPSHOT_CHOICE_MS }, status);
+    }
     // Ours: not while the main's tag is spent (`driftWaitsForSpentTag`): its re-create would wait for the tag.
     await holdMainWhileSpent(st, main.metadata!.name!, '', st.input.driftWaitsForSpentTag, '');
     const deleted = await deletePod(st, main.metadata!.name!, 'delete drifted main agent');

@@ -1226,7 +1226,8 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     const started = sim.state().started.slice(startedBefore);
     const mainStarts = started.filter((v) => v.name === mainVM);
     // Once: the old pod was replaced without being woken first; the new one from the main's own snapshot
-    // (vk-cocoon's evidence check found the tag; the image is unchanged). Booted fresh it would say `run`.
+    // (the set's wake marks it restore-from-hibernate; the image is unchanged). Booted fresh it would say
+    // `clone`.
     expect(mainStarts.map((v) => v.source)).toEqual([
       expect.stringMatching(new RegExp(`^restore .*${mainVM}`)),
     ]);
@@ -1239,6 +1240,54 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
         QUICK_MS,
       );
     }
+  });
+
+  it('deliberate (patch replaced-main-keeps-snapshot; before it the main was replaced and booted fresh on the new image, its state dropped): a suspended set un-suspended together with an agent image edit keeps its main hibernated, its snapshot in, and says SnapshotImageMismatch with both ways out; the image set back, the main wakes in place from its snapshot and the tag goes', async () => {
+    const name = 'reimage';
+    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+    const { pods } = await waitRunning(name);
+    const before = uidsOf(pods);
+    await sets.patchSpec(name, { suspend: true });
+    await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
+    const mainVM = vmOf(name, 0);
+    const startedBefore = sim.state().started.length;
+
+    await sets.patchSpec(name, { suspend: false, agent: { image: AGENT_V2 } });
+    const held = await waitFor(
+      'SnapshotImageMismatch on Progressing',
+      async () => {
+        const cs = await sets.get(name);
+        const c = cs?.status?.conditions?.find((x) => x.type === 'Progressing');
+        return c?.reason === 'SnapshotImageMismatch' ? c : undefined;
+      },
+      QUICK_MS,
+    );
+    expect(held.message).toContain(`set spec.agent.image back to ${AGENT_V1} to keep that state`);
+    expect(held.message).toContain(`delete the snapshot to boot ${AGENT_V2} fresh`);
+    const main = (await podsOf(name)).get(`${name}-0`)!;
+    expect(main.metadata?.uid).toBe(before[`${name}-0`]);
+    expect(main.metadata?.annotations?.[Annotations.hibernate]).toBe('true');
+    expect(await headTag(registry, mainVM, Tags.hibernate)).toBe(200);
+    expect(
+      sim
+        .state()
+        .started.slice(startedBefore)
+        .filter((v) => v.name === mainVM),
+    ).toEqual([]);
+
+    await sets.patchSpec(name, { agent: { image: AGENT_V1 } });
+    const after = await waitRunning(name);
+    expect(after.pods.get(`${name}-0`)!.metadata?.uid).toBe(before[`${name}-0`]);
+    const starts = sim
+      .state()
+      .started.slice(startedBefore)
+      .filter((v) => v.name === mainVM);
+    expect(starts.map((v) => v.source)).toEqual([expect.stringMatching(new RegExp(`^wake .*${mainVM}`))]);
+    await waitFor(
+      'the main tag dropped once it runs',
+      async () => ((await headTag(registry, mainVM, Tags.hibernate)) === 404 ? true : undefined),
+      QUICK_MS,
+    );
   });
 
   it('deliberate (patch replaced-main-keeps-snapshot): a pinned set (spec.nodeName) suspended, then un-suspended together with a resources edit: its main is not woken in place first (the drift would then replace the running VM) but replaced, restored on the pinned node from its snapshot with the new resources, the tag dropped once it runs', async () => {

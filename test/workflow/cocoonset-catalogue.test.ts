@@ -747,6 +747,38 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
     });
   });
 
+  it('deliberate (patch replaced-main-keeps-snapshot): a failed main that runs no VM and whose :hibernate tag is in the registry, its agent image edited, is not replaced (vk-cocoon would not restore the snapshot under the new image): Failed with SnapshotImageMismatch naming both ways out; the snapshot deleted, it is replaced', async () => {
+    const cs = catalogueSet();
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    const oldUID = uidOf(world, 'demo-0');
+    const oldImage = world.pod('demo-0')!.metadata!.annotations![Annotations.image]!;
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      await mainWakeFailed(w);
+      await waitFor('Failed', () => w.cs?.status?.phase === 'Failed');
+      await w.editSpec((c) => {
+        c.spec.agent.image = 'ghcr.io/cocoonstack/cocoon/ubuntu:26.04';
+      });
+      await waitFor(
+        'SnapshotImageMismatch',
+        () =>
+          w.cs?.status?.conditions?.find((c) => c.type === 'Progressing')?.reason === 'SnapshotImageMismatch',
+      );
+      expect(w.cs!.status!.phase).toBe('Failed');
+      expect(w.cs!.status!.conditions!.find((c) => c.type === 'Progressing')!.message).toContain(
+        `set spec.agent.image back to ${oldImage} to keep that state`,
+      );
+      await w.settled(env);
+      expect(uidOf(w, 'demo-0')).toBe(oldUID);
+      expect(w.calls.filter((c) => c.startsWith('delete ') || c.startsWith('registry-delete'))).toEqual([]);
+      // The user gives the state up: the next look (30 s) replaces the main.
+      w.tags.delete(`${MAIN_VM}:hibernate`);
+      await env.sleep(30_000);
+      await waitFor('main recreated', () => w.pods.has('demo-0') && uidOf(w, 'demo-0') !== oldUID);
+    });
+  });
+
   it('a run an older version started (patches: 29) replaces a failed main whose spec was edited dropping its :hibernate tag, and says nothing of the failure in Progressing', async () => {
     const cs = catalogueSet();
     const world = new CocoonSetWorld(cs, convergedPods(cs));
