@@ -2436,6 +2436,16 @@ async function releasedWake(st: PassState): Promise<void> {
     await deletePod(st, mainName, `wake: delete restore main no node took (placement changed)`);
     return writeStatusAndFinish(st, 'Waking', { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });
   }
+  // Ours (`replacedMainKeepsSnapshot`): a restore still pulling its tag (no VM yet) whose spec changed again
+  // is not waited for: the pass goes on to the drift step, which replaces it keeping the tag (waited for, the
+  // running VM would then be replaced and booted fresh).
+  if (
+    waking &&
+    st.input.replacedMainKeepsSnapshot &&
+    vmIDOf(main) === '' &&
+    !podSpecMatchesAgent(main, st.cs, 0, driftOptions(st))
+  )
+    return;
   if (waking && !vmAwake(st, main)) {
     const msg = podUnschedulable(main);
     if (msg !== '') {
@@ -2642,19 +2652,23 @@ async function reconcile(st: PassState): Promise<never> {
   else if (wakeMayEngage(cs, main, st.input.registryConfigured)) await offer(st, 'wake');
   // 11. Un-suspend: clear leftover hibernate annotations, except on CR-owned pods. With `setDesires` the
   // pods' VM workflows decide (they know the CocoonHibernations): no List here.
+  const mainSpecDrifted =
+    main !== undefined && (!podSpecMatchesAgent(main, cs, 0, driftOptions(st)) || unboundOffPin(st, main));
   const mainDrifted =
-    main !== undefined &&
-    (!podSpecMatchesAgent(main, cs, 0, driftOptions(st)) || unboundOffPin(st, main)) &&
-    !inHibernateRound(st, main) &&
-    !(mainRoundFailed && hibernateRequested(main));
+    mainSpecDrifted && !inHibernateRound(st, main!) && !(mainRoundFailed && hibernateRequested(main!));
   // Ours (`replacedMainKeepsSnapshot`): a drifted main whose VM is in its tag alone is replaced, not woken
-  // first (a wake would start the VM the delete then stops); its new pod is asked to wake instead.
+  // first (a wake would start the VM the delete then stops); its new pod is asked to wake instead. Nor is a
+  // drifted main vk is still hibernating woken: once the round ends its VM is in the tag, and it is replaced
+  // the same way (woken, the running VM would be replaced and booted fresh).
   const mainKeepsTag = mainDrifted && (await mainStateInTag(st, main!));
+  const mainNotWoken =
+    mainKeepsTag ||
+    (st.input.replacedMainKeepsSnapshot === true && mainSpecDrifted && inHibernateRound(st, main!));
   const hibernating = podsInNameOrder(c).filter(hibernateRequested);
   const toWake = podsInNameOrder(c).filter(
     (p) =>
       (hibernateRequested(p) || st.input.hibernateAsked?.[p.metadata?.name ?? ''] !== undefined) &&
-      !(mainKeepsTag && p === main),
+      !(mainNotWoken && p === main),
   );
   // The set's own wake (released seat, migration) already dropped the tag of the pod it restored: that VM
   // workflow only lets go of the old request (`keepTag`), so a wake sends one DELETE.

@@ -1242,6 +1242,43 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     }
   });
 
+  it("deliberate (patch replaced-main-keeps-snapshot; before it the main was woken once its round ended, then replaced running and booted fresh): a suspend undone together with a resources edit while vk still pushes the main's snapshot: the main is not woken; once the push lands it is replaced and restored from that snapshot with the new resources, the tag dropped once it runs", async () => {
+    const name = 'midround';
+    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+    const { pods } = await waitRunning(name);
+    const before = uidsOf(pods);
+    const mainPod = `${name}-0`;
+    const mainVM = vmOf(name, 0);
+    await sim.addFault({ vm: `^${mainVM}$`, op: 'hibernate.push.delay', delayMs: 4_000, count: 1 });
+    await sets.patchSpec(name, { suspend: true });
+    await waitFor(
+      'the main hibernating',
+      async () =>
+        lifecycleOf((await podsOf(name)).get(mainPod)!).state === LifecycleStates.hibernating || undefined,
+      QUICK_MS,
+    );
+    const startedBefore = sim.state().started.length;
+    await sets.patchSpec(name, { suspend: false, agent: { resources: { requests: { cpu: '250m' } } } });
+    const after = await waitRunning(
+      name,
+      BRING_UP_MS,
+      (p) =>
+        p.metadata?.labels?.[Labels.role] !== 'main' ||
+        p.spec?.containers[0]?.resources?.requests?.cpu === '250m',
+    );
+    expect(after.pods.get(mainPod)!.metadata?.uid).not.toBe(before[mainPod]);
+    const starts = sim
+      .state()
+      .started.slice(startedBefore)
+      .filter((v) => v.name === mainVM);
+    expect(starts.map((v) => v.source)).toEqual([expect.stringMatching(new RegExp(`^restore .*${mainVM}`))]);
+    await waitFor(
+      'the main tag dropped once it runs',
+      async () => ((await headTag(registry, mainVM, Tags.hibernate)) === 404 ? true : undefined),
+      QUICK_MS,
+    );
+  });
+
   it('deliberate (patch replaced-main-keeps-snapshot; before it the main was replaced and booted fresh on the new image, its state dropped): a suspended set un-suspended together with an agent image edit keeps its main hibernated, its snapshot in, and says SnapshotImageMismatch with both ways out; the image set back, the main wakes in place from its snapshot and the tag goes', async () => {
     const name = 'reimage';
     await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
