@@ -147,6 +147,23 @@ async function waitRunning(
 const uidsOf = (pods: Map<string, V1Pod>) =>
   Object.fromEntries([...pods].map(([n, p]) => [n, p.metadata?.uid ?? '']));
 
+/** The start sources (`wake …`, `restore …`, `clone …`) simulator `node` recorded for VM `vm` since start `from`. */
+const sourcesOf = (node: VkSimulator, vm: string, from: number) =>
+  node
+    .state()
+    .started.slice(from)
+    .filter((v) => v.name === vm)
+    .map((v) => v.source);
+
+/** Waits until VM `vm`'s `:hibernate` tag is gone from the registry. */
+async function waitTagGone(vm: string, what: string): Promise<void> {
+  await waitFor(
+    what,
+    async () => ((await headTag(registry, vm, Tags.hibernate)) === 404 ? true : undefined),
+    QUICK_MS,
+  );
+}
+
 async function annotatePod(name: string, annotations: Record<string, string | null>): Promise<void> {
   await kube.core.patchNamespacedPod(
     { name, namespace: ns, body: { metadata: { annotations } } },
@@ -1267,16 +1284,10 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
         p.spec?.containers[0]?.resources?.requests?.cpu === '250m',
     );
     expect(after.pods.get(mainPod)!.metadata?.uid).not.toBe(before[mainPod]);
-    const starts = sim
-      .state()
-      .started.slice(startedBefore)
-      .filter((v) => v.name === mainVM);
-    expect(starts.map((v) => v.source)).toEqual([expect.stringMatching(new RegExp(`^restore .*${mainVM}`))]);
-    await waitFor(
-      'the main tag dropped once it runs',
-      async () => ((await headTag(registry, mainVM, Tags.hibernate)) === 404 ? true : undefined),
-      QUICK_MS,
-    );
+    expect(sourcesOf(sim, mainVM, startedBefore)).toEqual([
+      expect.stringMatching(new RegExp(`^restore .*${mainVM}`)),
+    ]);
+    await waitTagGone(mainVM, 'the main tag dropped once it runs');
   });
 
   it('deliberate (patch replaced-main-keeps-snapshot; before it the main was replaced and booted fresh on the new image, its state dropped): a suspended set un-suspended together with an agent image edit keeps its main hibernated, its snapshot in, and says SnapshotImageMismatch with both ways out; the image set back, the main wakes in place from its snapshot and the tag goes', async () => {
@@ -1305,26 +1316,15 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     expect(main.metadata?.uid).toBe(before[`${name}-0`]);
     expect(main.metadata?.annotations?.[Annotations.hibernate]).toBe('true');
     expect(await headTag(registry, mainVM, Tags.hibernate)).toBe(200);
-    expect(
-      sim
-        .state()
-        .started.slice(startedBefore)
-        .filter((v) => v.name === mainVM),
-    ).toEqual([]);
+    expect(sourcesOf(sim, mainVM, startedBefore)).toEqual([]);
 
     await sets.patchSpec(name, { agent: { image: AGENT_V1 } });
     const after = await waitRunning(name);
     expect(after.pods.get(`${name}-0`)!.metadata?.uid).toBe(before[`${name}-0`]);
-    const starts = sim
-      .state()
-      .started.slice(startedBefore)
-      .filter((v) => v.name === mainVM);
-    expect(starts.map((v) => v.source)).toEqual([expect.stringMatching(new RegExp(`^wake .*${mainVM}`))]);
-    await waitFor(
-      'the main tag dropped once it runs',
-      async () => ((await headTag(registry, mainVM, Tags.hibernate)) === 404 ? true : undefined),
-      QUICK_MS,
-    );
+    expect(sourcesOf(sim, mainVM, startedBefore)).toEqual([
+      expect.stringMatching(new RegExp(`^wake .*${mainVM}`)),
+    ]);
+    await waitTagGone(mainVM, 'the main tag dropped once it runs');
   });
 
   it('deliberate (patch replaced-main-keeps-snapshot): a pinned set (spec.nodeName) suspended, then un-suspended together with a resources edit: its main is not woken in place first (the drift would then replace the running VM) but replaced, restored on the pinned node from its snapshot with the new resources, the tag dropped once it runs', async () => {
