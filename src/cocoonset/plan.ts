@@ -440,8 +440,8 @@ export interface PassInput {
   /**
    * A main replaced while its VM lives only in its `:hibernate` tag (`mainStateInTag`: no VM running, the tag
    * in the registry; e.g. a suspended set un-suspended together with a resources edit, or a wake that failed)
-   * keeps that tag: vk-cocoon restores the new pod from it (its evidence check), or refuses a changed image
-   * and says to delete the tag to give the state up. The set asks the new pod's VM workflow to wake it once
+   * keeps that tag, and the new pod is restored from it; with an agent image change the main is held instead
+   * (`imageMismatch`: `SnapshotImageMismatch`). The set asks the new pod's VM workflow to wake it once
    * the pod is there (`wakeOwed`), which drops the tag once the VM runs. Before, the replacement dropped the
    * tag and the new main booted fresh: the suspended state was lost. The Go operator keeps the tag. A `Failed`
    * main also says vk-cocoon's reason in `Progressing` (before, only its Event did). The workflow sets it
@@ -1274,9 +1274,9 @@ async function handleFailedMain(
 /**
  * Ours (`replacedMainKeepsSnapshot`): whether the main's VM lives only in its `:hibernate` tag: a managed
  * main with no VM id (vk-cocoon removed the VM at its hibernate, or a wake has not brought it up) whose tag
- * the registry has (one HEAD). A replacement then keeps the tag for the new pod (vk-cocoon restores any
- * create of a VM whose tag exists, or refuses a changed image and says how to give the state up), where
- * `dropRemovedTags` would discard the state. A probe error fails the pass before anything is deleted.
+ * the registry has (one HEAD). A replacement then keeps the tag for the new pod to be restored from (unless
+ * the image changed: `imageMismatch`), where `dropRemovedTags` would discard the state. A probe error fails
+ * the pass before anything is deleted.
  */
 async function mainStateInTag(st: PassState, main: V1Pod): Promise<boolean> {
   if (!st.input.replacedMainKeepsSnapshot || !st.input.registryConfigured || vmIDOf(main) !== '')
