@@ -49,6 +49,7 @@ export const LEVELED_PATCHES: readonly string[] = [
   'failed-round-holds-vm',
   'replaced-main-keeps-snapshot',
   'set-wake-outlasts-deadline',
+  'set-wake-outlives-pod',
 ];
 
 /**

@@ -30,7 +30,7 @@ export const DELETE_WAKE_WAIT_MS = HIBERNATE_TIMEOUT_MS + WAKE_TIMEOUT_MS;
 export const SET_DESIRE_RECHECK_MS = 10 * 60_000;
 /** While an un-suspend waits for its VM to run again (to drop the leftover tag), re-read the pod this often. */
 export const SET_WAKE_POLL_MS = 5_000;
-/** The same once the wake has waited past its deadline (`late`, patch `set-wake-outlasts-deadline`). */
+/** The same once the wake has waited past its deadline (`late`, patch `set-wake-outlasts-deadline`) on a pod that is there. */
 export const SET_WAKE_LATE_POLL_MS = 60_000;
 
 /**
@@ -54,10 +54,15 @@ export function pastDeadline(cr: TrackedCR, kind: TransitionKind, nowMs: number)
   return deadlineExceeded(cr.status, phase, timeoutMs, nowMs);
 }
 
-/** How often a set's desire without a watch re-reads the pod (ms). */
+/**
+ * How often a set's desire without a watch re-reads the pod (ms). A Wake whose pod is gone looks every
+ * SET_WAKE_POLL_MS, late or not: the next pod (vm.ts carryWakeOver) is usually there within a second.
+ */
 export function setDesireRecheckMs(state: VMState): number {
   if (state.setDesire?.desire !== 'Wake') return SET_DESIRE_RECHECK_MS;
-  return state.setDesire.late ? SET_WAKE_LATE_POLL_MS : SET_WAKE_POLL_MS;
+  return state.setDesire.late && state.setDesire.goneSince === undefined
+    ? SET_WAKE_LATE_POLL_MS
+    : SET_WAKE_POLL_MS;
 }
 
 /** A transition in flight (or a deletion): the world is re-read every FALLBACK_RESYNC_MS meanwhile. */

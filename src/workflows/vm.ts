@@ -157,9 +157,18 @@ export interface VMState {
    * What the pod's CocoonSet wants of the VM (docs/cocoonset.md#suspend), since when (epoch ms, workflow
    * time of the first signal with this desire), and the conflict last reported to the set (a
    * CocoonHibernation holds the VM the other way). `late`: a Wake still waiting for its VM past the wake
-   * deadline (`set-wake-outlasts-deadline`), looked at less often.
+   * deadline (`set-wake-outlasts-deadline`), looked at less often. `vmName`: the VM a Wake is for, as
+   * last seen on the pod; `goneSince`: when its pod was first seen gone before the VM ran; `inherited`:
+   * the Wake passed to a later pod of that VM (`set-wake-outlives-pod`, see carryWakeOver).
    */
-  setDesire?: SetDesire & { since: number; conflict?: string; late?: boolean };
+  setDesire?: SetDesire & {
+    since: number;
+    conflict?: string;
+    late?: boolean;
+    vmName?: string;
+    goneSince?: number;
+    inherited?: boolean;
+  };
   /**
    * The CocoonSet that owned the pod when this workflow last saw it exist (its controller owner reference
    * and `cocoonset.cocoonstack.io/name` label): the deletion flow still knows it once the pod is gone.
@@ -468,7 +477,8 @@ async function reconcileAll(state: VMState, io: VMIO): Promise<void> {
  * - `Wake` (un-suspend): clear the annotation unless a CocoonHibernation still wants the VM hibernated
  *   (desire Hibernate, or phase Hibernating in the reverse-desire window: the reference's
  *   `podsHibernatedByCR`); once the VM runs, drop the leftover `:hibernate` tag (not when the set drops it
- *   itself: `keepTag`); then the desire is spent.
+ *   itself: `keepTag`); then the desire is spent. A pod that goes before its VM runs passes the Wake to its
+ *   next pod (carryWakeOver).
  * Nothing here probes the registry: the set's completion gate does (docs/cocoonset.md#suspend).
  */
 async function setDesirePass(state: VMState, io: VMIO): Promise<void> {
@@ -482,14 +492,83 @@ async function setDesirePass(state: VMState, io: VMIO): Promise<void> {
   // (for the wake) whatever a CocoonHibernation's deletion would do, until the set wakes it or is deleted.
   if (!pod?.exists && d.desire === 'Hibernate' && d.release) return;
   if (!pod?.exists || pod.deleting || !sameIncarnation) {
-    await reportConflict(state, undefined);
-    state.setDesire = undefined;
-    return;
+    const carried =
+      d.desire === 'Wake' && on(io, 'set-wake-outlives-pod') ? carryWakeOver(state, d) : 'spent';
+    if (carried === 'waits') return;
+    if (carried === 'spent') {
+      await reportConflict(state, undefined);
+      state.setDesire = undefined;
+      return;
+    }
   }
+  return desirePass(state, io, state.setDesire!, pod!);
+}
+
+/**
+ * Ours (patch `set-wake-outlives-pod`): an un-suspend's Wake whose pod goes before its VM runs (deleted by
+ * hand while vk-cocoon retries a failed pull, or replaced by the set) passes to the next pod of the same
+ * name running the same VM. vk-cocoon restores that pod from the `:hibernate` tag (its evidence check on
+ * every create, vk contract §4.1), so the tag is spent once the VM runs, and is dropped then. Before, the
+ * desire was spent with the pod and the tag stayed, for a later create to roll the VM back to the
+ * suspend-time state. The desire waits WAKE_TIMEOUT_MS for the next pod (a scale-down's pod never comes
+ * back; the set drops that tag itself); a next pod asked to hibernate ends it (its round pushes the tag
+ * anew), as does one running another VM or a VM this workflow never saw.
+ * Returns `waits` (keep the desire, look again), `adopted` (state.setDesire now names the current pod) or
+ * `spent` (drop the desire, keep the tag).
+ */
+function carryWakeOver(state: VMState, d: NonNullable<VMState['setDesire']>): 'waits' | 'adopted' | 'spent' {
+  const pod = state.podObs;
+  const vmName = d.vmName ?? (pod?.exists ? pod.annotations?.[Annotations.vmName] : undefined);
+  if (!vmName) return 'spent';
+  if (pod?.exists && !pod.deleting) {
+    // Another pod of that name: the next incarnation, if it runs the same VM and nobody asked it to sleep.
+    if (pod.annotations?.[Annotations.vmName] !== vmName || hibernateAnnotated(pod)) return 'spent';
+    log.info(
+      `${state.pod}: the un-suspend passes to the new pod of ${vmName}; its tag is dropped once it runs`,
+    );
+    state.setDesire = {
+      ...d,
+      podUID: pod.uid,
+      podResourceVersion: pod.resourceVersion,
+      since: Date.now(),
+      late: undefined,
+      goneSince: undefined,
+      inherited: true,
+      vmName,
+    };
+    return 'adopted';
+  }
+  const goneSince = d.goneSince ?? Date.now();
+  if (Date.now() - goneSince < WAKE_TIMEOUT_MS) {
+    state.setDesire = { ...d, vmName, goneSince };
+    return 'waits';
+  }
+  log.warn(
+    `${state.pod}: went before its VM ran after the un-suspend and no pod of ${vmName} came back within ${goDuration(WAKE_TIMEOUT_MS)}; letting go (${vmName}:hibernate, if still there, stays)`,
+  );
+  return 'spent';
+}
+
+/** setDesirePass for a desire whose pod is the one the workflow sees (exists, not being deleted). */
+async function desirePass(
+  state: VMState,
+  io: VMIO,
+  d: NonNullable<VMState['setDesire']>,
+  pod: PodObservation,
+): Promise<void> {
   if (d.desire === 'Wake') {
     const held = Object.values(state.crs).some(
       (cr) => cr.exists && (cr.desire === 'Hibernate' || cr.status?.phase === 'Hibernating'),
     );
+    // An inherited Wake (carryWakeOver) never touches the annotation: whoever set it on the new pod wants
+    // the VM asleep, and its round pushes the tag anew.
+    if (d.inherited && hibernateAnnotated(pod)) {
+      await reportConflict(state, undefined);
+      state.setDesire = undefined;
+      return;
+    }
+    // The VM the Wake is for, kept for carryWakeOver: a gone pod's observation names none.
+    if (!d.vmName && on(io, 'set-wake-outlives-pod')) d.vmName = pod.annotations?.[Annotations.vmName];
     if (!held && hibernateAnnotated(pod)) await patchHibernate(io, state, null);
     const now = state.podObs ?? pod;
     // vk is waking it: look again soon (at most a wake's deadline, then the desire is spent as it is). A VM
@@ -502,7 +581,8 @@ async function setDesirePass(state: VMState, io: VMIO): Promise<void> {
       // Ours: the wake goes on waiting past its deadline (vk-cocoon retries a failed pull on its own
       // backoff) and drops the tag once the VM runs. Before, the desire was spent here and the tag stayed:
       // a later create of the pod (a node drain, a spec edit) restored the suspend-time state, rolling back
-      // everything the VM did since. Looked at every minute from now on; the pod's deletion still ends it.
+      // everything the VM did since. Looked at every minute from now on; if the pod goes, the wait passes to
+      // its next pod (carryWakeOver).
       if (!d.late) {
         log.warn(
           `${state.pod}: not running ${goDuration(WAKE_TIMEOUT_MS)} after the un-suspend; still waiting, its tag is dropped once it runs`,

@@ -704,6 +704,39 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     expect(rec.podHistory(sub).some((p) => p.deleting)).toBe(false);
   }, 300_000);
 
+  it("deliberate (patch set-wake-outlives-pod; before it the pod's deletion ended the VM workflow's wake and the tag stayed, for a later re-create to roll the VM back): a main whose wake after an un-suspend fails its pull, deleted by hand, comes back restored from its snapshot, and the tag is dropped once it runs", async () => {
+    const name = 'wakegone';
+    const mainPod = `${name}-0`;
+    const mainVM = vmOf(name, 0);
+    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+    const { pods } = await waitRunning(name);
+    await sets.patchSpec(name, { suspend: true });
+    await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
+    sim.faults.add({ vm: `^${mainVM}$`, op: 'wake.pull.fail' });
+    await sets.patchSpec(name, { suspend: false });
+    await waitFor(
+      'a failed wake of the main',
+      () => rec.podHistory(mainPod).some((p) => p.lifecycle === LifecycleStates.failed),
+      QUICK_MS,
+    );
+    const startedBefore = sim.state().started.length;
+    await kube.core.deleteNamespacedPod({ name: mainPod, namespace: ns });
+    await waitFor(
+      'the main created again',
+      async () => {
+        const p = (await podsOf(name)).get(mainPod);
+        return p && p.metadata?.uid !== pods.get(mainPod)!.metadata?.uid ? true : undefined;
+      },
+      QUICK_MS,
+    );
+    sim.faults.clear();
+    await waitRunning(name);
+    expect(sourcesOf(sim, mainVM, startedBefore)).toEqual([
+      expect.stringMatching(new RegExp(`^restore .*${mainVM}`)),
+    ]);
+    await waitTagGone(mainVM, 'the main tag dropped once the new pod runs');
+  }, 300_000);
+
   it('a sub-agent whose VM keeps failing is rebuilt 4 times with 0/1/5/30 s backoff, then dead-lettered (Warning event, metric); a spec edit lifts it', async () => {
     const name = 'rebuild';
     const sub = `${name}-2`;

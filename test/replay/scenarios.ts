@@ -541,6 +541,39 @@ export const scenarios: Scenario[] = [
       }),
   },
   {
+    name: 'vm-set-wake-pod-gone',
+    covers:
+      "a set's un-suspend whose pod is deleted before its VM runs: the Wake waits for the next pod of the VM (5 s looks), passes to it, drops the tag once it runs, the workflow completes",
+    record: (env) =>
+      withWorld(env, async (world) => {
+        await world.putPod(NS, POD, {
+          annotations: podAnnotations({ [Annotations.vmID]: 'vmid-1' }),
+          containerRunning: true,
+          ownerKind: 'CocoonSet',
+          ownerUID: 'set-uid',
+        });
+        await world.setDesire(NS, POD, 'Hibernate');
+        await waitFor('annotated', () => world.pod(NS, POD)?.annotations?.[Annotations.hibernate] === 'true');
+        await vkHibernated(world);
+        await world.setDesire(NS, POD, 'Wake');
+        await waitFor('woken', () => world.pod(NS, POD)?.annotations?.[Annotations.hibernate] === undefined);
+        await world.settled(env, NS, POD);
+        await world.deletePod(NS, POD);
+        await world.settled(env, NS, POD);
+        await env.sleep(6_000);
+        await world.putPod(NS, POD, {
+          uid: 'pod-uid-next',
+          annotations: podAnnotations({ [Annotations.vmID]: 'vmid-2' }),
+          containerRunning: true,
+          ownerKind: 'CocoonSet',
+          ownerUID: 'set-uid',
+        });
+        await env.sleep(6_000);
+        await env.client.workflow.getHandle(VM_ID).result();
+        return { 'vm-set-wake-pod-gone': await vmHistory(env) };
+      }),
+  },
+  {
     name: 'vm-continue-as-new',
     covers:
       'hibernate/wake cycles past a low history limit: the first run continues as new, the next one re-reads',

@@ -163,6 +163,100 @@ describe('VM workflow: a CocoonSet desire', () => {
     });
   });
 
+  describe("deliberate (patch set-wake-outlives-pod; before it the pod's deletion spent the Wake and the tag stayed, for a later create to roll the VM back): a Wake whose pod goes before its VM runs", () => {
+    /** Suspended, un-suspended; vk cannot pull the snapshot (the VM never runs); the pod is deleted. */
+    async function podGoneMidWake(world: VMWorld): Promise<void> {
+      await setPod(world);
+      await world.setDesire(NS, POD, 'Hibernate');
+      await waitFor('hibernate annotation', () => hibernate(world) === 'true');
+      await world.vkHibernated(NS, POD, VM);
+      await world.setDesire(NS, POD, 'Wake');
+      await waitFor('annotation cleared', () => hibernate(world) === undefined);
+      await settled(world);
+      await world.deletePod(NS, POD);
+    }
+    /** The pod created again under the same name (a new uid), running `vm` (vk restored it from the tag). */
+    const nextPod = (world: VMWorld, vm: string, extra: Record<string, string> = {}) =>
+      world.putPod(NS, POD, {
+        uid: 'pod-uid-next',
+        annotations: vmPodAnnotations(vm, { [Annotations.vmID]: 'vm-3', ...extra }),
+        containerRunning: true,
+        ownerKind: 'CocoonSet',
+      });
+
+    it('passes to the next pod of the same VM and drops the tag once that one runs', async () => {
+      await withWorld(env, async (world) => {
+        await podGoneMidWake(world);
+        const gone = await settled(world);
+        expect(gone.setDesire).toMatchObject({ desire: 'Wake', vmName: VM });
+        const handle = env.client.workflow.getHandle(vmWorkflowId(NS, POD));
+        expect((await handle.describe()).status.name).toBe('RUNNING');
+        expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+        // The set creates the pod again; vk restores it from the tag (its evidence check). No watch event
+        // reaches the workflow (no CocoonHibernation): its 5 s look finds the new pod.
+        await nextPod(world, VM);
+        await env.sleep(10_000);
+        await handle.result();
+        expect(world.calls.filter((c) => c.startsWith('DELETE'))).toEqual([`DELETE ${VM}:hibernate`]);
+        expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
+        // The new pod's annotations were never written.
+        expect(world.calls.filter((c) => c.startsWith('patchPod'))).toHaveLength(2);
+      });
+    });
+
+    it('a next pod asked to hibernate ends it: the annotation stays, the tag stays', async () => {
+      await withWorld(env, async (world) => {
+        await podGoneMidWake(world);
+        await settled(world);
+        const patches = world.calls.filter((c) => c.startsWith('patchPod')).length;
+        await nextPod(world, VM, { [Annotations.hibernate]: 'true' });
+        await env.sleep(10_000);
+        await env.client.workflow.getHandle(vmWorkflowId(NS, POD)).result();
+        expect(hibernate(world)).toBe('true');
+        expect(world.calls.filter((c) => c.startsWith('patchPod'))).toHaveLength(patches);
+        expect(world.calls.filter((c) => c.startsWith('DELETE'))).toEqual([]);
+      });
+    });
+
+    it('a next pod running another VM ends it without a DELETE', async () => {
+      await withWorld(env, async (world) => {
+        await podGoneMidWake(world);
+        await settled(world);
+        await nextPod(world, 'vk-ns-other');
+        await env.sleep(10_000);
+        await env.client.workflow.getHandle(vmWorkflowId(NS, POD)).result();
+        expect(world.calls.filter((c) => c.startsWith('DELETE'))).toEqual([]);
+        expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+      });
+    });
+
+    it('no pod within the wake deadline (a scale-down): the workflow lets go, keeping the tag, having looked every 5 s', async () => {
+      await withWorld(env, async (world) => {
+        await podGoneMidWake(world);
+        await settled(world);
+        const reads = () => world.calls.filter((c) => c.startsWith('readVMWorld')).length;
+        const before = reads();
+        await env.sleep(6 * 60_000);
+        await env.client.workflow.getHandle(vmWorkflowId(NS, POD)).result();
+        expect(reads() - before).toBeGreaterThanOrEqual(50);
+        expect(reads() - before).toBeLessThanOrEqual(62);
+        expect(world.calls.filter((c) => c.startsWith('DELETE'))).toEqual([]);
+        expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+      });
+    });
+
+    it('a run an older version started (patches: 31) spends it with the pod: the next pod keeps the tag', async () => {
+      await withWorld(env, async (world) => {
+        world.startExtra = { patches: 31 };
+        await podGoneMidWake(world);
+        await env.client.workflow.getHandle(vmWorkflowId(NS, POD)).result();
+        await nextPod(world, VM);
+        expect(world.calls.filter((c) => c.startsWith('DELETE'))).toEqual([]);
+        expect(world.tags.has(`${VM}:hibernate`)).toBe(true);
+      });
+    });
+  });
+
   it('a Wake that leaves the tag to the set (a migration wakes in place and drops it itself): the VM workflow clears the annotation and sends no DELETE', async () => {
     await withWorld(env, async (world) => {
       await setPod(world);
