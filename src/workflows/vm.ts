@@ -355,6 +355,10 @@ function observeSetDesire(state: VMState, d: SetDesire): boolean {
     since: same ? cur.since : Date.now(),
     conflict: same ? cur.conflict : undefined,
     ...(same && cur.late ? { late: true } : {}),
+    // A repeat keeps what the workflow learned of this desire (carryWakeOver's VM, pod gone, inherited).
+    ...(same && cur.vmName !== undefined ? { vmName: cur.vmName } : {}),
+    ...(same && cur.goneSince !== undefined ? { goneSince: cur.goneSince } : {}),
+    ...(same && cur.inherited ? { inherited: true } : {}),
   };
   const annotated = pod !== undefined && hibernateAnnotated(pod);
   return !same || newerPod || annotated !== (d.desire === 'Hibernate');
