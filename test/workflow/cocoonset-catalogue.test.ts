@@ -119,7 +119,7 @@
 import type { V1Pod } from '@kubernetes/client-node';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { Annotations, EventReasons, Labels } from '../../src/api/keys.js';
+import { Annotations, EventReasons, Labels, LifecycleStates } from '../../src/api/keys.js';
 import type { AgentStatus, CocoonSet, ToolboxStatus } from '../../src/api/types.js';
 import { buildAgentPod } from '../../src/cocoonset/pods.js';
 import { readRebuildHistory } from '../../src/cocoonset/rebuild.js';
@@ -776,6 +776,39 @@ describe("the reference operator's reconciler_test.go cases at workflow level", 
       w.tags.delete(`${MAIN_VM}:hibernate`);
       await env.sleep(30_000);
       await waitFor('main recreated', () => w.pods.has('demo-0') && uidOf(w, 'demo-0') !== oldUID);
+    });
+  });
+
+  it('deliberate (patch replaced-main-keeps-snapshot; before it the hibernated main was drift-deleted and re-created, and vk-cocoon restored the old VM under a pod naming the new image, or refused it): a main a CocoonHibernation holds hibernated, its agent image edited, is kept with its snapshot and SnapshotImageMismatch', async () => {
+    const cs = catalogueSet();
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    const oldUID = uidOf(world, 'demo-0');
+    const newImage = 'ghcr.io/cocoonstack/cocoon/ubuntu:26.04';
+    world.tags.add(newImage);
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      w.crs = [hibernation('demo-0', 'Hibernate', 'Hibernated')];
+      w.tags.add(`${MAIN_VM}:hibernate`);
+      await w.updatePod('demo-0', (p) => {
+        delete p.metadata!.annotations![Annotations.vmID];
+        p.metadata!.annotations![Annotations.hibernate] = 'true';
+        p.metadata!.annotations![Annotations.lifecycleState] = LifecycleStates.hibernated;
+      });
+      await w.settled(env);
+      await w.editSpec((c) => {
+        c.spec.agent.image = newImage;
+      });
+      await waitFor(
+        'SnapshotImageMismatch',
+        () =>
+          w.cs?.status?.conditions?.find((c) => c.type === 'Progressing')?.reason === 'SnapshotImageMismatch',
+      );
+      await env.sleep(60_000);
+      await w.settled(env);
+      expect(uidOf(w, 'demo-0')).toBe(oldUID);
+      expect(w.calls.filter((c) => c.startsWith('delete ') || c.startsWith('registry-delete'))).toEqual([]);
+      expect(w.tags.has(`${MAIN_VM}:hibernate`)).toBe(true);
     });
   });
 
