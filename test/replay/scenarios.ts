@@ -88,6 +88,16 @@ async function vkRunning(world: VMWorld, vmID: string): Promise<void> {
   );
 }
 
+/** A running VM of a CocoonSet's pod. */
+async function setPodRunning(world: VMWorld): Promise<void> {
+  await world.putPod(NS, POD, {
+    annotations: podAnnotations({ [Annotations.vmID]: 'vmid-1' }),
+    containerRunning: true,
+    ownerKind: 'CocoonSet',
+    ownerUID: 'set-uid',
+  });
+}
+
 async function vmHistory(env: TestWorkflowEnvironment, runId?: string): Promise<History> {
   return env.client.workflow.getHandle(VM_ID, runId).fetchHistory();
 }
@@ -479,12 +489,7 @@ export const scenarios: Scenario[] = [
       "a CR deleted mid-hibernate of a CocoonSet's VM: after the round the deletion wakes the VM, then drops the tag",
     record: (env) =>
       withWorld(env, async (world) => {
-        await world.putPod(NS, POD, {
-          annotations: podAnnotations({ [Annotations.vmID]: 'vmid-1' }),
-          containerRunning: true,
-          ownerKind: 'CocoonSet',
-          ownerUID: 'set-uid',
-        });
+        await setPodRunning(world);
         await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
         await waitFor('Hibernating', () => phase(world) === 'Hibernating');
         await world.annotatePod(NS, POD, { [Annotations.lifecycleState]: 'hibernating' });
@@ -507,12 +512,7 @@ export const scenarios: Scenario[] = [
       "a CocoonSet's suspend on its VM: an older CR's Wake holds it (conflict told to the set), deleted; the set's Hibernate desire annotates, a later CR's Wake loses (DesireConflict), its deletion keeps the tag, the set's Wake clears the annotation, the workflow completes",
     record: (env) =>
       withWorld(env, async (world) => {
-        await world.putPod(NS, POD, {
-          annotations: podAnnotations({ [Annotations.vmID]: 'vmid-1' }),
-          containerRunning: true,
-          ownerKind: 'CocoonSet',
-          ownerUID: 'set-uid',
-        });
+        await setPodRunning(world);
         await world.putCR({ namespace: NS, name: 'awake', podRef: POD, desire: 'Wake' });
         await waitFor('Active', () => phase(world, 'awake') === 'Active');
         await world.setDesire(NS, POD, 'Hibernate');
@@ -546,12 +546,7 @@ export const scenarios: Scenario[] = [
       "a set's un-suspend whose pod is deleted before its VM runs: the Wake waits for the next pod of the VM (5 s looks), passes to it, drops the tag once it runs, the workflow completes",
     record: (env) =>
       withWorld(env, async (world) => {
-        await world.putPod(NS, POD, {
-          annotations: podAnnotations({ [Annotations.vmID]: 'vmid-1' }),
-          containerRunning: true,
-          ownerKind: 'CocoonSet',
-          ownerUID: 'set-uid',
-        });
+        await setPodRunning(world);
         await world.setDesire(NS, POD, 'Hibernate');
         await waitFor('annotated', () => world.pod(NS, POD)?.annotations?.[Annotations.hibernate] === 'true');
         await vkHibernated(world);

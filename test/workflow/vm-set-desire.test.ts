@@ -35,14 +35,19 @@ const setPod = (world: VMWorld, annotations = vmPodAnnotations(VM, { [Annotation
 const conflictOf = (world: VMWorld, name: string) =>
   world.cr(NS, name)?.status?.conditions?.find((c) => c.type === CONDITION_CONFLICT);
 
-/** The set suspends the VM (vk hibernates it), then un-suspends it; vk does not bring it up for 6 min. */
-async function unsuspendedNotRunningFor6Min(world: VMWorld): Promise<void> {
+/** The set suspends the VM (vk hibernates it), then un-suspends it: the annotation is cleared, no VM yet. */
+async function suspendedThenUnsuspended(world: VMWorld): Promise<void> {
   await setPod(world);
   await world.setDesire(NS, POD, 'Hibernate');
   await waitFor('hibernate annotation', () => hibernate(world) === 'true');
   await world.vkHibernated(NS, POD, VM);
   await world.setDesire(NS, POD, 'Wake');
   await waitFor('annotation cleared', () => hibernate(world) === undefined);
+}
+
+/** suspendedThenUnsuspended, then vk does not bring the VM up for 6 min. */
+async function unsuspendedNotRunningFor6Min(world: VMWorld): Promise<void> {
+  await suspendedThenUnsuspended(world);
   await env.sleep(6 * 60_000);
 }
 
@@ -166,12 +171,7 @@ describe('VM workflow: a CocoonSet desire', () => {
   describe("deliberate (patch set-wake-outlives-pod; before it the pod's deletion spent the Wake and the tag stayed, for a later create to roll the VM back): a Wake whose pod goes before its VM runs", () => {
     /** Suspended, un-suspended; vk cannot pull the snapshot (the VM never runs); the pod is deleted. */
     async function podGoneMidWake(world: VMWorld): Promise<void> {
-      await setPod(world);
-      await world.setDesire(NS, POD, 'Hibernate');
-      await waitFor('hibernate annotation', () => hibernate(world) === 'true');
-      await world.vkHibernated(NS, POD, VM);
-      await world.setDesire(NS, POD, 'Wake');
-      await waitFor('annotation cleared', () => hibernate(world) === undefined);
+      await suspendedThenUnsuspended(world);
       await settled(world);
       await world.deletePod(NS, POD);
     }
