@@ -1,15 +1,21 @@
 /**
- * Registry activities: HEAD and DELETE of a snapshot tag. They run on the controller's own registry task
+ * Registry activities: HEAD, GET and DELETE of a snapshot tag. They run on the controller's own registry task
  * queue, whose worker's maxConcurrentActivityTaskExecutions is the concurrency knob
  * (docs/architecture.md#the-concurrency-knob). Cancellation of the activity aborts the HTTP request.
  */
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
+import { SnapshotArtifact } from '../api/keys.js';
 
-/** The two registry operations the operator needs (src/registry implements them over the OCI API). */
+/** The registry operations the operator needs (src/registry implements them over the OCI API). */
 export interface ManifestRegistry {
   hasManifest(name: string, reference: string, opts?: { signal?: AbortSignal }): Promise<boolean>;
   deleteManifest(name: string, reference: string, opts?: { signal?: AbortSignal }): Promise<void>;
+  manifestAnnotations(
+    name: string,
+    reference: string,
+    opts?: { signal?: AbortSignal },
+  ): Promise<Record<string, string> | undefined>;
 }
 
 function cancellationSignal(): AbortSignal | undefined {
@@ -39,6 +45,23 @@ export function createRegistryActivities(deps: { registry: ManifestRegistry }) {
         return await deps.registry.hasManifest(input.vmName, input.tag, { signal: cancellationSignal() });
       } catch (err) {
         throw asFailure('probe', input.vmName, input.tag, err);
+      }
+    },
+    /**
+     * GET `<vmName>:<tag>`: whether it exists and the image it was taken under (its manifest annotation
+     * `cocoonstack.snapshot.baseimage`, '' when it records none); any other outcome fails the activity.
+     */
+    async snapshotImage(input: {
+      vmName: string;
+      tag: string;
+    }): Promise<{ present: boolean; image: string }> {
+      try {
+        const a = await deps.registry.manifestAnnotations(input.vmName, input.tag, {
+          signal: cancellationSignal(),
+        });
+        return { present: a !== undefined, image: a?.[SnapshotArtifact.annotationBaseImage] ?? '' };
+      } catch (err) {
+        throw asFailure('read', input.vmName, input.tag, err);
       }
     },
     /** DELETE `<vmName>:<tag>`; a 404 counts as success. */

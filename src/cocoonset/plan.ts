@@ -448,6 +448,15 @@ export interface PassInput {
    * behind `patched()`.
    */
   replacedMainKeepsSnapshot?: boolean;
+  /**
+   * Ours (session 33): the image a main's `:hibernate` snapshot was taken under is read from the snapshot
+   * itself (its manifest annotation `cocoonstack.snapshot.baseimage`, one GET), not from the pod: a main
+   * about to be created restore-marked (a suspended set's, one a CocoonHibernation holds) under another
+   * image is held with `SnapshotImageMismatch` (before, the restore-marked create skipped vk-cocoon's image
+   * check and brought the old VM back under a pod naming the new image), and the hold's message names the
+   * snapshot's image (before, a failed restore pod's). The workflow sets it behind `patched()`.
+   */
+  restoresCheckSnapshotImage?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -499,6 +508,8 @@ export type PassAction =
   | { id: string; type: 'anyNode'; labelSelector: string }
   /** Registry `HasManifest(vmName, "hibernate")`. Outcome: probe | error. */
   | { id: string; type: 'probeHibernate'; vmName: string }
+  /** Registry GET of `<vmName>:hibernate`: present, and the image it records. Outcome: snapshot | error. */
+  | { id: string; type: 'readSnapshotImage'; vmName: string }
   /** The namespace's LimitRanges and ResourceQuotas (src/cocoonset/admission.ts). Outcome: limits | error. */
   | { id: string; type: 'readNamespaceLimits' }
   /** Registry `HasManifest(repo, tag)` of a clone-mode base image. Outcome: probe | error. */
@@ -534,6 +545,7 @@ export type ActionOutcome =
   | { kind: 'error'; message: string }
   | { kind: 'hibernations'; items: CocoonHibernation[] }
   | { kind: 'probe'; present: boolean }
+  | { kind: 'snapshot'; present: boolean; image: string }
   | { kind: 'nodes'; any: boolean }
   | { kind: 'generation'; generation: number | null }
   | { kind: 'stale' }
@@ -1252,7 +1264,7 @@ async function handleFailedMain(
 ): Promise<never> {
   if (!podSpecMatchesAgent(main, st.cs, 0, driftOptions(st))) {
     const keepTag = await mainStateInTag(st, main);
-    const mismatch = keepTag ? imageMismatch(st, main) : undefined;
+    const mismatch = keepTag ? await imageMismatch(st, main) : undefined;
     if (mismatch) {
       const status = await writeStatus(st, 'Failed', 'status', mismatch);
       return finish(st, { requeueAfterMs: REQUEUE_SNAPSHOT_CHOICE_MS }, status);
@@ -1303,15 +1315,63 @@ const REQUEUE_SNAPSHOT_CHOICE_MS = 30_000;
  * naming the new image: so the main is not replaced until the user sets the image back (the state kept) or
  * deletes the snapshot (the new image booted fresh).
  */
-function imageMismatch(st: PassState, main: V1Pod): { reason: string; message: string } | undefined {
-  const have = main.metadata?.annotations?.[Annotations.image] ?? '';
+async function imageMismatch(
+  st: PassState,
+  main: V1Pod,
+): Promise<{ reason: string; message: string } | undefined> {
+  const podImage = main.metadata?.annotations?.[Annotations.image] ?? '';
   const want = buildAgentPod(st.cs, 0, '', '').metadata?.annotations?.[Annotations.image] ?? '';
-  if (have === want) return undefined;
-  const vm = vmNameOf(main);
+  // The image the snapshot records (`restoresCheckSnapshotImage`): a failed restore pod names the image it
+  // was created under, not the snapshot's. A snapshot that records none is judged by the pod's.
+  const have = st.input.restoresCheckSnapshotImage ? (await snapshotImage(st, main)) || podImage : podImage;
+  return have === want ? undefined : snapshotImageBlock(st, main, have, want);
+}
+
+/** The `SnapshotImageMismatch` block for `pod` (the main), whose snapshot records `have`, the spec `want`. */
+function snapshotImageBlock(
+  st: PassState,
+  pod: V1Pod,
+  have: string,
+  want: string,
+): { reason: string; message: string } {
+  const vm = vmNameOf(pod);
   return {
     reason: ConditionReasons.snapshotImageMismatch,
-    message: `main pod ${st.ns}/${main.metadata?.name ?? ''}: its VM is in its :hibernate snapshot (${vm}:hibernate), taken under image ${have}, and vk-cocoon will not restore it under ${want}; set spec.agent.image back to ${have} to keep that state, or delete the snapshot to boot ${want} fresh`,
+    message: `main pod ${st.ns}/${pod.metadata?.name ?? ''}: its VM is in its :hibernate snapshot (${vm}:hibernate), taken under image ${have}, and vk-cocoon will not restore it under ${want}; set spec.agent.image back to ${have} to keep that state, or delete the snapshot to boot ${want} fresh`,
   };
+}
+
+/**
+ * The image `pod`'s `:hibernate` snapshot records (`cocoonstack.snapshot.baseimage`; '' when it records
+ * none or is absent). One registry GET; an error fails the pass (nothing is created or deleted on a guess).
+ */
+async function snapshotImage(st: PassState, pod: V1Pod): Promise<string> {
+  const vm = vmNameOf(pod);
+  const o = await st.r.run({ id: `snapshot-image:${vm}`, type: 'readSnapshotImage', vmName: vm });
+  if (o.kind !== 'snapshot')
+    return fail(st, `read hibernate snapshot ${vm}: ${errText(o) ?? 'unexpected outcome'}`);
+  return o.present ? o.image : '';
+}
+
+/**
+ * Ours (`restoresCheckSnapshotImage`): ends the pass, creating nothing, when the main `pod` about to be
+ * created restore-marked (`restoreMarks` set `restore-from-hibernate`) names another image than its
+ * snapshot records: the restore would skip vk-cocoon's image check and bring the old VM back under a pod
+ * naming the new image (found by helper-53: a suspended set, or a main a CocoonHibernation holds, whose
+ * image was edited and whose main pod was then deleted). `Progressing=False SnapshotImageMismatch`, phase
+ * `phase`, a look again in 30 s. Returns when the create may go ahead.
+ */
+async function holdRestoreUnderOtherImage(st: PassState, pod: V1Pod, phase: CocoonSetPhase): Promise<void> {
+  if (
+    !st.input.restoresCheckSnapshotImage ||
+    pod.metadata?.annotations?.[Annotations.restoreFromHibernate] !== 'true'
+  )
+    return;
+  const have = await snapshotImage(st, pod);
+  const want = pod.metadata?.annotations?.[Annotations.image] ?? '';
+  if (have === '' || have === want) return;
+  const status = await writeStatus(st, phase, 'status', snapshotImageBlock(st, pod, have, want));
+  return finish(st, { requeueAfterMs: REQUEUE_SNAPSHOT_CHOICE_MS }, status);
 }
 
 /**
@@ -1492,6 +1552,7 @@ async function createMain(st: PassState): Promise<never> {
   if ('error' in crs) return fail(st, crs.error);
   const [probeErr] = await restoreMarks(st, [pod], podsRestorableByCR(crs.items));
   if (probeErr !== undefined) return fail(st, probeErr);
+  await holdRestoreUnderOtherImage(st, pod, 'Pending');
   const o = await st.r.run({ id: `create:${pod.metadata!.name}`, type: 'createPod', pod });
   if (o.kind === 'alreadyExists') return finish(st, { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });
   const err = errText(o);
@@ -2079,6 +2140,7 @@ async function suspendRetain(st: PassState): Promise<never> {
     await holdMainWhileSpent(st, podName, 'Suspending', st.input.mainRestoresWaitForSpentTag, '');
     const [probeErr] = await restoreMarks(st, [pod], new Set([podName]));
     if (probeErr !== undefined) return fail(st, probeErr);
+    await holdRestoreUnderOtherImage(st, pod, 'Suspending');
     const o = await st.r.run({ id: `create:${podName}`, type: 'createPod', pod });
     if (o.kind === 'alreadyExists')
       return fail(st, `create main agent before suspend: pod ${st.ns}/${podName} already exists`);
@@ -2694,7 +2756,7 @@ async function reconcile(st: PassState): Promise<never> {
   }
   // 12. Main drift: delete, requeue.
   if (main && mainDrifted) {
-    const mismatch = mainKeepsTag ? imageMismatch(st, main) : undefined;
+    const mismatch = mainKeepsTag ? await imageMismatch(st, main) : undefined;
     if (mismatch) {
       const status = await writeStatus(st, '', 'status', mismatch);
       return finish(st, { requeueAfterMs: REQUEUE_SNAPSHOT_CHOICE_MS }, status);

@@ -160,6 +160,43 @@ export class OCIRegistryClient implements Registry {
     }
   }
 
+  /** See {@link Registry.manifestAnnotations}. Errors read `get manifest <name>:<reference>: <detail>`. */
+  async manifestAnnotations(
+    name: string,
+    reference: string,
+    opts: RegistryCallOptions = {},
+  ): Promise<Record<string, string> | undefined> {
+    const label = `get manifest ${name}:${reference}`;
+    try {
+      const ref = manifestRef(this.base, name, reference);
+      const res = await this.send(
+        ref.repository,
+        PULL_ACTIONS,
+        {
+          method: 'GET',
+          path: manifestPath(ref.repository, ref.reference),
+          headers: { accept: MANIFEST_ACCEPT },
+        },
+        opts.signal,
+      );
+      if (res.status === 404) return undefined;
+      if (res.status !== 200) throw this.statusError(res, 'GET');
+      if (res.truncated)
+        throw new RegistryError('manifest larger than 16 KiB', {
+          kind: 'HTTP',
+          retryable: false,
+          status: 200,
+        });
+      const doc = JSON.parse(res.body) as { annotations?: unknown };
+      const out: Record<string, string> = {};
+      if (doc.annotations && typeof doc.annotations === 'object')
+        for (const [k, v] of Object.entries(doc.annotations)) if (typeof v === 'string') out[k] = v;
+      return out;
+    } catch (err) {
+      throw wrap(label, err);
+    }
+  }
+
   /** See {@link Registry.deleteManifest}. Errors read `delete manifest <name>:<reference>: <detail>`. */
   async deleteManifest(name: string, reference: string, opts: RegistryCallOptions = {}): Promise<void> {
     const label = `delete manifest ${name}:${reference}`;
@@ -184,7 +221,7 @@ export class OCIRegistryClient implements Registry {
   private async send(
     repository: string,
     actions: string,
-    req: { method: 'HEAD' | 'DELETE'; path: string; headers?: Record<string, string> },
+    req: { method: 'HEAD' | 'GET' | 'DELETE'; path: string; headers?: Record<string, string> },
     signal?: AbortSignal,
   ): Promise<HttpResponse> {
     const hs = await this.getHandshake(signal);

@@ -23,6 +23,17 @@ export interface Registry {
    */
   hasManifest(name: string, reference: string, opts?: RegistryCallOptions): Promise<boolean>;
   /**
+   * GET of the manifest: its `annotations` (string values only; {} when it has none), undefined on 404.
+   * Throws a {@link RegistryError} as `hasManifest` does, also for a body that is not JSON or over 16 KiB.
+   * Used to read the image a `:hibernate` snapshot was taken under (`cocoonstack.snapshot.baseimage`,
+   * docs/wire-contract.md#snapshot-artifacts).
+   */
+  manifestAnnotations(
+    name: string,
+    reference: string,
+    opts?: RegistryCallOptions,
+  ): Promise<Record<string, string> | undefined>;
+  /**
    * DELETE of the manifest by the reference itself (a tag is not resolved to a digest first).
    * 200/202 and 404 resolve ("ensure absent"); anything else throws a {@link RegistryError}
    * (e.g. 405 UNSUPPORTED when the registry has deletes disabled). docs/wire-contract.md#oci-registry.

@@ -503,6 +503,7 @@ async function drive(
     failedMainRoundKeepsPhase: on(io, 'failed-main-round-keeps-phase'),
     failedRoundsHoldVMs: on(io, 'failed-round-holds-vm'),
     replacedMainKeepsSnapshot: on(io, 'replaced-main-keeps-snapshot'),
+    restoresCheckSnapshotImage: on(io, 'restores-check-snapshot-image'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,
@@ -669,6 +670,11 @@ async function execute(
         return {
           kind: 'probe',
           present: await registry.hasManifest({ vmName: a.vmName, tag: Tags.hibernate }),
+        };
+      case 'readSnapshotImage':
+        return {
+          kind: 'snapshot',
+          ...(await registry.snapshotImage({ vmName: a.vmName, tag: Tags.hibernate })),
         };
       case 'readNamespaceLimits':
         return { kind: 'limits', limits: await kube.cocoonSetNamespaceLimits({ namespace }) };

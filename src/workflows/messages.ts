@@ -50,6 +50,7 @@ export const LEVELED_PATCHES: readonly string[] = [
   'replaced-main-keeps-snapshot',
   'set-wake-outlasts-deadline',
   'set-wake-outlives-pod',
+  'restores-check-snapshot-image',
 ];
 
 /**

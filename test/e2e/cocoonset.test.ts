@@ -1360,6 +1360,41 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     await waitTagGone(mainVM, 'the main tag dropped once it runs');
   });
 
+  it("deliberate (patch restores-check-snapshot-image; before it the set re-created the main restore-marked under the new image and vk-cocoon brought the old VM back under it): a suspended set whose agent image is edited and whose main pod is then deleted creates no main, says SnapshotImageMismatch naming the snapshot's image; the image set back, the main is restored from its snapshot", async () => {
+    const name = 'reimagedel';
+    const mainPod = `${name}-0`;
+    const mainVM = vmOf(name, 0);
+    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+    await waitRunning(name);
+    await sets.patchSpec(name, { suspend: true });
+    await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
+    await sets.patchSpec(name, { agent: { image: AGENT_V2 } });
+    const startedBefore = sim.state().started.length;
+    await kube.core.deleteNamespacedPod({ name: mainPod, namespace: ns });
+    const held = await waitFor(
+      'SnapshotImageMismatch on Progressing',
+      async () => {
+        const c = (await sets.get(name))?.status?.conditions?.find((x) => x.type === 'Progressing');
+        return c?.reason === 'SnapshotImageMismatch' ? c : undefined;
+      },
+      QUICK_MS,
+    );
+    expect(held.message).toContain(`set spec.agent.image back to ${AGENT_V1} to keep that state`);
+    expect((await podsOf(name)).has(mainPod)).toBe(false);
+    expect(await headTag(registry, mainVM, Tags.hibernate)).toBe(200);
+
+    await sets.patchSpec(name, { agent: { image: AGENT_V1 } });
+    await waitFor(
+      'the main created again',
+      async () => (await podsOf(name)).has(mainPod) || undefined,
+      QUICK_MS,
+    );
+    await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
+    expect(sourcesOf(sim, mainVM, startedBefore)).toEqual([
+      expect.stringMatching(new RegExp(`^restore .*${mainVM}`)),
+    ]);
+  }, 300_000);
+
   it('deliberate (patch replaced-main-keeps-snapshot): a pinned set (spec.nodeName) suspended, then un-suspended together with a resources edit: its main is not woken in place first (the drift would then replace the running VM) but replaced, restored on the pinned node from its snapshot with the new resources, the tag dropped once it runs', async () => {
     const mig = migrationNodes('pinresize');
     const { nodeA, sims } = mig;

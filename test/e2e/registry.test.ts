@@ -44,7 +44,7 @@ async function pushBlob(repo: string, data: Buffer): Promise<string> {
 }
 
 /** Pushes a one-layer OCI image manifest under `tag`; returns its digest. */
-async function pushManifest(vm: string, tag: string): Promise<string> {
+async function pushManifest(vm: string, tag: string, annotations?: Record<string, string>): Promise<string> {
   const repo = `${prefix}${vm}`;
   const config = Buffer.from('{}');
   const layer = randomBytes(64);
@@ -63,6 +63,7 @@ async function pushManifest(vm: string, tag: string): Promise<string> {
         size: layer.length,
       },
     ],
+    ...(annotations ? { annotations } : {}),
   });
   const res = await fetch(`${origin}/v2/${repo}/manifests/${tag}`, {
     method: 'PUT',
@@ -81,6 +82,16 @@ describe(`OCIRegistryClient against the stack registry (${registryBase})`, () =>
     client = new OCIRegistryClient(registryBase, { timeoutMs: 10_000 });
   });
   afterAll(() => client.close());
+
+  it("reads a manifest's annotations (the image a snapshot was taken under); undefined for an absent tag", async () => {
+    const snap = `${vm}-annotated`;
+    await pushManifest(snap, Tags.hibernate, { 'cocoonstack.snapshot.baseimage': 'cocoon/ubuntu:24.04' });
+    await expect(client.manifestAnnotations(snap, Tags.hibernate)).resolves.toEqual({
+      'cocoonstack.snapshot.baseimage': 'cocoon/ubuntu:24.04',
+    });
+    await expect(client.manifestAnnotations(snap, Tags.latest)).resolves.toBeUndefined();
+    await client.deleteManifest(snap, Tags.hibernate);
+  });
 
   it('sees a pushed tag, deletes it by tag, then reports it absent; a second delete is tolerated', async () => {
     const digest = await pushManifest(vm, Tags.hibernate);

@@ -139,6 +139,10 @@ export class PlanWorld {
         this.probes.push(a.vmName);
         if (this.probeError !== undefined) return { kind: 'error', message: this.probeError };
         return { kind: 'probe', present: this.tags.has(`${a.vmName}:hibernate`) };
+      case 'readSnapshotImage':
+        this.probes.push(`read ${a.vmName}`);
+        if (this.probeError !== undefined) return { kind: 'error', message: this.probeError };
+        return { kind: 'snapshot', present: this.tags.has(`${a.vmName}:hibernate`), image: '' };
       case 'patchStatus':
         this.statusPatches.push(a.body);
         this.cs.status = clone(a.status);

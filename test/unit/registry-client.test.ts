@@ -179,6 +179,35 @@ describe('hasManifest (anonymous)', () => {
   });
 });
 
+describe('manifestAnnotations (anonymous)', () => {
+  it('GETs the manifest with the reference Accept list and returns its string annotations; 404 is undefined; a 500 after retries throws', async () => {
+    let answer = 200;
+    const reg = await server(
+      anonymous((_req, res) => {
+        if (answer !== 200) {
+          res.writeHead(answer, { 'content-type': 'application/json' });
+          res.end();
+          return;
+        }
+        const body = JSON.stringify({ schemaVersion: 2, annotations: { a: 'x', n: 1 } });
+        res.writeHead(200, { 'content-type': 'application/vnd.oci.image.manifest.v1+json' });
+        res.end(body);
+      }),
+    );
+    const c = client(reg.authority);
+    await expect(c.manifestAnnotations('vk-a', Tags.hibernate)).resolves.toEqual({ a: 'x' });
+    const gets = reg.requests.filter((r) => r.method === 'GET' && r.url !== '/v2/');
+    expect(gets.map((r) => r.url)).toEqual(['/v2/vk-a/manifests/hibernate']);
+    expect(gets[0]!.headers.accept).toContain('application/vnd.oci.image.manifest.v1+json');
+    answer = 404;
+    await expect(c.manifestAnnotations('vk-a', Tags.hibernate)).resolves.toBeUndefined();
+    answer = 500;
+    await expect(c.manifestAnnotations('vk-a', Tags.hibernate)).rejects.toThrow(
+      /^get manifest vk-a:hibernate: /,
+    );
+  });
+});
+
 describe('deleteManifest (anonymous)', () => {
   it('DELETEs the tag itself, without resolving it first, and accepts 202', async () => {
     const reg = await server(
@@ -400,6 +429,7 @@ describe('hasHibernateSnapshot', () => {
         return true;
       },
       deleteManifest: async () => {},
+      manifestAnnotations: async () => undefined,
     };
     await expect(hasHibernateSnapshot(fake, 'vk-good')).resolves.toBe(true);
     const err = await rejection(hasHibernateSnapshot(fake, 'vk-bad'));

@@ -81,6 +81,8 @@ export class CocoonSetWorld {
   crs: CocoonHibernation[] = [];
   /** `<vm>:<tag>` present in the registry. */
   readonly tags = new Set<string>();
+  /** VM name → the image its `:hibernate` snapshot records (`cocoonstack.snapshot.baseimage`); '' if absent. */
+  readonly snapshotImages = new Map<string, string>();
   readonly events: SetWorldEvent[] = [];
   /** Every activity call, as `<op> <target>` strings, in order. */
   readonly calls: string[] = [];
@@ -501,6 +503,13 @@ export class CocoonSetWorld {
         this.registryCalls++;
         this.tags.delete(`${vmName}:${tag}`);
       },
+      snapshotImage: async ({ vmName, tag }) => {
+        this.calls.push(`manifest ${vmName}:${tag}`);
+        this.registryCalls++;
+        if (this.probeError !== undefined) throw new Error(this.probeError);
+        const present = this.tags.has(`${vmName}:${tag}`);
+        return { present, image: present ? (this.snapshotImages.get(vmName) ?? '') : '' };
+      },
     };
   }
 
@@ -573,6 +582,12 @@ export class CocoonSetWorld {
     );
   }
 
+  /** A user deletes pod `name` (it is gone at once, as a pod with no VM is) and the watcher signals it. */
+  async deletePodByHand(name: string): Promise<void> {
+    this.pods.delete(name);
+    await this.signalGone(name);
+  }
+
   /**
    * Removes every terminating pod (vk-cocoon finished the deletes) and signals; with `unseen`, no signal
    * (the pods went while no watcher ran, e.g. the operator restarting).
@@ -635,6 +650,7 @@ function routed(worlds: readonly CocoonSetWorld[]): {
   const registry: RegistryActivities = {
     hasManifest: (input) => regOf(input.vmName).hasManifest(input),
     deleteManifest: (input) => regOf(input.vmName).deleteManifest(input),
+    snapshotImage: (input) => regOf(input.vmName).snapshotImage(input),
   };
   return { kube, registry };
 }

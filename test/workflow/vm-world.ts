@@ -507,6 +507,10 @@ export class VMWorld {
             });
           this.tags.delete(`${vmName}:${tag}`);
         }),
+      snapshotImage: async ({ vmName, tag }) => {
+        this.calls.push(`GET ${vmName}:${tag}`);
+        return { present: this.tags.has(`${vmName}:${tag}`), image: '' };
+      },
     };
   }
 }
