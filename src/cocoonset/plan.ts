@@ -451,7 +451,8 @@ export interface PassInput {
   /**
    * Ours (session 33): the image a main's `:hibernate` snapshot was taken under is read from the snapshot
    * itself (its manifest annotation `cocoonstack.snapshot.baseimage`, one GET), not from the pod: a main
-   * about to be created restore-marked (a suspended set's, one a CocoonHibernation holds) under another
+   * about to be created restore-marked (a suspended set's, one a CocoonHibernation holds, a migration's or a
+   * released seat's restore) under another
    * image is held with `SnapshotImageMismatch` (before, the restore-marked create skipped vk-cocoon's image
    * check and brought the old VM back under a pod naming the new image), and the hold's message names the
    * snapshot's image (before, a failed restore pod's). The workflow sets it behind `patched()`.
@@ -1358,7 +1359,8 @@ async function snapshotImage(st: PassState, pod: V1Pod): Promise<string> {
  * created restore-marked (`restoreMarks` set `restore-from-hibernate`) names another image than its
  * snapshot records: the restore would skip vk-cocoon's image check and bring the old VM back under a pod
  * naming the new image (found by helper-53: a suspended set, or a main a CocoonHibernation holds, whose
- * image was edited and whose main pod was then deleted). `Progressing=False SnapshotImageMismatch`, phase
+ * image was edited and whose main pod was then deleted; helper-39/40: an image edit during a migration or
+ * with a released set's un-suspend). `Progressing=False SnapshotImageMismatch`, phase
  * `phase`, a look again in 30 s. Returns when the create may go ahead.
  */
 async function holdRestoreUnderOtherImage(st: PassState, pod: V1Pod, phase: CocoonSetPhase): Promise<void> {
@@ -2408,6 +2410,7 @@ async function migrate(st: PassState): Promise<void> {
       ...(pod.metadata!.annotations ?? {}),
       [Annotations.restoreFromHibernate]: 'true',
     };
+    await holdRestoreUnderOtherImage(st, pod, 'Migrating');
     const o = await st.r.run({ id: `create:${pod.metadata!.name}`, type: 'createPod', pod });
     if (o.kind === 'alreadyExists') return finish(st, { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });
     const err = errText(o);
@@ -2613,6 +2616,7 @@ async function startReleasedWake(st: PassState, hint: string): Promise<void> {
     [Annotations.restoreFromHibernate]: 'true',
   };
   if (hint !== '' && pod.spec!.affinity === undefined) pod.spec!.affinity = preferredHostnameAffinity(hint);
+  await holdRestoreUnderOtherImage(st, pod, 'Waking');
   const o = await st.r.run({ id: `create:${pod.metadata!.name}`, type: 'createPod', pod });
   const err = errText(o);
   if (err !== undefined) return fail(st, `wake: create main: ${err}`);

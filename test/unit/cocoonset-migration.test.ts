@@ -227,6 +227,23 @@ describe('migration', () => {
     expect(w.cs.status?.phase).toBe('Migrating');
   });
 
+  it("deliberate (restoresCheckSnapshotImage; before it the restore pod named the new image over the old VM's snapshot): no main, tag present, the agent image edited since the snapshot: no create, Migrating with SnapshotImageMismatch naming the snapshot's image, 30 s", async () => {
+    const w = new PlanWorld(migSet('node-b', (c) => (c.spec.agent.image = 'cocoonstack/ubuntu:26.04')));
+    w.tags.add(TAG);
+    w.snapshotImages.set(VM, 'cocoonstack/ubuntu:24.04');
+    expect(done(await w.pass()).result.requeueAfterMs).toBe(30_000);
+    expect(w.ids('createPod')).toEqual([]);
+    expect(w.cs.status?.phase).toBe('Migrating');
+    const c = w.cs.status?.conditions?.find((x) => x.type === 'Progressing');
+    expect(c?.reason).toBe('SnapshotImageMismatch');
+    expect(c?.message).toContain('set spec.agent.image back to cocoonstack/ubuntu:24.04');
+    expect([w.droppedTags, w.tags.has(TAG)]).toEqual([[], true]);
+    // The same image: the restore goes ahead.
+    w.snapshotImages.set(VM, 'cocoonstack/ubuntu:26.04');
+    done(await w.pass());
+    expect(w.ids('createPod')).toEqual(['create:demo-0']);
+  });
+
   it('Migrating while the restore runs on the target (no VM id, not running): Migrating, 5 s; no tag dropped (MigrationWaitsWhileRestoring)', async () => {
     const cs = migSet('node-b', phase('Migrating'));
     const w = new PlanWorld(cs, [migMain(cs, 'node-b', '', false)]);

@@ -273,6 +273,7 @@ describe('released-seat wake', () => {
       'wake-probe:vk-ns-demo-0',
       'list-hibernations',
       'status-waking',
+      'snapshot-image:vk-ns-demo-0',
       'create:demo-0',
     ]);
     expect([w.droppedTags, w.tags.has(TAG)]).toEqual([[], true]);
@@ -324,6 +325,28 @@ describe('released-seat wake', () => {
     old.tags.add(TAG);
     done(await old.pass({ blockKeepsFlowPhase: false }));
     expect(old.cs.status?.phase).toBe('Pending');
+  });
+
+  it("deliberate (restoresCheckSnapshotImage; before it the restore pod named the new image over the old VM's snapshot): an un-suspend with an agent image edit whose snapshot records the old image: no create, Waking with SnapshotImageMismatch, 30 s, the tag kept", async () => {
+    const cs = releaseSet(phase('Suspended', 'node-a'), (c) => {
+      c.spec.agent.image = 'cocoonstack/ubuntu:26.04';
+      c.metadata.generation = 2;
+    });
+    const w = new PlanWorld(cs);
+    w.tags.add(TAG);
+    w.snapshotImages.set('vk-ns-demo-0', 'cocoonstack/ubuntu:24.04');
+    expect(done(await w.pass()).result.requeueAfterMs).toBe(30_000);
+    expect(w.ids('createPod')).toEqual([]);
+    expect(w.cs.status?.phase).toBe('Waking');
+    expect(w.cs.status?.conditions?.find((c) => c.type === 'Progressing')?.reason).toBe(
+      'SnapshotImageMismatch',
+    );
+    expect([w.droppedTags, w.tags.has(TAG)]).toEqual([[], true]);
+    const old = new PlanWorld(cs);
+    old.tags.add(TAG);
+    old.snapshotImages.set('vk-ns-demo-0', 'cocoonstack/ubuntu:24.04');
+    done(await old.pass({ restoresCheckSnapshotImage: false }));
+    expect(old.ids('createPod')).toEqual(['create:demo-0']);
   });
 
   it('the spec.nodeName pin wins over the hint: required affinity to the pin, no preferred term (WakeRespectsNodeNamePin; with migration off: with it, migration restores a pinned set, see cocoonset-migration)', async () => {

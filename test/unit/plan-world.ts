@@ -32,6 +32,8 @@ export class PlanWorld {
   readonly batches: { ids: string[]; concurrent: boolean; maxConcurrency: number }[] = [];
   /** `"<vm>:<tag>"` present in the registry. */
   readonly tags = new Set<string>();
+  /** VM name → the image its `:hibernate` snapshot records ('' when unset). */
+  readonly snapshotImages = new Map<string, string>();
   /** When set, every probe fails with this text. */
   probeError?: string;
   /** Injected failures by action id. */
@@ -142,7 +144,11 @@ export class PlanWorld {
       case 'readSnapshotImage':
         this.probes.push(`read ${a.vmName}`);
         if (this.probeError !== undefined) return { kind: 'error', message: this.probeError };
-        return { kind: 'snapshot', present: this.tags.has(`${a.vmName}:hibernate`), image: '' };
+        return {
+          kind: 'snapshot',
+          present: this.tags.has(`${a.vmName}:hibernate`),
+          image: this.snapshotImages.get(a.vmName) ?? '',
+        };
       case 'patchStatus':
         this.statusPatches.push(a.body);
         this.cs.status = clone(a.status);
@@ -220,6 +226,7 @@ export class PlanWorld {
       pendingMainNamesMissingNode?: boolean;
       deleteReadsGeneration?: boolean;
       statusDiffFollowsOwnWrites?: boolean;
+      restoresCheckSnapshotImage?: boolean;
       spentBySet?: Record<string, string>;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
@@ -268,6 +275,7 @@ export class PlanWorld {
       pendingMainNamesMissingNode: opts.pendingMainNamesMissingNode ?? true,
       deleteReadsGeneration: opts.deleteReadsGeneration ?? true,
       statusDiffFollowsOwnWrites: opts.statusDiffFollowsOwnWrites ?? true,
+      restoresCheckSnapshotImage: opts.restoresCheckSnapshotImage ?? true,
       spentBySet: opts.spentBySet,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
