@@ -458,6 +458,16 @@ export interface PassInput {
    * snapshot's image (before, a failed restore pod's). The workflow sets it behind `patched()`.
    */
   restoresCheckSnapshotImage?: boolean;
+  /**
+   * Ours (session 34): a sub-agent whose pod went while the set was suspended (the set asked it to
+   * hibernate and has not asked it to wake: `hibernateAsked`) is created restoring its own `:hibernate`
+   * snapshot, when the snapshot is there and records the pod's image (or none): `restoreSuspendState`. The
+   * un-suspend's wake then drops the tag once the VM runs. Before, it was forked from the main as a new
+   * sub-agent, which vk-cocoon refuses while the VM's tag exists (an explicit clone source over a
+   * snapshot, vk contract §4.1): the pod stayed failed until someone deleted the snapshot, and that state
+   * with it. The workflow sets it behind `patched()`.
+   */
+  subAgentsRestoreSuspendState?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -1377,6 +1387,45 @@ async function holdRestoreUnderOtherImage(st: PassState, pod: V1Pod, phase: Coco
 }
 
 /**
+ * Ours (`subAgentsRestoreSuspendState`): marks for restore (`restore-from-hibernate`) the sub-agent `pods`
+ * about to be created that the set asked to hibernate and has not asked to wake (`hibernateAsked`: the pod
+ * went while the set was suspended), when their `:hibernate` snapshot is in the registry and records the
+ * pod's image or none. That snapshot is the VM's last state: vk-cocoon refuses a fork over it and restores
+ * it for a marked pod; the un-suspend's wake asks the new pod's VM workflow, which drops the tag once the
+ * VM runs. A snapshot taken under another image (the agent image was edited meanwhile) leaves the pod as
+ * built: vk-cocoon refuses it, saying so, and `stateInTag` keeps it. One GET per such pod, all at once; an
+ * error ends the pass creating nothing (fail closed: a fork would be refused).
+ */
+async function restoreSuspendState(st: PassState, pods: V1Pod[]): Promise<void> {
+  if (!st.input.subAgentsRestoreSuspendState || !st.input.registryConfigured) return;
+  const owed = pods.filter(
+    (p) =>
+      st.input.hibernateAsked?.[p.metadata?.name ?? ''] !== undefined &&
+      p.metadata?.annotations?.[Annotations.restoreFromHibernate] !== 'true',
+  );
+  const outcomes = await st.r.runAll(
+    owed.map(
+      (p): PassAction => ({
+        id: `snapshot-image:${vmNameOf(p)}`,
+        type: 'readSnapshotImage',
+        vmName: vmNameOf(p),
+      }),
+    ),
+  );
+  for (const [i, pod] of owed.entries()) {
+    const o = outcomes[i]!;
+    if (o.kind !== 'snapshot')
+      return fail(st, `read hibernate snapshot ${vmNameOf(pod)}: ${errText(o) ?? 'unexpected outcome'}`);
+    const image = pod.metadata?.annotations?.[Annotations.image] ?? '';
+    if (o.present && (o.image === '' || o.image === image))
+      pod.metadata!.annotations = {
+        ...pod.metadata!.annotations,
+        [Annotations.restoreFromHibernate]: 'true',
+      };
+  }
+}
+
+/**
  * Records that `pod` was deleted with its `:hibernate` tag kept (`mainStateInTag`): the workflow asks its
  * next pod's VM workflow to wake (`PassEnd.wakeOwed`), which drops the tag once the restored VM runs.
  */
@@ -1729,6 +1778,7 @@ async function ensureSubAgents(
     const firstProbeErr = probeErrs.findIndex((e) => e !== undefined);
     if (firstProbeErr >= 0)
       return fail(st, `mark restore sub-agent slot ${missing[firstProbeErr]}: ${probeErrs[firstProbeErr]}`);
+    await restoreSuspendState(st, pods);
     const outcomes = await st.r.runAll(
       pods.map((pod): PassAction => ({ id: `create:${pod.metadata!.name}`, type: 'createPod', pod })),
     );

@@ -504,6 +504,7 @@ async function drive(
     failedRoundsHoldVMs: on(io, 'failed-round-holds-vm'),
     replacedMainKeepsSnapshot: on(io, 'replaced-main-keeps-snapshot'),
     restoresCheckSnapshotImage: on(io, 'restores-check-snapshot-image'),
+    subAgentsRestoreSuspendState: on(io, 'sub-agents-restore-suspend-state'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,

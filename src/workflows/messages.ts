@@ -51,6 +51,7 @@ export const LEVELED_PATCHES: readonly string[] = [
   'set-wake-outlasts-deadline',
   'set-wake-outlives-pod',
   'restores-check-snapshot-image',
+  'sub-agents-restore-suspend-state',
 ];
 
 /**

@@ -1248,6 +1248,35 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     }
   });
 
+  it('deliberate (patch sub-agents-restore-suspend-state; the Go operator forks it again, and vk-cocoon refuses a fork over its snapshot for good): a sub-agent deleted while the set is suspended is not re-created while suspended; at the un-suspend it comes back restored from its own snapshot, Running, and its tag is dropped once it runs', async () => {
+    const name = 'subgone';
+    const subPod = `${name}-1`;
+    const subVM = vmOf(name, 1);
+    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+    const { pods } = await waitRunning(name);
+    const firstUID = pods.get(subPod)!.metadata?.uid;
+    await sets.patchSpec(name, { suspend: true });
+    await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
+    expect(await headTag(registry, subVM, Tags.hibernate)).toBe(200);
+    await kube.core.deleteNamespacedPod({ name: subPod, namespace: ns });
+    await waitFor('the sub-agent gone', async () => !(await podsOf(name)).has(subPod) || undefined, QUICK_MS);
+    // A pass after the delete, still suspended: nothing created (the reference's rule).
+    await pokeAndWaitForPass(name, `${name}-0`, 1);
+    expect((await podsOf(name)).has(subPod)).toBe(false);
+    expect((await sets.get(name))?.status?.phase).toBe('Suspended');
+    const startedBefore = sim.state().started.length;
+
+    await sets.patchSpec(name, { suspend: false });
+    const after = await waitRunning(name);
+    const sub = after.pods.get(subPod)!;
+    expect(sub.metadata?.uid).not.toBe(firstUID);
+    expect(sub.metadata?.annotations?.[Annotations.restoreFromHibernate]).toBe('true');
+    expect(sourcesOf(sim, subVM, startedBefore)).toEqual([
+      expect.stringMatching(new RegExp(`^restore .*${subVM}`)),
+    ]);
+    await waitTagGone(subVM, 'the sub-agent tag dropped once it runs');
+  });
+
   it("deliberate (patch replaced-main-keeps-snapshot; before it the drifted main's :hibernate tag was dropped with the pod, and the Go operator keeps it too): a suspended set un-suspended together with a resources edit gets a new main with the new resources, restored from the main's own snapshot, not booted fresh; the toolbox wakes in place; every tag dropped once the VMs run (the sub-agents, woken in place, are re-forked from the restored main once nothing holds their drift back)", async () => {
     const name = 'resize';
     await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));

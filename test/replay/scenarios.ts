@@ -689,6 +689,45 @@ export const scenarios: Scenario[] = [
     },
   },
   {
+    name: 'cocoonset-suspend-sub-agent-gone',
+    covers:
+      'a sub-agent deleted while its set is suspended: nothing created while suspended; un-suspended, the others woken, then the sub-agent created restoring its own snapshot (a GET of its manifest) and asked to wake, Running',
+    record: async (env) => {
+      const cs = demoSet(withFinalizer);
+      return withCocoonSetWorld(env, new CocoonSetWorld(cs, convergedPods(cs)), async (w) => {
+        const names = ['demo-0', 'demo-1', 'demo-2', 'demo-tb'];
+        const kept = names.filter((n) => n !== 'demo-1');
+        await w.start();
+        await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+        await w.editSpec((c) => (c.spec.suspend = true));
+        await waitFor('annotated', () =>
+          names.every((n) => w.pod(n)?.metadata?.annotations?.[Annotations.hibernate] === 'true'),
+        );
+        for (const n of names) await w.vkHibernated(n, 2);
+        await waitFor('Suspended', () => w.cs?.status?.phase === 'Suspended');
+        await w.deletePodByHand('demo-1');
+        await w.settled(env);
+        await w.editSpec((c) => (c.spec.suspend = false));
+        await waitFor('woken', () =>
+          kept.every((n) => w.pod(n)?.metadata?.annotations?.[Annotations.hibernate] === undefined),
+        );
+        for (const n of kept) await w.makeReady(n);
+        await waitFor(
+          'demo-1 restored',
+          () => w.pod('demo-1')?.metadata?.annotations?.[Annotations.restoreFromHibernate] === 'true',
+        );
+        await w.makeReady('demo-1');
+        await waitFor('Running again', () => w.cs?.status?.phase === 'Running');
+        await w.settled(env);
+        return {
+          'cocoonset-suspend-sub-agent-gone': await env.client.workflow
+            .getHandle(w.workflowId)
+            .fetchHistory(),
+        };
+      });
+    },
+  },
+  {
     name: 'cocoonset-release',
     covers:
       'hibernatePolicy release: suspend hibernates, stashes names and hint, keep-snapshot, deletes the pod, Suspended; un-suspend: probe, Waking, restore pod with the hint, live, tag dropped, hint cleared, Running',

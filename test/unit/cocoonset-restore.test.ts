@@ -138,6 +138,58 @@ describe('restore through the pass planner', () => {
     expect(failing.pods.size).toBe(0);
   });
 
+  it('deviation (patch sub-agents-restore-suspend-state; the reference re-forks it, and vk-cocoon refuses a fork over the tag for good): a sub-agent whose pod went while the set was suspended is created at the un-suspend restoring its own snapshot, and its VM workflow is then asked to wake (which drops the tag once it runs); not under another image, not without the tag, not for a slot the set never asked to hibernate', async () => {
+    const cs = newCocoonSet('demo', withFinalizer, (c) => {
+      c.spec.agent.replicas = 2;
+    });
+    const image = buildAgentPod(cs, 1, 'vk-ns-demo-0', '').metadata!.annotations![Annotations.image]!;
+    const world = (opts: { tag?: boolean; snapshotImage?: string } = {}) => {
+      const w = new PlanWorld(cs, [
+        readyPod(buildAgentPod(cs, 0, '', '')),
+        readyPod(buildAgentPod(cs, 2, 'vk-ns-demo-0', '')),
+      ]);
+      if (opts.tag ?? true) w.tags.add('vk-ns-demo-1:hibernate');
+      w.snapshotImages.set('vk-ns-demo-1', opts.snapshotImage ?? image);
+      return w;
+    };
+    // The set asked demo-1 (and demo-0, demo-2, since woken) to hibernate; demo-1's pod is gone.
+    const hibernateAsked = { 'demo-1': 'uid-gone' };
+    const w = world();
+    expect(done(await w.pass({ hibernateAsked })).result.requeue).toBe(true);
+    expect(marked(w.pod('demo-1')!)).toBe('true');
+    expect(w.probes).toEqual(['read vk-ns-demo-1']);
+    // The next pass asks the new pod's VM workflow to wake: it drops the tag once the VM runs.
+    done(await w.pass({ hibernateAsked }));
+    expect(w.asks).toContainEqual({ pod: 'demo-1', desire: 'Wake' });
+
+    // A snapshot without a recorded image is restored too (vk-cocoon checks nothing then either).
+    const unrecorded = world({ snapshotImage: '' });
+    done(await unrecorded.pass({ hibernateAsked }));
+    expect(marked(unrecorded.pod('demo-1')!)).toBe('true');
+    // Taken under another image (an image edit meanwhile): created as built; vk-cocoon refuses it, saying so.
+    const other = world({ snapshotImage: 'ubuntu:22.04' });
+    done(await other.pass({ hibernateAsked }));
+    expect(marked(other.pod('demo-1')!)).toBeUndefined();
+    const noTag = world({ tag: false });
+    done(await noTag.pass({ hibernateAsked }));
+    expect(marked(noTag.pod('demo-1')!)).toBeUndefined();
+    // A slot the set never asked to hibernate (a plain scale-up, a sub-agent deleted while running): no read.
+    const never = world();
+    done(await never.pass());
+    expect([marked(never.pod('demo-1')!), never.probes]).toEqual([undefined, []]);
+    // A read that fails creates nothing (a fork would be refused).
+    const failing = world();
+    failing.probeError = 'registry down';
+    expect(done(await failing.pass({ hibernateAsked })).result.error).toBe(
+      'read hibernate snapshot vk-ns-demo-1: registry down',
+    );
+    expect(failing.pod('demo-1')).toBeUndefined();
+    // Runs recorded before the patch fork it (vk-cocoon then refuses the fork over the tag).
+    const before = world();
+    done(await before.pass({ hibernateAsked, subAgentsRestoreSuspendState: false }));
+    expect([marked(before.pod('demo-1')!), before.probes]).toEqual([undefined, []]);
+  });
+
   it('boots fresh without intent even when a leaked tag exists (no probe)', async () => {
     const cs = newCocoonSet('demo', withFinalizer);
     const w = new PlanWorld(cs);

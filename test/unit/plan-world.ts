@@ -227,6 +227,7 @@ export class PlanWorld {
       deleteReadsGeneration?: boolean;
       statusDiffFollowsOwnWrites?: boolean;
       restoresCheckSnapshotImage?: boolean;
+      subAgentsRestoreSuspendState?: boolean;
       spentBySet?: Record<string, string>;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
@@ -276,6 +277,7 @@ export class PlanWorld {
       deleteReadsGeneration: opts.deleteReadsGeneration ?? true,
       statusDiffFollowsOwnWrites: opts.statusDiffFollowsOwnWrites ?? true,
       restoresCheckSnapshotImage: opts.restoresCheckSnapshotImage ?? true,
+      subAgentsRestoreSuspendState: opts.subAgentsRestoreSuspendState ?? true,
       spentBySet: opts.spentBySet,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
