@@ -42,6 +42,7 @@ import {
   restoreFromHibernate,
   vmIDOf,
   vmNameForAgent,
+  vmNameForPod,
   vmNameOf,
 } from '../api/pod.js';
 import type { CocoonHibernation, CocoonSet, CocoonSetPhase, ToolboxSpec } from '../api/types.js';
@@ -468,6 +469,23 @@ export interface PassInput {
    * with it. The workflow sets it behind `patched()`.
    */
   subAgentsRestoreSuspendState?: boolean;
+  /**
+   * Ours (session 34): a sub-agent or toolbox the pass would create whose VM's tag the set's record calls
+   * spent (`spentBySet`: since this session also a VM workflow's un-suspend Wake whose DELETE failed after
+   * the VM ran, signal `vmTagSpent`) gets that DELETE again each look (`dropSpentBySet`), and is created
+   * once it goes, as the main already was (`holdMainWhileSpent`). Before, only the main's was retried and
+   * the others' records came from the main's flows alone. The workflow sets it behind `patched()`.
+   */
+  retriesSpentDropsOfMembers?: boolean;
+  /**
+   * Ours (session 34, found by helper-55): a pod the set asked to hibernate whose pod is gone and which the
+   * spec no longer builds (a slot past `agent.replicas`, a toolbox no longer in `spec.toolboxes`: scaled
+   * down or removed after its pod was deleted, e.g. while suspended) has its VM's `:hibernate` tag dropped
+   * and its VM workflow let go (`letGoOfRemoved`), as a pod the set deletes itself on a scale-down does.
+   * Before, the tag stayed: a later slot or toolbox of that name restored the old VM from it (a sub-agent
+   * was refused), and deleting the set left it behind. The workflow sets it behind `patched()`.
+   */
+  dropsTagsOfRemovedGone?: boolean;
 }
 
 /** Metric families the pass increments (keys of src/metrics.ts `OperatorMetrics`). */
@@ -1506,6 +1524,26 @@ function holdSpent(
 }
 
 /**
+ * Ours (`retriesSpentDropsOfMembers`): DELETEs again, all at once, the spent tags of the pods in `held`
+ * (sub-agents and toolboxes `holdSpent` held back) that the set's own record holds (`spentBySet`: the
+ * set's workflow clears an entry once its tag's DELETE goes through). Resolves the pods whose tag went:
+ * they are created this pass, fresh (their VM ran after that tag). A DELETE that fails keeps its pod held
+ * (`SpentSnapshotTag` on the status; the next look, in 5 s, tries again).
+ */
+async function dropSpentBySet(st: PassState, held: ReadonlySet<string>): Promise<Set<string>> {
+  if (!st.input.retriesSpentDropsOfMembers) return new Set();
+  const bySet = (st.spentWaits ?? []).filter((h) => h.cr === '' && held.has(h.pod));
+  const outcomes = await st.r.runAll(
+    bySet.map(
+      (h): PassAction => ({ id: `drop-tag:${h.vmName}`, type: 'dropHibernateTag', vmName: h.vmName }),
+    ),
+  );
+  const gone = new Set(bySet.filter((_, i) => outcomes[i]!.kind === 'ok').map((h) => h.pod));
+  st.spentWaits = st.spentWaits?.filter((h) => !gone.has(h.pod));
+  return gone;
+}
+
+/**
  * `Progressing=False` reason `HibernateRoundFailed` naming the sub-agents and toolboxes whose lifecycle `failed`
  * a hibernate round left (`failedRoundHoldsVM`, with `failedRoundsHoldVMs`): kept with their VMs, but not
  * Ready until a round succeeds (`roundReport`); undefined when there are none.
@@ -1758,6 +1796,7 @@ async function ensureSubAgents(
       crs.items,
       missing.map((slot) => agentPodName(st.cs, slot)),
     );
+    for (const pod of await dropSpentBySet(st, held)) held.delete(pod);
     const creatable = missing.filter((slot) => !held.has(agentPodName(st.cs, slot)));
     missing.splice(0, missing.length, ...creatable);
   }
@@ -1944,6 +1983,47 @@ async function dropRemovedTags(st: PassState, removed: V1Pod[]): Promise<void> {
 }
 
 /**
+ * Ours (`dropsTagsOfRemovedGone`): the pods the set asked to hibernate (`hibernateAsked`) that are gone and
+ * that the spec no longer builds (not the main, a slot past `agent.replicas`, a toolbox not in
+ * `spec.toolboxes`) get their VM's `:hibernate` tag dropped, as `dropRemovedTags` drops those of the pods a
+ * scale-down deletes (not a VM a CocoonHibernation holds), and their VM workflows a Wake that leaves the tag
+ * (which ends the set's record of them). All at once; an error fails the pass (tried again next pass).
+ */
+async function letGoOfRemoved(st: PassState): Promise<void> {
+  if (!st.input.dropsTagsOfRemovedGone || !st.input.registryConfigured) return;
+  const present = new Set(podsInNameOrder(st.c).map((p) => p.metadata?.name ?? ''));
+  const built = new Set([
+    agentPodName(st.cs, 0),
+    ...Array.from({ length: replicasOf(st.cs) }, (_, i) => agentPodName(st.cs, i + 1)),
+    ...(st.cs.spec.toolboxes ?? []).map((tb) => toolboxPodName(st.cs, tb.name)),
+  ]);
+  const removed = Object.keys(st.input.hibernateAsked ?? {})
+    .filter((pod) => !present.has(pod) && !built.has(pod))
+    .sort();
+  if (removed.length === 0) return;
+  const crs = await hibernations(st);
+  if ('error' in crs) return fail(st, crs.error);
+  const held = vmsHeldByCR(st.ns, crs.items);
+  const vms = removed.map((pod) => vmNameForPod(st.ns, pod)).filter((vm) => !held.has(vm));
+  const drops = await st.r.runAll(
+    vms.map((vm): PassAction => ({ id: `drop-tag:${vm}`, type: 'dropHibernateTag', vmName: vm })),
+  );
+  const i = drops.findIndex((o) => o.kind === 'error');
+  if (i >= 0) return fail(st, `drop hibernate snapshot of removed pod's VM ${vms[i]}: ${errText(drops[i]!)}`);
+  const asks = await st.r.runAll(
+    removed.map(
+      (pod): PassAction => ({ id: `ask:Wake:${pod}`, type: 'askVM', pod, desire: 'Wake', keepTag: true }),
+    ),
+  );
+  const j = asks.findIndex((o) => o.kind === 'error');
+  if (j >= 0)
+    return fail(
+      st,
+      `ask the VM workflow of removed pod ${st.ns}/${removed[j]} to let go: ${errText(asks[j]!)}`,
+    );
+}
+
+/**
  * Writes the rebuild-history annotation and mirrors it for later slots
  * (docs/cocoonset.md#sub-agent-rebuild-and-dead-letter `patchRebuildHistory`).
  */
@@ -2058,7 +2138,8 @@ async function ensureToolboxes(st: PassState): Promise<boolean> {
     const pod = await build(st, `build toolbox ${tb.name}`, () => buildToolboxPod(st.cs, tb));
     const crs = await hibernations(st);
     if ('error' in crs) return fail(st, crs.error);
-    if (holdSpent(st, crs.items, [podName]).size > 0) continue;
+    const held = holdSpent(st, crs.items, [podName]);
+    if (held.size > 0 && (await dropSpentBySet(st, held)).size === 0) continue;
     const [probeErr] = await restoreMarks(st, [pod], podsRestorableByCR(crs.items));
     if (probeErr !== undefined) return fail(st, `mark restore toolbox ${tb.name}: ${probeErr}`);
     const o = await st.r.run({ id: `create:${podName}`, type: 'createPod', pod });
@@ -2844,6 +2925,7 @@ async function reconcile(st: PassState): Promise<never> {
   // 16–18. Sub-agents, then toolboxes.
   const sub = await ensureSubAgents(st, main);
   const tbChanged = await ensureToolboxes(st);
+  await letGoOfRemoved(st);
   // 19. Any create/delete: requeue without a status write.
   if (sub.changed || tbChanged) return finish(st, { requeue: true });
   // Ours: pods held back while their VM's tag is spent say so, and are looked at again in 5 s; failed

@@ -59,7 +59,7 @@ import {
   on,
   registryActivityOptions,
 } from './entity.js';
-import { RUN_MODES, vmDesireConflictSignal } from './messages.js';
+import { RUN_MODES, vmDesireConflictSignal, vmTagSpentSignal } from './messages.js';
 import { publishSearchAttributes, type SearchAttributeMode } from './search-attributes.js';
 
 /** Start argument. `carried` is the state handed over by continue-as-new. */
@@ -313,6 +313,16 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
     state.desireConflicts = Object.keys(conflicts).length > 0 ? conflicts : undefined;
     dirty = true;
   });
+  // A VM workflow's Wake left its tag spent (or no longer): the set holds that VM's pod creates meanwhile
+  // (`spentBySet`, as for its own wake's failed DELETE).
+  setHandler(vmTagSpentSignal, ({ pod, vmName, spent }) => {
+    countSignal(state, undefined);
+    const bySet = { ...(state.spentBySet ?? {}) };
+    if (spent) bySet[pod] = vmName;
+    else if (bySet[pod] === vmName) delete bySet[pod];
+    state.spentBySet = Object.keys(bySet).length > 0 ? bySet : undefined;
+    dirty = true;
+  });
   setHandler(cocoonSetStateQuery, () =>
     describe(state, passing, dirty || (state.nextPassAt !== undefined && state.nextPassAt <= Date.now())),
   );
@@ -505,6 +515,8 @@ async function drive(
     replacedMainKeepsSnapshot: on(io, 'replaced-main-keeps-snapshot'),
     restoresCheckSnapshotImage: on(io, 'restores-check-snapshot-image'),
     subAgentsRestoreSuspendState: on(io, 'sub-agents-restore-suspend-state'),
+    retriesSpentDropsOfMembers: on(io, 'vm-tells-set-spent-tag'),
+    dropsTagsOfRemovedGone: on(io, 'removed-gone-drops-tag'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,
@@ -951,6 +963,8 @@ function describe(state: CocoonSetState, passing: boolean, due: boolean) {
     nextPassAt: state.nextPassAt ? new Date(state.nextPassAt).toISOString() : null,
     lastResult: state.lastResult ?? null,
     observedPods: Object.keys(state.pods).sort(),
+    /** Pod → VM whose `:hibernate` tag the set knows spent (its creates wait: `spentBySet`). */
+    spentTags: state.spentBySet ?? null,
   };
 }
 

@@ -52,6 +52,8 @@ export const LEVELED_PATCHES: readonly string[] = [
   'set-wake-outlives-pod',
   'restores-check-snapshot-image',
   'sub-agents-restore-suspend-state',
+  'vm-tells-set-spent-tag',
+  'removed-gone-drops-tag',
 ];
 
 /**
@@ -182,3 +184,20 @@ export interface VMDesireConflict {
 
 /** See VMDesireConflict. */
 export const vmDesireConflictSignal = defineSignal<[VMDesireConflict]>('vmDesireConflict');
+
+/**
+ * A VM workflow tells its set's workflow that the `:hibernate` tag of `vmName` (pod `pod`) is spent
+ * (`spent` true: the set's Wake ran the VM and the registry refused the tag's DELETE, which it retries) or
+ * no longer (`spent` false: that DELETE went through). While a tag is spent, vk-cocoon would restore a new
+ * pod of that VM from it, rolling the VM back: the set creates no such pod until the tag is gone (leveled
+ * patch `vm-tells-set-spent-tag`; before, the set did not know, and a main deleted meanwhile was restored
+ * from the spent tag).
+ */
+export interface VMTagSpent {
+  pod: string;
+  vmName: string;
+  spent: boolean;
+}
+
+/** See VMTagSpent. */
+export const vmTagSpentSignal = defineSignal<[VMTagSpent]>('vmTagSpent');

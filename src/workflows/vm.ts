@@ -81,6 +81,7 @@ import {
   type VMWorkflowInput,
   vmDesireConflictSignal,
   vmStateQuery,
+  vmTagSpentSignal,
 } from './messages.js';
 import { publishSearchAttributes, type SearchAttributeMode } from './search-attributes.js';
 import {
@@ -168,6 +169,8 @@ export interface VMState {
     vmName?: string;
     goneSince?: number;
     inherited?: boolean;
+    /** The set was told this desire's leftover tag is spent (its DELETE failed after the VM ran). */
+    spentTold?: boolean;
   };
   /**
    * The CocoonSet that owned the pod when this workflow last saw it exist (its controller owner reference
@@ -359,6 +362,7 @@ function observeSetDesire(state: VMState, d: SetDesire): boolean {
     ...(same && cur.vmName !== undefined ? { vmName: cur.vmName } : {}),
     ...(same && cur.goneSince !== undefined ? { goneSince: cur.goneSince } : {}),
     ...(same && cur.inherited ? { inherited: true } : {}),
+    ...(same && cur.spentTold ? { spentTold: true } : {}),
   };
   const annotated = pod !== undefined && hibernateAnnotated(pod);
   return !same || newerPod || annotated !== (d.desire === 'Hibernate');
@@ -634,8 +638,33 @@ async function dropLeftoverTag(state: VMState, pod: PodObservation, io: VMIO): P
     await io.registry.deleteManifest({ vmName, tag: Tags.hibernate });
   } catch (err) {
     log.error(`delete leftover hibernate snapshot ${vmName}`, { error: errorMessage(err) });
+    if (on(io, 'vm-tells-set-spent-tag')) await tellSetSpent(state, vmName, true);
     if (on(io, 'tag-drop-retries'))
       throw new Error(`delete leftover hibernate snapshot ${vmName}: ${errorMessage(err)}`);
+    return;
+  }
+  await tellSetSpent(state, vmName, false);
+}
+
+/**
+ * Ours (leveled patch `vm-tells-set-spent-tag`, found by helper-53): tells the set's workflow when the
+ * leftover tag of its Wake turns spent or is gone (VMTagSpent), once per change. While told spent, the set
+ * creates no pod of that VM (vk-cocoon would restore the new pod from the spent tag, rolling the VM back)
+ * and retries the DELETE itself for a pod that is gone. Nothing is sent when nothing was told.
+ */
+async function tellSetSpent(state: VMState, vmName: string, spent: boolean): Promise<void> {
+  const d = state.setDesire;
+  if (!d || (d.spentTold ?? false) === spent) return;
+  d.spentTold = spent;
+  try {
+    await getExternalWorkflowHandle(cocoonSetWorkflowId(state.namespace, d.set)).signal(vmTagSpentSignal, {
+      pod: state.pod,
+      vmName,
+      spent,
+    });
+  } catch (err) {
+    // The set's workflow is not running (the set is gone): nobody to tell.
+    log.info('set workflow not told of the spent tag', { set: d.set, error: errorMessage(err) });
   }
 }
 

@@ -165,6 +165,7 @@ export async function cocoonSetWorkflowState(
   phase: string | null;
   failures: number;
   nextPassAt: string | null;
+  spentTags: Record<string, string> | null;
 }> {
   return client.workflow.getHandle(cocoonSetWorkflowId(namespace, name)).query('state');
 }

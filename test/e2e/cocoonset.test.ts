@@ -1277,6 +1277,51 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     await waitTagGone(subVM, 'the sub-agent tag dropped once it runs');
   });
 
+  it('deliberate (patch vm-tells-set-spent-tag; before it the set did not know, and vk-cocoon restored the new main from the spent tag, rolling the VM back): an un-suspend whose tag DELETE the registry refuses after the VM ran, then the main deleted: no main is created while the tag is there (the set retries the DELETE, ReconcileFailed saying so); once the registry takes it the main is created fresh, not restored', async () => {
+    const name = 'spentdel';
+    const mainPod = `${name}-0`;
+    const mainVM = vmOf(name, 0);
+    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+    await waitRunning(name);
+    await sets.patchSpec(name, { suspend: true });
+    await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
+    const deletes = refuseTagDeletes(mainVM);
+    await sets.patchSpec(name, { suspend: false });
+    await waitRunning(name);
+    // The main's VM workflow tells the set once its DELETE failed (the activity's retries spent).
+    await waitFor(
+      'the set told the main tag is spent',
+      async () =>
+        (await cocoonSetWorkflowState(temporal, ns, name)).spentTags?.[mainPod] === mainVM || undefined,
+      QUICK_MS,
+    );
+    expect(deletes.refused).toBeGreaterThan(0);
+    expect(await headTag(registry, mainVM, Tags.hibernate)).toBe(200);
+    const started = startsOf(mainVM);
+
+    await kube.core.deleteNamespacedPod({ name: mainPod, namespace: ns });
+    const refusedAtDelete = deletes.refused;
+    // The set retries the DELETE itself before it would create the main; a refusal fails its pass, saying so.
+    const held = await waitFor(
+      'the pass failed on the spent tag',
+      async () => {
+        const c = (await sets.get(name))?.status?.conditions?.find((x) => x.type === CONDITION_PROGRESSING);
+        return c?.message.startsWith(`drop spent hibernate snapshot ${mainVM}: `) ? c : undefined;
+      },
+      2 * QUICK_MS,
+    );
+    expect(held.reason).toBe(ConditionReasons.reconcileFailed);
+    expect(deletes.refused).toBeGreaterThan(refusedAtDelete);
+    expect((await podsOf(name)).has(mainPod)).toBe(false);
+    expect(started()).toEqual([]);
+
+    deletes.down = false;
+    await waitTagGone(mainVM, 'the spent tag dropped once the registry takes the DELETE');
+    await waitRunning(name);
+    // Booted from the image (the VM ran after the tag: its state went with the deleted pod), not restored.
+    expect(started().map((v) => v.source)).toEqual([expect.not.stringMatching(/^(restore|wake) /)]);
+  }, 300_000);
+
   it("deliberate (patch replaced-main-keeps-snapshot; before it the drifted main's :hibernate tag was dropped with the pod, and the Go operator keeps it too): a suspended set un-suspended together with a resources edit gets a new main with the new resources, restored from the main's own snapshot, not booted fresh; the toolbox wakes in place; every tag dropped once the VMs run (the sub-agents, woken in place, are re-forked from the restored main once nothing holds their drift back)", async () => {
     const name = 'resize';
     await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
@@ -1507,6 +1552,36 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
       .filter((v) => v.name === removed);
     expect(up).toHaveLength(1);
     expect(up[0]!.source).toMatch(/^fork /);
+    await sets.delete(name);
+    await sets.waitUntil(name, 'gone', (x) => x === undefined, QUICK_MS);
+  });
+
+  it('deliberate (patch removed-gone-drops-tag; found by helper-55: before it the tag stayed, and the slot scaled up again was restored from the old snapshot): a sub-agent deleted while suspended and then scaled away has its :hibernate tag dropped at the un-suspend; scaled up again, the slot is a fresh fork of the main', async () => {
+    const name = 'shrinkgone';
+    const spec = { ...realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place), toolboxes: [] };
+    await createSet(name, { ...spec, agent: { ...spec.agent, replicas: 2 } });
+    await sets.waitPhase(name, 'Running', BRING_UP_MS);
+    const removed = vmOf(name, 2);
+    await sets.patchSpec(name, { suspend: true });
+    await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
+    await kube.core.deleteNamespacedPod({ name: `${name}-2`, namespace: ns });
+    await waitFor(
+      `${name}-2 gone`,
+      async () => !(await podsOf(name)).has(`${name}-2`) || undefined,
+      QUICK_MS,
+    );
+    expect(await headTag(registry, removed, Tags.hibernate)).toBe(200);
+
+    await sets.patchSpec(name, { agent: { ...spec.agent, replicas: 1 } });
+    await sets.patchSpec(name, { suspend: false });
+    await sets.waitPhase(name, 'Running', BRING_UP_MS);
+    await waitTagGone(removed, `${removed}:hibernate dropped`);
+
+    const startedBefore = sim.state().started.length;
+    await sets.patchSpec(name, { agent: { ...spec.agent, replicas: 2 } });
+    const running = await sets.waitPhase(name, 'Running', BRING_UP_MS);
+    expect(running.status?.readyAgents).toBe(3);
+    expect(sourcesOf(sim, removed, startedBefore)).toEqual([expect.stringMatching(/^fork /)]);
     await sets.delete(name);
     await sets.waitUntil(name, 'gone', (x) => x === undefined, QUICK_MS);
   });

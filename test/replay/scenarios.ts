@@ -569,6 +569,29 @@ export const scenarios: Scenario[] = [
       }),
   },
   {
+    name: 'vm-set-wake-spent-tag',
+    covers:
+      "a set's un-suspend whose tag DELETE the registry refuses once the VM runs: the set is told the tag is spent (signal vmTagSpent; no set workflow here, so the signal fails and is logged), the DELETE is retried on the 5 s look, goes through, the set is told again, the workflow completes",
+    record: (env) =>
+      withWorld(env, async (world) => {
+        await setPodRunning(world);
+        await world.setDesire(NS, POD, 'Hibernate');
+        await waitFor('annotated', () => world.pod(NS, POD)?.annotations?.[Annotations.hibernate] === 'true');
+        await vkHibernated(world);
+        world.deleteError = new Error('registry answered 503');
+        await world.setDesire(NS, POD, 'Wake');
+        await waitFor('woken', () => world.pod(NS, POD)?.annotations?.[Annotations.hibernate] === undefined);
+        await vkRunning(world, 'vmid-2');
+        await world.resync(NS, POD);
+        await waitFor('a refused DELETE', () => world.calls.some((c) => c.startsWith('DELETE')));
+        await world.settled(env, NS, POD);
+        world.deleteError = undefined;
+        await env.sleep(6_000);
+        await env.client.workflow.getHandle(VM_ID).result();
+        return { 'vm-set-wake-spent-tag': await vmHistory(env) };
+      }),
+  },
+  {
     name: 'vm-continue-as-new',
     covers:
       'hibernate/wake cycles past a low history limit: the first run continues as new, the next one re-reads',

@@ -262,6 +262,72 @@ describe('restore through the pass planner', () => {
     expect(progressing(w)?.message).toMatch(/^pod ns\/demo-1 .*; pod ns\/demo-b /);
   });
 
+  it("deviation (patch vm-tells-set-spent-tag): a sub-agent and a toolbox held on the set's own record of a spent tag (a VM workflow's un-suspend Wake whose DELETE failed) get that DELETE again each look, and are created fresh once it goes (before, only the main's was retried: held for good)", async () => {
+    const cs = newCocoonSet('demo', withFinalizer, (c) => {
+      c.spec.agent.replicas = 1;
+      c.spec.toolboxes = [{ name: 'tb', mode: 'run' }];
+    });
+    const spentBySet = { 'demo-1': 'vk-ns-demo-1', 'demo-tb': 'vk-ns-demo-tb' };
+    const w = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
+    for (const vm of Object.values(spentBySet)) w.tags.add(`${vm}:hibernate`);
+    w.dropError = 'registry answered 503';
+    expect(done(await w.pass({ spentBySet })).result.requeueAfterMs).toBe(5_000);
+    expect([...w.pods.keys()]).toEqual(['demo-0']);
+    expect(w.ids('dropHibernateTag')).toEqual(['drop-tag:vk-ns-demo-1', 'drop-tag:vk-ns-demo-tb']);
+    expect(progressing(w)).toMatchObject({ status: 'False', reason: ConditionReasons.spentSnapshotTag });
+    expect(progressing(w)?.message).toMatch(
+      /^pod ns\/demo-1 \(VM vk-ns-demo-1, this set's own wake\); pod ns\/demo-tb /,
+    );
+
+    w.dropError = undefined;
+    done(await w.pass({ spentBySet }));
+    expect(w.droppedTags).toEqual(['vk-ns-demo-1:hibernate', 'vk-ns-demo-tb:hibernate']);
+    expect([...w.pods.keys()].sort()).toEqual(['demo-0', 'demo-1', 'demo-tb']);
+    expect(marked(w.pod('demo-1')!)).toBeUndefined();
+    expect(marked(w.pod('demo-tb')!)).toBeUndefined();
+
+    // Runs recorded before the patch hold them without a DELETE.
+    const before = new PlanWorld(cs, [readyPod(buildAgentPod(cs, 0, '', ''))]);
+    done(await before.pass({ spentBySet, retriesSpentDropsOfMembers: false }));
+    expect([[...before.pods.keys()], before.ids('dropHibernateTag')]).toEqual([['demo-0'], []]);
+  });
+
+  it('deviation (patch removed-gone-drops-tag; found by helper-55): a slot scaled away and a toolbox removed from the spec after their pods were deleted (while suspended) get their :hibernate tags dropped and their VM workflows let go, unless a CocoonHibernation holds the VM; before, the tags stayed for a later pod of that name to restore', async () => {
+    const cs = newCocoonSet('demo', withFinalizer, (c) => {
+      c.spec.agent.replicas = 1;
+    });
+    const pods = () => [
+      readyPod(buildAgentPod(cs, 0, '', '')),
+      readyPod(buildAgentPod(cs, 1, 'vk-ns-demo-0', '')),
+    ];
+    // The suspend asked demo-2 and demo-tb; both pods went, then the spec dropped them.
+    const hibernateAsked = { 'demo-2': 'uid-2', 'demo-tb': 'uid-tb' };
+    const w = new PlanWorld(cs, pods());
+    for (const vm of ['vk-ns-demo-2', 'vk-ns-demo-tb']) w.tags.add(`${vm}:hibernate`);
+    done(await w.pass({ hibernateAsked }));
+    expect(w.droppedTags).toEqual(['vk-ns-demo-2:hibernate', 'vk-ns-demo-tb:hibernate']);
+    expect(w.asks).toEqual([
+      { pod: 'demo-2', desire: 'Wake', keepTag: true },
+      { pod: 'demo-tb', desire: 'Wake', keepTag: true },
+    ]);
+    expect([...w.pods.keys()].sort()).toEqual(['demo-0', 'demo-1']);
+
+    const held = new PlanWorld(cs, pods());
+    held.crs = [hibernation('demo-tb', 'Hibernate', 'Hibernated')];
+    done(await held.pass({ hibernateAsked }));
+    expect(held.droppedTags).toEqual(['vk-ns-demo-2:hibernate']);
+    expect(held.asks.map((a) => a.pod)).toEqual(['demo-2', 'demo-tb']);
+
+    // Names the spec still builds are left to their flows (a slot or toolbox re-created restores its state).
+    const built = new PlanWorld(cs, pods());
+    done(await built.pass({ hibernateAsked: { 'demo-0': '', 'demo-1': 'uid-1' } }));
+    expect(built.droppedTags).toEqual([]);
+
+    const before = new PlanWorld(cs, pods());
+    done(await before.pass({ hibernateAsked, dropsTagsOfRemovedGone: false }));
+    expect([before.droppedTags, before.asks]).toEqual([[], []]);
+  });
+
   it.each([
     {
       flow: 'retain suspend',

@@ -228,6 +228,8 @@ export class PlanWorld {
       statusDiffFollowsOwnWrites?: boolean;
       restoresCheckSnapshotImage?: boolean;
       subAgentsRestoreSuspendState?: boolean;
+      retriesSpentDropsOfMembers?: boolean;
+      dropsTagsOfRemovedGone?: boolean;
       spentBySet?: Record<string, string>;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
@@ -278,6 +280,8 @@ export class PlanWorld {
       statusDiffFollowsOwnWrites: opts.statusDiffFollowsOwnWrites ?? true,
       restoresCheckSnapshotImage: opts.restoresCheckSnapshotImage ?? true,
       subAgentsRestoreSuspendState: opts.subAgentsRestoreSuspendState ?? true,
+      retriesSpentDropsOfMembers: opts.retriesSpentDropsOfMembers ?? true,
+      dropsTagsOfRemovedGone: opts.dropsTagsOfRemovedGone ?? true,
       spentBySet: opts.spentBySet,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,

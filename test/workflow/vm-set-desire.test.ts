@@ -207,7 +207,8 @@ describe('VM workflow: a CocoonSet desire', () => {
     it('a next pod asked to hibernate ends it: the annotation stays, the tag stays', async () => {
       await withWorld(env, async (world) => {
         await podGoneMidWake(world);
-        await settled(world);
+        // Carried while no pod is there (before the patch it was spent here).
+        expect((await settled(world)).setDesire).toMatchObject({ desire: 'Wake', vmName: VM });
         const patches = world.calls.filter((c) => c.startsWith('patchPod')).length;
         await nextPod(world, VM, { [Annotations.hibernate]: 'true' });
         await env.sleep(10_000);
@@ -221,7 +222,7 @@ describe('VM workflow: a CocoonSet desire', () => {
     it('a next pod running another VM ends it without a DELETE', async () => {
       await withWorld(env, async (world) => {
         await podGoneMidWake(world);
-        await settled(world);
+        expect((await settled(world)).setDesire).toMatchObject({ desire: 'Wake', vmName: VM });
         await nextPod(world, 'vk-ns-other');
         await env.sleep(10_000);
         await env.client.workflow.getHandle(vmWorkflowId(NS, POD)).result();
