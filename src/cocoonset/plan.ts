@@ -1983,11 +1983,12 @@ async function dropRemovedTags(st: PassState, removed: V1Pod[]): Promise<void> {
 }
 
 /**
- * Ours (`dropsTagsOfRemovedGone`): the pods the set asked to hibernate (`hibernateAsked`) that are gone and
- * that the spec no longer builds (not the main, a slot past `agent.replicas`, a toolbox not in
- * `spec.toolboxes`) get their VM's `:hibernate` tag dropped, as `dropRemovedTags` drops those of the pods a
- * scale-down deletes (not a VM a CocoonHibernation holds), and their VM workflows a Wake that leaves the tag
- * (which ends the set's record of them). All at once; an error fails the pass (tried again next pass).
+ * Ours (`dropsTagsOfRemovedGone`): the pods the set asked to hibernate (`hibernateAsked`) or knows the
+ * spent tag of (`spentBySet`) that are gone and that the spec no longer builds (not the main, a slot past
+ * `agent.replicas`, a toolbox not in `spec.toolboxes`) get their VM's `:hibernate` tag dropped, as
+ * `dropRemovedTags` drops those of the pods a scale-down deletes (not a VM a CocoonHibernation holds), and
+ * the asked ones' VM workflows a Wake that leaves the tag (which ends the set's record of them). All at
+ * once; an error fails the pass (tried again next pass).
  */
 async function letGoOfRemoved(st: PassState): Promise<void> {
   if (!st.input.dropsTagsOfRemovedGone || !st.input.registryConfigured) return;
@@ -1997,9 +1998,12 @@ async function letGoOfRemoved(st: PassState): Promise<void> {
     ...Array.from({ length: replicasOf(st.cs) }, (_, i) => agentPodName(st.cs, i + 1)),
     ...(st.cs.spec.toolboxes ?? []).map((tb) => toolboxPodName(st.cs, tb.name)),
   ]);
-  const removed = Object.keys(st.input.hibernateAsked ?? {})
-    .filter((pod) => !present.has(pod) && !built.has(pod))
-    .sort();
+  // Also the pods whose tag the set knows spent (`spentBySet`): nobody else would ever drop it.
+  const names = new Set([
+    ...Object.keys(st.input.hibernateAsked ?? {}),
+    ...Object.keys(st.input.spentBySet ?? {}),
+  ]);
+  const removed = [...names].filter((pod) => !present.has(pod) && !built.has(pod)).sort();
   if (removed.length === 0) return;
   const crs = await hibernations(st);
   if ('error' in crs) return fail(st, crs.error);
@@ -2010,8 +2014,9 @@ async function letGoOfRemoved(st: PassState): Promise<void> {
   );
   const i = drops.findIndex((o) => o.kind === 'error');
   if (i >= 0) return fail(st, `drop hibernate snapshot of removed pod's VM ${vms[i]}: ${errText(drops[i]!)}`);
+  const asked = removed.filter((pod) => st.input.hibernateAsked?.[pod] !== undefined);
   const asks = await st.r.runAll(
-    removed.map(
+    asked.map(
       (pod): PassAction => ({ id: `ask:Wake:${pod}`, type: 'askVM', pod, desire: 'Wake', keepTag: true }),
     ),
   );
@@ -2019,7 +2024,7 @@ async function letGoOfRemoved(st: PassState): Promise<void> {
   if (j >= 0)
     return fail(
       st,
-      `ask the VM workflow of removed pod ${st.ns}/${removed[j]} to let go: ${errText(asks[j]!)}`,
+      `ask the VM workflow of removed pod ${st.ns}/${asked[j]} to let go: ${errText(asks[j]!)}`,
     );
 }
 

@@ -740,6 +740,16 @@ async function execute(
         const asked = { ...(state.hibernateAsked ?? {}) };
         if (a.desire === 'Hibernate') asked[a.pod] = a.podUID ?? '';
         else delete asked[a.pod];
+        // A new hibernate round pushes the VM's tag anew: a spent record of the old one would have a later
+        // create of the pod DELETE the new tag, the VM's state (found by helper-56).
+        if (
+          a.desire === 'Hibernate' &&
+          state.spentBySet?.[a.pod] !== undefined &&
+          on(io, 'vm-tells-set-spent-tag')
+        ) {
+          const { [a.pod]: _, ...rest } = state.spentBySet;
+          state.spentBySet = Object.keys(rest).length > 0 ? rest : undefined;
+        }
         state.hibernateAsked = Object.keys(asked).length > 0 ? asked : undefined;
         const dropped = { ...(state.tagDroppedFor ?? {}) };
         delete dropped[a.pod];

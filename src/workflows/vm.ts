@@ -638,7 +638,8 @@ async function dropLeftoverTag(state: VMState, pod: PodObservation, io: VMIO): P
     await io.registry.deleteManifest({ vmName, tag: Tags.hibernate });
   } catch (err) {
     log.error(`delete leftover hibernate snapshot ${vmName}`, { error: errorMessage(err) });
-    if (on(io, 'vm-tells-set-spent-tag')) await tellSetSpent(state, vmName, true);
+    // A pod vk-cocoon does not manage (a static toolbox) never has a tag: a refused DELETE spends nothing.
+    if (on(io, 'vm-tells-set-spent-tag') && vkManaged(pod)) await tellSetSpent(state, vmName, true);
     if (on(io, 'tag-drop-retries'))
       throw new Error(`delete leftover hibernate snapshot ${vmName}: ${errorMessage(err)}`);
     return;

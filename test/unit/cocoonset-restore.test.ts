@@ -323,6 +323,11 @@ describe('restore through the pass planner', () => {
     done(await built.pass({ hibernateAsked: { 'demo-0': '', 'demo-1': 'uid-1' } }));
     expect(built.droppedTags).toEqual([]);
 
+    // A removed pod whose tag the set only knows spent (its VM ran; helper-56): the DELETE again, no ask.
+    const spent = new PlanWorld(cs, pods());
+    done(await spent.pass({ spentBySet: { 'demo-2': 'vk-ns-demo-2' } }));
+    expect([spent.droppedTags, spent.asks]).toEqual([['vk-ns-demo-2:hibernate'], []]);
+
     const before = new PlanWorld(cs, pods());
     done(await before.pass({ hibernateAsked, dropsTagsOfRemovedGone: false }));
     expect([before.droppedTags, before.asks]).toEqual([[], []]);

@@ -9,7 +9,7 @@ import {
   LOCAL_SET_MAX_PODS,
   RECONCILE_FAILED,
 } from '../../src/workflows/cocoonset.js';
-import { vmDesireConflictSignal } from '../../src/workflows/messages.js';
+import { vmDesireConflictSignal, vmTagSpentSignal } from '../../src/workflows/messages.js';
 import { hibernation, IMAGE, liveOn, newCocoonSet, withFinalizer } from '../support/builders.js';
 import { waitFor } from '../support/wait.js';
 import { CocoonSetWorld, convergedPods, demoSet, MAIN_VM, withCocoonSetWorld } from './cocoonset-world.js';
@@ -317,6 +317,29 @@ describe('CocoonSet workflow', () => {
       await handle.signal(vmDesireConflictSignal, { pod: 'demo-1', message: null });
       await waitFor('Stable', () => progressing()?.reason === 'Stable');
       expect(w.cs?.status?.phase).toBe('Suspending');
+    });
+  });
+
+  it("a VM workflow's spent-tag report is kept (the state query's spentTags) and cleared by its 'no longer'; a suspend's hibernate ask clears it too, since the new round pushes the tag anew (found by helper-56: the stale record had a later create DELETE the new tag)", async () => {
+    const cs = demoSet(withFinalizer);
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      const handle = env.client.workflow.getHandle(w.workflowId);
+      const spentTags = async () => (await w.state()).spentTags;
+      await handle.signal(vmTagSpentSignal, { pod: 'demo-1', vmName: 'vk-ns-demo-1', spent: true });
+      await handle.signal(vmTagSpentSignal, { pod: 'demo-2', vmName: 'vk-ns-demo-2', spent: true });
+      await w.settled(env);
+      expect(await spentTags()).toEqual({ 'demo-1': 'vk-ns-demo-1', 'demo-2': 'vk-ns-demo-2' });
+      await handle.signal(vmTagSpentSignal, { pod: 'demo-2', vmName: 'vk-ns-demo-2', spent: false });
+      await w.settled(env);
+      expect(await spentTags()).toEqual({ 'demo-1': 'vk-ns-demo-1' });
+
+      await w.editSpec((c) => (c.spec.suspend = true));
+      await waitFor('demo-1 asked to hibernate', () => w.calls.includes('ask demo-1 Hibernate'));
+      await w.settled(env);
+      expect(await spentTags()).toBeNull();
     });
   });
 
