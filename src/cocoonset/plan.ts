@@ -262,6 +262,16 @@ export interface PassInput {
    */
   spentBySet?: Readonly<Record<string, string>>;
   /**
+   * Ours (leveled patch `sub-agents-restore-unseen-wake`, helper-55's finding): pods whose VM workflow the
+   * un-suspend asked to wake and that no pass has read with their VM running since (`wakesStillUnseen`). A
+   * sub-agent among them whose pod went meanwhile may still have its VM only in its `:hibernate` tag: it is
+   * created restoring that snapshot as a suspended set's is (`restoreSuspendState`), and its VM workflow is
+   * asked to wake again (`wakeOwed`). Before, the Wake ask ended the set's record and the pod was forked from
+   * the main, which vk-cocoon refuses while the tag exists: the pod stayed failed and a later suspend stayed
+   * `Suspending` on it. The workflow passes it behind `patched()`.
+   */
+  wakesUnseen?: Readonly<Record<string, true>>;
+  /**
    * The validation gate also refuses `spec.agent.replicas` above `MAX_SUB_AGENTS` (`replicasReason`):
    * before, a pass planned that many sub-agents and `2147483647` aborted the worker process on every start.
    * The workflow sets it behind `patched()`.
@@ -1416,10 +1426,10 @@ async function holdRestoreUnderOtherImage(st: PassState, pod: V1Pod, phase: Coco
  */
 async function restoreSuspendState(st: PassState, pods: V1Pod[]): Promise<void> {
   if (!st.input.subAgentsRestoreSuspendState || !st.input.registryConfigured) return;
+  const asked = (p: V1Pod) => st.input.hibernateAsked?.[p.metadata?.name ?? ''] !== undefined;
+  const unseen = (p: V1Pod) => st.input.wakesUnseen?.[p.metadata?.name ?? ''] === true;
   const owed = pods.filter(
-    (p) =>
-      st.input.hibernateAsked?.[p.metadata?.name ?? ''] !== undefined &&
-      p.metadata?.annotations?.[Annotations.restoreFromHibernate] !== 'true',
+    (p) => (asked(p) || unseen(p)) && p.metadata?.annotations?.[Annotations.restoreFromHibernate] !== 'true',
   );
   const outcomes = await st.r.runAll(
     owed.map(
@@ -1435,12 +1445,41 @@ async function restoreSuspendState(st: PassState, pods: V1Pod[]): Promise<void> 
     if (o.kind !== 'snapshot')
       return fail(st, `read hibernate snapshot ${vmNameOf(pod)}: ${errText(o) ?? 'unexpected outcome'}`);
     const image = pod.metadata?.annotations?.[Annotations.image] ?? '';
-    if (o.present && (o.image === '' || o.image === image))
-      pod.metadata!.annotations = {
-        ...pod.metadata!.annotations,
-        [Annotations.restoreFromHibernate]: 'true',
-      };
+    if (!o.present || (o.image !== '' && o.image !== image)) continue;
+    pod.metadata!.annotations = {
+      ...pod.metadata!.annotations,
+      [Annotations.restoreFromHibernate]: 'true',
+    };
+    // Its wake was asked already: the new pod's VM workflow is asked again, to drop the tag once it runs.
+    if (!asked(pod)) oweWake(st, pod);
   }
+}
+
+/**
+ * Ours (`PassInput.wakesUnseen`): the pods of `unseen` not read in `pods` with their VM running again: the
+ * pod is there and not being deleted, not asked to hibernate nor in vk-cocoon's hibernate round, its
+ * container runs and vk-cocoon has written the VM's id (a CocoonHibernation wake's completion gate,
+ * docs/hibernation.md). Undefined when none is left. Pure; the workflow applies it to each pass's read.
+ */
+export function wakesStillUnseen(
+  unseen: Readonly<Record<string, true>> | undefined,
+  pods: readonly V1Pod[],
+): Record<string, true> | undefined {
+  if (!unseen) return undefined;
+  const running = new Set(
+    pods
+      .filter(
+        (p) =>
+          p.metadata?.deletionTimestamp == null &&
+          !hibernateRequested(p) &&
+          lifecycleOf(p).state !== LifecycleStates.hibernating &&
+          containerRunning(p) &&
+          vmIDOf(p) !== '',
+      )
+      .map((p) => p.metadata?.name ?? ''),
+  );
+  const left = Object.keys(unseen).filter((pod) => !running.has(pod));
+  return left.length > 0 ? Object.fromEntries(left.map((pod) => [pod, true as const])) : undefined;
 }
 
 /**

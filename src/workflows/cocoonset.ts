@@ -43,6 +43,7 @@ import {
   REQUEUE_WAIT_FOR_MAIN_MS,
   reconcilePass,
   SUB_AGENT_CREATE_CONCURRENCY,
+  wakesStillUnseen,
 } from '../cocoonset/plan.js';
 import { stashedVMNames, vmsHeldByCR } from '../cocoonset/restore.js';
 import { snapshotPolicyOf } from '../cocoonset/vmspec.js';
@@ -164,7 +165,8 @@ export interface CocoonSetState {
    * Pods (name → uid asked about) whose VM workflow was asked to hibernate and not asked to wake since:
    * un-suspend asks them to wake even when their annotation was never written (a CocoonHibernation held the
    * VM awake, or the un-suspend came first), so no VM workflow keeps a stale desire. Also (uid '') a main
-   * replaced with its `:hibernate` tag kept (`PassEnd.wakeOwed`): its next pod is asked to wake.
+   * replaced with its `:hibernate` tag kept, or a sub-agent re-created restoring its unseen wake's tag
+   * (`PassEnd.wakeOwed`): its next pod is asked to wake.
    */
   hibernateAsked?: Record<string, string>;
   /** Pods whose tag the set's own wake dropped since it last asked their VM workflow (`PassInput.tagDroppedFor`). */
@@ -174,6 +176,29 @@ export interface CocoonSetState {
    * tag's DELETE then failed: the tag is spent (`PassInput.spentBySet`). Cleared by that tag's DELETE.
    */
   spentBySet?: Record<string, string>;
+  /**
+   * Pods whose VM workflow the un-suspend asked to wake and that no pass has read running again since
+   * (`PassInput.wakesUnseen`): their VM may still be in its `:hibernate` tag, so a sub-agent among them whose
+   * pod went meanwhile is created restoring it. Cleared per pod by a pass that reads its VM running
+   * (`wakesStillUnseen`) or by a hibernate ask.
+   */
+  wakesUnseen?: Record<string, true>;
+}
+
+/**
+ * `record` with `key` set to `value`, or without `key` for undefined; undefined when nothing is left (so an
+ * empty record is not carried across continue-as-new). A key already there keeps its place: the order of a
+ * record's keys is the order of the commands a pass built from it, which a replay must see unchanged.
+ */
+function withEntry<V>(
+  record: Readonly<Record<string, V>> | undefined,
+  key: string,
+  value: NoInfer<V> | undefined,
+): Record<string, V> | undefined {
+  const out = { ...(record ?? {}) };
+  if (value === undefined) delete out[key];
+  else out[key] = value;
+  return Object.keys(out).length > 0 ? out : undefined;
 }
 
 /**
@@ -307,20 +332,16 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
   });
   setHandler(vmDesireConflictSignal, ({ pod, message }) => {
     countSignal(state, undefined);
-    const conflicts = { ...(state.desireConflicts ?? {}) };
-    if (message === null) delete conflicts[pod];
-    else conflicts[pod] = message;
-    state.desireConflicts = Object.keys(conflicts).length > 0 ? conflicts : undefined;
+    state.desireConflicts = withEntry(state.desireConflicts, pod, message ?? undefined);
     dirty = true;
   });
   // A VM workflow's Wake left its tag spent (or no longer): the set holds that VM's pod creates meanwhile
   // (`spentBySet`, as for its own wake's failed DELETE).
   setHandler(vmTagSpentSignal, ({ pod, vmName, spent }) => {
     countSignal(state, undefined);
-    const bySet = { ...(state.spentBySet ?? {}) };
-    if (spent) bySet[pod] = vmName;
-    else if (bySet[pod] === vmName) delete bySet[pod];
-    state.spentBySet = Object.keys(bySet).length > 0 ? bySet : undefined;
+    if (spent) state.spentBySet = withEntry(state.spentBySet, pod, vmName);
+    else if (state.spentBySet?.[pod] === vmName)
+      state.spentBySet = withEntry(state.spentBySet, pod, undefined);
     dirty = true;
   });
   setHandler(cocoonSetStateQuery, () =>
@@ -466,6 +487,8 @@ async function drive(
   pods: PassInput['pods'],
   io: CocoonSetIO,
 ): Promise<PassResult & { delegated?: DelegatedFlow; finalizerRemoved?: true }> {
+  const unseen = on(io, 'sub-agents-restore-unseen-wake');
+  if (unseen) state.wakesUnseen = wakesStillUnseen(state.wakesUnseen, pods);
   const passInput: PassInput = {
     cs,
     pods,
@@ -490,6 +513,7 @@ async function drive(
     spentTagOutlivesCR: on(io, 'spent-tag-outlives-cr'),
     driftWaitsForSpentTag: on(io, 'drift-waits-for-spent-tag'),
     spentBySet: on(io, 'set-spent-tag-holds') ? state.spentBySet : undefined,
+    wakesUnseen: unseen ? state.wakesUnseen : undefined,
     capsSubAgents: on(io, 'caps-sub-agents'),
     hibernatingMainHoldsMembers: on(io, 'hibernating-main-holds-members'),
     toolboxRecreateBackoff: on(io, 'toolbox-recreate-backoff'),
@@ -660,14 +684,14 @@ async function execute(
           await registry.deleteManifest({ vmName: a.vmName, tag: Tags.hibernate });
         } catch (err) {
           // The set's own wake ran this VM: its tag is spent until the DELETE goes through.
-          if (a.wokenPod) state.spentBySet = { ...(state.spentBySet ?? {}), [a.wokenPod]: a.vmName };
+          if (a.wokenPod) state.spentBySet = withEntry(state.spentBySet, a.wokenPod, a.vmName);
           throw err;
         }
         // The DELETE answers alike whether the tag was there (200/202) or not (404): say both.
         log.info(
           `cocoonset ${namespace}/${state.name}: ${a.vmName}:${Tags.hibernate} is gone (deleted, or was absent)`,
         );
-        if (a.wokenPod) state.tagDroppedFor = { ...(state.tagDroppedFor ?? {}), [a.wokenPod]: true };
+        if (a.wokenPod) state.tagDroppedFor = withEntry(state.tagDroppedFor, a.wokenPod, true);
         const spent = Object.entries(state.spentBySet ?? {}).filter(([, vm]) => vm !== a.vmName);
         state.spentBySet = spent.length > 0 ? Object.fromEntries(spent) : undefined;
         return { kind: 'ok' };
@@ -737,23 +761,20 @@ async function execute(
             ...(a.keepTag ? { keepTag: true } : {}),
           },
         });
-        const asked = { ...(state.hibernateAsked ?? {}) };
-        if (a.desire === 'Hibernate') asked[a.pod] = a.podUID ?? '';
-        else delete asked[a.pod];
+        const hibernate = a.desire === 'Hibernate';
         // A new hibernate round pushes the VM's tag anew: a spent record of the old one would have a later
         // create of the pod DELETE the new tag, the VM's state (found by helper-56).
-        if (
-          a.desire === 'Hibernate' &&
-          state.spentBySet?.[a.pod] !== undefined &&
-          on(io, 'vm-tells-set-spent-tag')
-        ) {
-          const { [a.pod]: _, ...rest } = state.spentBySet;
-          state.spentBySet = Object.keys(rest).length > 0 ? rest : undefined;
-        }
-        state.hibernateAsked = Object.keys(asked).length > 0 ? asked : undefined;
-        const dropped = { ...(state.tagDroppedFor ?? {}) };
-        delete dropped[a.pod];
-        state.tagDroppedFor = Object.keys(dropped).length > 0 ? dropped : undefined;
+        if (hibernate && state.spentBySet?.[a.pod] !== undefined && on(io, 'vm-tells-set-spent-tag'))
+          state.spentBySet = withEntry(state.spentBySet, a.pod, undefined);
+        state.hibernateAsked = withEntry(
+          state.hibernateAsked,
+          a.pod,
+          hibernate ? (a.podUID ?? '') : undefined,
+        );
+        // A woken VM is unseen until a pass reads it running (`wakesStillUnseen`); a hibernate ask ends that.
+        if (on(io, 'sub-agents-restore-unseen-wake'))
+          state.wakesUnseen = withEntry(state.wakesUnseen, a.pod, hibernate ? undefined : true);
+        state.tagDroppedFor = withEntry(state.tagDroppedFor, a.pod, undefined);
         return { kind: 'ok' };
       }
       case 'metric':
@@ -921,6 +942,7 @@ async function deletionFlow(
   if (batched) await pool(asked, SUB_AGENT_CREATE_CONCURRENCY, letGo);
   else await sequence(asked, letGo);
   state.hibernateAsked = undefined;
+  state.wakesUnseen = undefined;
   // With the patch the workflow completes here: nothing is left to do for this CocoonSet. Before, it waited
   // for the watch to report the set gone, and a set that went while no watcher ran (the operator restarting)
   // left the workflow waiting for its 10 h fallback pass.
@@ -975,6 +997,8 @@ function describe(state: CocoonSetState, passing: boolean, due: boolean) {
     observedPods: Object.keys(state.pods).sort(),
     /** Pod → VM whose `:hibernate` tag the set knows spent (its creates wait: `spentBySet`). */
     spentTags: state.spentBySet ?? null,
+    /** Pods asked to wake whose VM no pass has read running since (`wakesUnseen`). */
+    wakesUnseen: Object.keys(state.wakesUnseen ?? {}).sort(),
   };
 }
 

@@ -21,6 +21,7 @@ import {
   getExternalWorkflowHandle,
   log,
   proxyActivities,
+  type SignalDefinition,
   setHandler,
   workflowInfo,
 } from '@temporalio/workflow';
@@ -657,16 +658,7 @@ async function tellSetSpent(state: VMState, vmName: string, spent: boolean): Pro
   const d = state.setDesire;
   if (!d || (d.spentTold ?? false) === spent) return;
   d.spentTold = spent;
-  try {
-    await getExternalWorkflowHandle(cocoonSetWorkflowId(state.namespace, d.set)).signal(vmTagSpentSignal, {
-      pod: state.pod,
-      vmName,
-      spent,
-    });
-  } catch (err) {
-    // The set's workflow is not running (the set is gone): nobody to tell.
-    log.info('set workflow not told of the spent tag', { set: d.set, error: errorMessage(err) });
-  }
+  await signalSet(state, d.set, 'the spent tag', vmTagSpentSignal, { pod: state.pod, vmName, spent });
 }
 
 /** Tells the set's workflow when the answer to its desire changes (a conflict appears or goes). */
@@ -674,14 +666,28 @@ async function reportConflict(state: VMState, message: string | undefined): Prom
   const d = state.setDesire;
   if (!d || d.conflict === message) return;
   d.conflict = message;
+  await signalSet(state, d.set, 'the desire conflict', vmDesireConflictSignal, {
+    pod: state.pod,
+    message: message ?? null,
+  });
+}
+
+/**
+ * Signals the workflow of CocoonSet `set` (same namespace) with `arg`. A set whose workflow is not running
+ * (the set is gone) has nobody to tell: that is logged at INFO as "set workflow not told of `what`", not
+ * thrown.
+ */
+async function signalSet<T>(
+  state: VMState,
+  set: string,
+  what: string,
+  signal: SignalDefinition<[T]>,
+  arg: T,
+): Promise<void> {
   try {
-    await getExternalWorkflowHandle(cocoonSetWorkflowId(state.namespace, d.set)).signal(
-      vmDesireConflictSignal,
-      { pod: state.pod, message: message ?? null },
-    );
+    await getExternalWorkflowHandle(cocoonSetWorkflowId(state.namespace, set)).signal(signal, arg);
   } catch (err) {
-    // The set's workflow is not running (the set is gone): nobody to tell.
-    log.info('set workflow not told of the desire conflict', { set: d.set, error: errorMessage(err) });
+    log.info(`set workflow not told of ${what}`, { set, error: errorMessage(err) });
   }
 }
 

@@ -166,6 +166,7 @@ export async function cocoonSetWorkflowState(
   failures: number;
   nextPassAt: string | null;
   spentTags: Record<string, string> | null;
+  wakesUnseen: string[];
 }> {
   return client.workflow.getHandle(cocoonSetWorkflowId(namespace, name)).query('state');
 }

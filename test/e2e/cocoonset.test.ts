@@ -1277,6 +1277,51 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     await waitTagGone(subVM, 'the sub-agent tag dropped once it runs');
   });
 
+  it('deliberate (patch sub-agents-restore-unseen-wake; the Go operator forks it again, and vk-cocoon refuses a fork over its snapshot for good): a sub-agent deleted during the un-suspend before its VM runs again comes back restored from its own snapshot, Running, and its tag is dropped once it runs', async () => {
+    const name = 'wakegone';
+    const subPod = `${name}-1`;
+    const subVM = vmOf(name, 1);
+    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+    await waitRunning(name);
+    await sets.patchSpec(name, { suspend: true });
+    await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
+    // vk-cocoon cannot pull the sub-agent's snapshot: its VM stays in the tag after the un-suspend.
+    sim.faults.add({ vm: `^${subVM}$`, op: 'wake.pull.fail' });
+    await sets.patchSpec(name, { suspend: false });
+    await waitFor(
+      'a failed wake of the sub-agent',
+      () => rec.podHistory(subPod).some((p) => p.lifecycle === LifecycleStates.failed) || undefined,
+      QUICK_MS,
+    );
+    const state = () => cocoonSetWorkflowState(temporal, ns, name);
+    expect((await state()).wakesUnseen).toContain(subPod);
+    const firstUID = (await podsOf(name)).get(subPod)!.metadata?.uid;
+    const startedBefore = sim.state().started.length;
+
+    await kube.core.deleteNamespacedPod({ name: subPod, namespace: ns });
+    const created = await waitFor(
+      'the sub-agent created again',
+      async () => {
+        const p = (await podsOf(name)).get(subPod);
+        return p && p.metadata?.uid !== firstUID ? p : undefined;
+      },
+      QUICK_MS,
+    );
+    expect(created.metadata?.annotations?.[Annotations.restoreFromHibernate]).toBe('true');
+    expect(await headTag(registry, subVM, Tags.hibernate)).toBe(200);
+    sim.faults.clear();
+    await waitRunning(name);
+    expect(sourcesOf(sim, subVM, startedBefore)).toEqual([
+      expect.stringMatching(new RegExp(`^restore .*${subVM}`)),
+    ]);
+    await waitTagGone(subVM, 'the sub-agent tag dropped once it runs');
+    await waitFor(
+      'the wake seen',
+      async () => ((await state()).wakesUnseen.length === 0 ? true : undefined),
+      QUICK_MS,
+    );
+  }, 300_000);
+
   it('deliberate (patch vm-tells-set-spent-tag; before it the set did not know, and vk-cocoon restored the new main from the spent tag, rolling the VM back): an un-suspend whose tag DELETE the registry refuses after the VM ran, then the main deleted: no main is created while the tag is there (the set retries the DELETE, ReconcileFailed saying so); once the registry takes it the main is created fresh, not restored', async () => {
     const name = 'spentdel';
     const mainPod = `${name}-0`;

@@ -10,7 +10,14 @@ import {
   RECONCILE_FAILED,
 } from '../../src/workflows/cocoonset.js';
 import { vmDesireConflictSignal, vmTagSpentSignal } from '../../src/workflows/messages.js';
-import { hibernation, IMAGE, liveOn, newCocoonSet, withFinalizer } from '../support/builders.js';
+import {
+  CONVERGED_NODE,
+  hibernation,
+  IMAGE,
+  liveOn,
+  newCocoonSet,
+  withFinalizer,
+} from '../support/builders.js';
 import { waitFor } from '../support/wait.js';
 import { CocoonSetWorld, convergedPods, demoSet, MAIN_VM, withCocoonSetWorld } from './cocoonset-world.js';
 import { createEnv, skipUntil, timerDurations } from './harness.js';
@@ -294,6 +301,42 @@ describe('CocoonSet workflow', () => {
       expect(uids(w)).toEqual(before);
       // Suspend and un-suspend never delete a tag.
       expect(w.calls.filter((c) => c.startsWith('registry-delete'))).toEqual([]);
+    });
+  });
+
+  it("deliberate (patch sub-agents-restore-unseen-wake): an un-suspend's wake asks are kept as unseen (the state query's wakesUnseen) until a pass reads each pod's VM running again (container running, VM id written); a suspend's hibernate ask ends them too", async () => {
+    const cs = demoSet(withFinalizer);
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    const names = ['demo-0', 'demo-1', 'demo-2', 'demo-tb'];
+    const asked = (w: CocoonSetWorld, desire: string) =>
+      names.filter((n) => w.calls.includes(`ask ${n} ${desire}`));
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      const unseen = async () => (await w.state()).wakesUnseen;
+      await w.editSpec((c) => (c.spec.suspend = true));
+      await waitFor('every pod asked to hibernate', () => asked(w, 'Hibernate').length === names.length);
+      for (const n of names) await w.vkHibernated(n, 2);
+      await waitFor('Suspended', () => w.cs?.status?.phase === 'Suspended');
+      expect(await unseen()).toEqual([]);
+
+      await w.editSpec((c) => (c.spec.suspend = false));
+      await waitFor('every pod asked to wake', () => asked(w, 'Wake').length === names.length);
+      await w.settled(env);
+      expect(await unseen()).toEqual(names);
+      // vk-cocoon brings demo-1's VM back: the next pass reads it running.
+      await w.vkRunning('demo-1', CONVERGED_NODE, 'id-1');
+      await w.settled(env);
+      expect(await unseen()).toEqual(names.filter((n) => n !== 'demo-1'));
+
+      const hibernateAsks = w.calls.filter((c) => c.endsWith(' Hibernate')).length;
+      await w.editSpec((c) => (c.spec.suspend = true));
+      await waitFor(
+        'every pod asked to hibernate again',
+        () => w.calls.filter((c) => c.endsWith(' Hibernate')).length >= hibernateAsks + names.length,
+      );
+      await w.settled(env);
+      expect(await unseen()).toEqual([]);
     });
   });
 
