@@ -1278,7 +1278,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
   });
 
   it('deliberate (patch sub-agents-restore-unseen-wake; the Go operator forks it again, and vk-cocoon refuses a fork over its snapshot for good): a sub-agent deleted during the un-suspend before its VM runs again comes back restored from its own snapshot, Running, and its tag is dropped once it runs', async () => {
-    const name = 'wakegone';
+    const name = 'subwake';
     const subPod = `${name}-1`;
     const subVM = vmOf(name, 1);
     await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
