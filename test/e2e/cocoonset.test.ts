@@ -348,6 +348,18 @@ async function spendMainTag(
   return deletes;
 }
 
+/**
+ * Creates set `name` with the realistic spec, waits until it is Running with its five pods Ready, suspends it
+ * (`spec.suspend: true`) and waits until it is Suspended; resolves the pods as they ran before the suspend.
+ */
+async function suspendedSet(name: string): Promise<Map<string, V1Pod>> {
+  await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+  const { pods } = await waitRunning(name);
+  await sets.patchSpec(name, { suspend: true });
+  await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
+  return pods;
+}
+
 /** Deletes set `name` and waits until it is gone (a test's cleanup: errors ignored). */
 async function dropSet(name: string): Promise<void> {
   await sets.delete(name).catch(() => undefined);
@@ -708,10 +720,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     const name = 'wakegone';
     const mainPod = `${name}-0`;
     const mainVM = vmOf(name, 0);
-    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
-    const { pods } = await waitRunning(name);
-    await sets.patchSpec(name, { suspend: true });
-    await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
+    const pods = await suspendedSet(name);
     sim.faults.add({ vm: `^${mainVM}$`, op: 'wake.pull.fail' });
     await sets.patchSpec(name, { suspend: false });
     await waitFor(
@@ -1252,11 +1261,8 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     const name = 'subgone';
     const subPod = `${name}-1`;
     const subVM = vmOf(name, 1);
-    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
-    const { pods } = await waitRunning(name);
+    const pods = await suspendedSet(name);
     const firstUID = pods.get(subPod)!.metadata?.uid;
-    await sets.patchSpec(name, { suspend: true });
-    await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
     expect(await headTag(registry, subVM, Tags.hibernate)).toBe(200);
     await kube.core.deleteNamespacedPod({ name: subPod, namespace: ns });
     await waitFor('the sub-agent gone', async () => !(await podsOf(name)).has(subPod) || undefined, QUICK_MS);
@@ -1326,10 +1332,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     const name = 'spentdel';
     const mainPod = `${name}-0`;
     const mainVM = vmOf(name, 0);
-    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
-    await waitRunning(name);
-    await sets.patchSpec(name, { suspend: true });
-    await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
+    await suspendedSet(name);
     const deletes = refuseTagDeletes(mainVM);
     await sets.patchSpec(name, { suspend: false });
     await waitRunning(name);
@@ -1369,11 +1372,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
 
   it("deliberate (patch replaced-main-keeps-snapshot; before it the drifted main's :hibernate tag was dropped with the pod, and the Go operator keeps it too): a suspended set un-suspended together with a resources edit gets a new main with the new resources, restored from the main's own snapshot, not booted fresh; the toolbox wakes in place; every tag dropped once the VMs run (the sub-agents, woken in place, are re-forked from the restored main once nothing holds their drift back)", async () => {
     const name = 'resize';
-    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
-    const { pods } = await waitRunning(name);
-    const before = uidsOf(pods);
-    await sets.patchSpec(name, { suspend: true });
-    await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
+    const before = uidsOf(await suspendedSet(name));
     const mainVM = vmOf(name, 0);
     expect(await headTag(registry, mainVM, Tags.hibernate)).toBe(200);
     const startedBefore = sim.state().started.length;
@@ -1444,11 +1443,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
 
   it('deliberate (patch replaced-main-keeps-snapshot; before it the main was replaced and booted fresh on the new image, its state dropped): a suspended set un-suspended together with an agent image edit keeps its main hibernated, its snapshot in, and says SnapshotImageMismatch with both ways out; the image set back, the main wakes in place from its snapshot and the tag goes', async () => {
     const name = 'reimage';
-    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
-    const { pods } = await waitRunning(name);
-    const before = uidsOf(pods);
-    await sets.patchSpec(name, { suspend: true });
-    await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
+    const before = uidsOf(await suspendedSet(name));
     const mainVM = vmOf(name, 0);
     const startedBefore = sim.state().started.length;
 
@@ -1483,10 +1478,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     const name = 'reimagedel';
     const mainPod = `${name}-0`;
     const mainVM = vmOf(name, 0);
-    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
-    await waitRunning(name);
-    await sets.patchSpec(name, { suspend: true });
-    await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
+    await suspendedSet(name);
     await sets.patchSpec(name, { agent: { image: AGENT_V2 } });
     const startedBefore = sim.state().started.length;
     await kube.core.deleteNamespacedPod({ name: mainPod, namespace: ns });

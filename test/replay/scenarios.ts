@@ -98,6 +98,17 @@ async function setPodRunning(world: VMWorld): Promise<void> {
   });
 }
 
+/**
+ * A CocoonSet's running VM that the set asked to hibernate: the pod annotated, vk-cocoon's round done (tag
+ * pushed, VM stopped).
+ */
+async function setHibernated(world: VMWorld): Promise<void> {
+  await setPodRunning(world);
+  await world.setDesire(NS, POD, 'Hibernate');
+  await waitFor('annotated', () => world.pod(NS, POD)?.annotations?.[Annotations.hibernate] === 'true');
+  await vkHibernated(world);
+}
+
 async function vmHistory(env: TestWorkflowEnvironment, runId?: string): Promise<History> {
   return env.client.workflow.getHandle(VM_ID, runId).fetchHistory();
 }
@@ -546,10 +557,7 @@ export const scenarios: Scenario[] = [
       "a set's un-suspend whose pod is deleted before its VM runs: the Wake waits for the next pod of the VM (5 s looks), passes to it, drops the tag once it runs, the workflow completes",
     record: (env) =>
       withWorld(env, async (world) => {
-        await setPodRunning(world);
-        await world.setDesire(NS, POD, 'Hibernate');
-        await waitFor('annotated', () => world.pod(NS, POD)?.annotations?.[Annotations.hibernate] === 'true');
-        await vkHibernated(world);
+        await setHibernated(world);
         await world.setDesire(NS, POD, 'Wake');
         await waitFor('woken', () => world.pod(NS, POD)?.annotations?.[Annotations.hibernate] === undefined);
         await world.settled(env, NS, POD);
@@ -574,10 +582,7 @@ export const scenarios: Scenario[] = [
       "a set's un-suspend whose tag DELETE the registry refuses once the VM runs: the set is told the tag is spent (signal vmTagSpent; no set workflow here, so the signal fails and is logged), the DELETE is retried on the 5 s look, goes through, the set is told again, the workflow completes",
     record: (env) =>
       withWorld(env, async (world) => {
-        await setPodRunning(world);
-        await world.setDesire(NS, POD, 'Hibernate');
-        await waitFor('annotated', () => world.pod(NS, POD)?.annotations?.[Annotations.hibernate] === 'true');
-        await vkHibernated(world);
+        await setHibernated(world);
         world.deleteError = new Error('registry answered 503');
         await world.setDesire(NS, POD, 'Wake');
         await waitFor('woken', () => world.pod(NS, POD)?.annotations?.[Annotations.hibernate] === undefined);
