@@ -262,15 +262,18 @@ export interface PassInput {
    */
   spentBySet?: Readonly<Record<string, string>>;
   /**
-   * Ours (leveled patch `sub-agents-restore-unseen-wake`, helper-55's finding): pods whose VM workflow the
-   * un-suspend asked to wake and that no pass has read with their VM running since (`wakesStillUnseen`). A
-   * sub-agent among them whose pod went meanwhile may still have its VM only in its `:hibernate` tag: it is
-   * created restoring that snapshot as a suspended set's is (`restoreSuspendState`), and its VM workflow is
-   * asked to wake again (`wakeOwed`). Before, the Wake ask ended the set's record and the pod was forked from
-   * the main, which vk-cocoon refuses while the tag exists: the pod stayed failed and a later suspend stayed
-   * `Suspending` on it. The workflow passes it behind `patched()`.
+   * Ours (leveled patch `sub-agents-restore-open-wake`, helper-55's finding): pods whose VM workflow the
+   * un-suspend asked to wake and that has not yet told the set the VM's `:hibernate` tag is gone (it drops the
+   * tag once the VM runs, then signals `vmTagSpent` with `spent: false`). A sub-agent among them whose pod
+   * went meanwhile has its VM in that tag: it is created restoring the snapshot as a suspended set's is
+   * (`restoreSuspendState`), and its VM workflow is asked to wake again (`wakeOwed`). Before, the Wake ask
+   * ended the set's record and the pod was forked from the main, which vk-cocoon refuses while the tag exists:
+   * the pod stayed failed and a later suspend stayed `Suspending` on it. A pod deleted after its VM ran and
+   * before the tag went is restored from the tag too (vk-cocoon's evidence check does the same for a main):
+   * it loses what the VM did since the wake, not its state from before the suspend. The workflow passes it
+   * behind `patched()`.
    */
-  wakesUnseen?: Readonly<Record<string, true>>;
+  wakesOpen?: Readonly<Record<string, true>>;
   /**
    * The validation gate also refuses `spec.agent.replicas` above `MAX_SUB_AGENTS` (`replicasReason`):
    * before, a pass planned that many sub-agents and `2147483647` aborted the worker process on every start.
@@ -1421,15 +1424,17 @@ async function holdRestoreUnderOtherImage(st: PassState, pod: V1Pod, phase: Coco
  * pod's image or none. That snapshot is the VM's last state: vk-cocoon refuses a fork over it and restores
  * it for a marked pod; the un-suspend's wake asks the new pod's VM workflow, which drops the tag once the
  * VM runs. A snapshot taken under another image (the agent image was edited meanwhile) leaves the pod as
- * built: vk-cocoon refuses it, saying so, and `stateInTag` keeps it. One GET per such pod, all at once; an
- * error ends the pass creating nothing (fail closed: a fork would be refused).
+ * built: vk-cocoon refuses it, saying so, and `stateInTag` keeps it. The same for a sub-agent whose wake the
+ * set asked and whose VM workflow has not yet said the tag is gone (`wakesOpen`); its new pod is then owed a
+ * wake ask. One GET per such pod, all at once; an error ends the pass creating nothing (fail closed: a fork
+ * would be refused).
  */
 async function restoreSuspendState(st: PassState, pods: V1Pod[]): Promise<void> {
   if (!st.input.subAgentsRestoreSuspendState || !st.input.registryConfigured) return;
   const asked = (p: V1Pod) => st.input.hibernateAsked?.[p.metadata?.name ?? ''] !== undefined;
-  const unseen = (p: V1Pod) => st.input.wakesUnseen?.[p.metadata?.name ?? ''] === true;
+  const waking = (p: V1Pod) => st.input.wakesOpen?.[p.metadata?.name ?? ''] === true;
   const owed = pods.filter(
-    (p) => (asked(p) || unseen(p)) && p.metadata?.annotations?.[Annotations.restoreFromHibernate] !== 'true',
+    (p) => (asked(p) || waking(p)) && p.metadata?.annotations?.[Annotations.restoreFromHibernate] !== 'true',
   );
   const outcomes = await st.r.runAll(
     owed.map(
@@ -1453,33 +1458,6 @@ async function restoreSuspendState(st: PassState, pods: V1Pod[]): Promise<void> 
     // Its wake was asked already: the new pod's VM workflow is asked again, to drop the tag once it runs.
     if (!asked(pod)) oweWake(st, pod);
   }
-}
-
-/**
- * Ours (`PassInput.wakesUnseen`): the pods of `unseen` not read in `pods` with their VM running again: the
- * pod is there and not being deleted, not asked to hibernate nor in vk-cocoon's hibernate round, its
- * container runs and vk-cocoon has written the VM's id (a CocoonHibernation wake's completion gate,
- * docs/hibernation.md). Undefined when none is left. Pure; the workflow applies it to each pass's read.
- */
-export function wakesStillUnseen(
-  unseen: Readonly<Record<string, true>> | undefined,
-  pods: readonly V1Pod[],
-): Record<string, true> | undefined {
-  if (!unseen) return undefined;
-  const running = new Set(
-    pods
-      .filter(
-        (p) =>
-          p.metadata?.deletionTimestamp == null &&
-          !hibernateRequested(p) &&
-          lifecycleOf(p).state !== LifecycleStates.hibernating &&
-          containerRunning(p) &&
-          vmIDOf(p) !== '',
-      )
-      .map((p) => p.metadata?.name ?? ''),
-  );
-  const left = Object.keys(unseen).filter((pod) => !running.has(pod));
-  return left.length > 0 ? Object.fromEntries(left.map((pod) => [pod, true as const])) : undefined;
 }
 
 /**

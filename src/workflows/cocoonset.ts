@@ -43,7 +43,6 @@ import {
   REQUEUE_WAIT_FOR_MAIN_MS,
   reconcilePass,
   SUB_AGENT_CREATE_CONCURRENCY,
-  wakesStillUnseen,
 } from '../cocoonset/plan.js';
 import { stashedVMNames, vmsHeldByCR } from '../cocoonset/restore.js';
 import { snapshotPolicyOf } from '../cocoonset/vmspec.js';
@@ -177,12 +176,12 @@ export interface CocoonSetState {
    */
   spentBySet?: Record<string, string>;
   /**
-   * Pods whose VM workflow the un-suspend asked to wake and that no pass has read running again since
-   * (`PassInput.wakesUnseen`): their VM may still be in its `:hibernate` tag, so a sub-agent among them whose
-   * pod went meanwhile is created restoring it. Cleared per pod by a pass that reads its VM running
-   * (`wakesStillUnseen`) or by a hibernate ask.
+   * Pods whose VM workflow the un-suspend asked to wake and that has not yet told the set their VM's
+   * `:hibernate` tag is gone (`PassInput.wakesOpen`): a sub-agent among them whose pod went meanwhile is
+   * created restoring that tag. Closed per pod by that VM workflow's `vmTagSpent` with `spent: false`, by a
+   * hibernate ask, or by the set's deletion.
    */
-  wakesUnseen?: Record<string, true>;
+  wakesOpen?: Record<string, true>;
 }
 
 /**
@@ -342,6 +341,9 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
     if (spent) state.spentBySet = withEntry(state.spentBySet, pod, vmName);
     else if (state.spentBySet?.[pod] === vmName)
       state.spentBySet = withEntry(state.spentBySet, pod, undefined);
+    // The tag is gone: the wake asked of this pod is done.
+    if (!spent && on(io, 'sub-agents-restore-open-wake'))
+      state.wakesOpen = withEntry(state.wakesOpen, pod, undefined);
     dirty = true;
   });
   setHandler(cocoonSetStateQuery, () =>
@@ -487,8 +489,6 @@ async function drive(
   pods: PassInput['pods'],
   io: CocoonSetIO,
 ): Promise<PassResult & { delegated?: DelegatedFlow; finalizerRemoved?: true }> {
-  const unseen = on(io, 'sub-agents-restore-unseen-wake');
-  if (unseen) state.wakesUnseen = wakesStillUnseen(state.wakesUnseen, pods);
   const passInput: PassInput = {
     cs,
     pods,
@@ -513,7 +513,7 @@ async function drive(
     spentTagOutlivesCR: on(io, 'spent-tag-outlives-cr'),
     driftWaitsForSpentTag: on(io, 'drift-waits-for-spent-tag'),
     spentBySet: on(io, 'set-spent-tag-holds') ? state.spentBySet : undefined,
-    wakesUnseen: unseen ? state.wakesUnseen : undefined,
+    wakesOpen: on(io, 'sub-agents-restore-open-wake') ? state.wakesOpen : undefined,
     capsSubAgents: on(io, 'caps-sub-agents'),
     hibernatingMainHoldsMembers: on(io, 'hibernating-main-holds-members'),
     toolboxRecreateBackoff: on(io, 'toolbox-recreate-backoff'),
@@ -771,9 +771,10 @@ async function execute(
           a.pod,
           hibernate ? (a.podUID ?? '') : undefined,
         );
-        // A woken VM is unseen until a pass reads it running (`wakesStillUnseen`); a hibernate ask ends that.
-        if (on(io, 'sub-agents-restore-unseen-wake'))
-          state.wakesUnseen = withEntry(state.wakesUnseen, a.pod, hibernate ? undefined : true);
+        // A wake stays open until its VM workflow says the tag is gone (none is sent for `keepTag`: the set
+        // dropped that tag itself); a hibernate ask ends it.
+        if (on(io, 'sub-agents-restore-open-wake'))
+          state.wakesOpen = withEntry(state.wakesOpen, a.pod, hibernate || a.keepTag ? undefined : true);
         state.tagDroppedFor = withEntry(state.tagDroppedFor, a.pod, undefined);
         return { kind: 'ok' };
       }
@@ -942,7 +943,7 @@ async function deletionFlow(
   if (batched) await pool(asked, SUB_AGENT_CREATE_CONCURRENCY, letGo);
   else await sequence(asked, letGo);
   state.hibernateAsked = undefined;
-  state.wakesUnseen = undefined;
+  state.wakesOpen = undefined;
   // With the patch the workflow completes here: nothing is left to do for this CocoonSet. Before, it waited
   // for the watch to report the set gone, and a set that went while no watcher ran (the operator restarting)
   // left the workflow waiting for its 10 h fallback pass.
@@ -997,8 +998,8 @@ function describe(state: CocoonSetState, passing: boolean, due: boolean) {
     observedPods: Object.keys(state.pods).sort(),
     /** Pod → VM whose `:hibernate` tag the set knows spent (its creates wait: `spentBySet`). */
     spentTags: state.spentBySet ?? null,
-    /** Pods asked to wake whose VM no pass has read running since (`wakesUnseen`). */
-    wakesUnseen: Object.keys(state.wakesUnseen ?? {}).sort(),
+    /** Pods asked to wake whose VM workflow has not yet said their tag is gone (`wakesOpen`). */
+    wakesOpen: Object.keys(state.wakesOpen ?? {}).sort(),
   };
 }
 

@@ -54,7 +54,7 @@ export const LEVELED_PATCHES: readonly string[] = [
   'sub-agents-restore-suspend-state',
   'vm-tells-set-spent-tag',
   'removed-gone-drops-tag',
-  'sub-agents-restore-unseen-wake',
+  'sub-agents-restore-open-wake',
 ];
 
 /**

@@ -645,18 +645,21 @@ async function dropLeftoverTag(state: VMState, pod: PodObservation, io: VMIO): P
       throw new Error(`delete leftover hibernate snapshot ${vmName}: ${errorMessage(err)}`);
     return;
   }
-  await tellSetSpent(state, vmName, false);
+  // Ours (patch `sub-agents-restore-open-wake`): the set keeps the wake open until told the tag is gone
+  // (a sub-agent deleted before then is restored from the tag, not forked over it): told even if never spent.
+  await tellSetSpent(state, vmName, false, on(io, 'sub-agents-restore-open-wake'));
 }
 
 /**
  * Ours (leveled patch `vm-tells-set-spent-tag`, found by helper-53): tells the set's workflow when the
  * leftover tag of its Wake turns spent or is gone (VMTagSpent), once per change. While told spent, the set
  * creates no pod of that VM (vk-cocoon would restore the new pod from the spent tag, rolling the VM back)
- * and retries the DELETE itself for a pod that is gone. Nothing is sent when nothing was told.
+ * and retries the DELETE itself for a pod that is gone. Nothing is sent when nothing was told, unless
+ * `always` (patch `sub-agents-restore-open-wake`: "gone" closes the set's open wake of this pod).
  */
-async function tellSetSpent(state: VMState, vmName: string, spent: boolean): Promise<void> {
+async function tellSetSpent(state: VMState, vmName: string, spent: boolean, always = false): Promise<void> {
   const d = state.setDesire;
-  if (!d || (d.spentTold ?? false) === spent) return;
+  if (!d || ((d.spentTold ?? false) === spent && !always)) return;
   d.spentTold = spent;
   await signalSet(state, d.set, 'the spent tag', vmTagSpentSignal, { pod: state.pod, vmName, spent });
 }

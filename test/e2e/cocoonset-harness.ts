@@ -166,7 +166,7 @@ export async function cocoonSetWorkflowState(
   failures: number;
   nextPassAt: string | null;
   spentTags: Record<string, string> | null;
-  wakesUnseen: string[];
+  wakesOpen: string[];
 }> {
   return client.workflow.getHandle(cocoonSetWorkflowId(namespace, name)).query('state');
 }

@@ -1283,14 +1283,11 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     await waitTagGone(subVM, 'the sub-agent tag dropped once it runs');
   });
 
-  it('deliberate (patch sub-agents-restore-unseen-wake; the Go operator forks it again, and vk-cocoon refuses a fork over its snapshot for good): a sub-agent deleted during the un-suspend before its VM runs again comes back restored from its own snapshot, Running, and its tag is dropped once it runs', async () => {
+  it('deliberate (patch sub-agents-restore-open-wake; the Go operator forks it again, and vk-cocoon refuses a fork over its snapshot for good): a sub-agent deleted during the un-suspend before its VM runs again comes back restored from its own snapshot, Running, and its tag is dropped once it runs', async () => {
     const name = 'subwake';
     const subPod = `${name}-1`;
     const subVM = vmOf(name, 1);
-    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
-    await waitRunning(name);
-    await sets.patchSpec(name, { suspend: true });
-    await sets.waitPhase(name, 'Suspended', BRING_UP_MS);
+    await suspendedSet(name);
     // vk-cocoon cannot pull the sub-agent's snapshot: its VM stays in the tag after the un-suspend.
     sim.faults.add({ vm: `^${subVM}$`, op: 'wake.pull.fail' });
     await sets.patchSpec(name, { suspend: false });
@@ -1300,7 +1297,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
       QUICK_MS,
     );
     const state = () => cocoonSetWorkflowState(temporal, ns, name);
-    expect((await state()).wakesUnseen).toContain(subPod);
+    expect((await state()).wakesOpen).toContain(subPod);
     const firstUID = (await podsOf(name)).get(subPod)!.metadata?.uid;
     const startedBefore = sim.state().started.length;
 
@@ -1323,9 +1320,49 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     await waitTagGone(subVM, 'the sub-agent tag dropped once it runs');
     await waitFor(
       'the wake seen',
-      async () => ((await state()).wakesUnseen.length === 0 ? true : undefined),
+      async () => ((await state()).wakesOpen.length === 0 ? true : undefined),
       QUICK_MS,
     );
+  }, 300_000);
+
+  it('deliberate (patch sub-agents-restore-open-wake, helper-58): a sub-agent deleted the moment its VM runs again after the un-suspend, before its VM workflow dropped the tag, comes back Running (restored from the tag while it is there, as vk-cocoon does for a main), not forked over the tag and refused for good; the tag is dropped once it runs', async () => {
+    const name = 'subran';
+    const subPod = `${name}-1`;
+    const subVM = vmOf(name, 1);
+    const pods = await suspendedSet(name);
+    const firstUID = pods.get(subPod)!.metadata?.uid;
+    await sets.patchSpec(name, { suspend: false });
+    // Delete the pod as soon as its VM runs: its VM workflow looks every 5 s, so the tag is still there.
+    await waitFor(
+      'the sub-agent VM running again',
+      async () => {
+        const p = (await podsOf(name)).get(subPod);
+        return p && vmIDOf(p) !== '' && (p.status?.containerStatuses ?? []).some((c) => c.state?.running)
+          ? p
+          : undefined;
+      },
+      QUICK_MS,
+      { intervalMs: 10 },
+    );
+    await kube.core.deleteNamespacedPod({ name: subPod, namespace: ns });
+    const tagAtDelete = await headTag(registry, subVM, Tags.hibernate);
+    const startedBefore = sim.state().started.length;
+    const created = await waitFor(
+      'the sub-agent created again',
+      async () => {
+        const p = (await podsOf(name)).get(subPod);
+        return p && p.metadata?.uid !== firstUID ? p : undefined;
+      },
+      QUICK_MS,
+    );
+    await waitRunning(name);
+    await waitTagGone(subVM, 'the sub-agent tag dropped once it runs');
+    // While the tag was there the new pod restores it; once gone (the VM workflow was quicker) it is forked.
+    const restored = created.metadata?.annotations?.[Annotations.restoreFromHibernate] === 'true';
+    if (tagAtDelete === 200 && restored)
+      expect(sourcesOf(sim, subVM, startedBefore)).toEqual([expect.stringMatching(/^restore /)]);
+    else expect(sourcesOf(sim, subVM, startedBefore)).toEqual([expect.stringMatching(/^fork /)]);
+    expect(await setEvents(name, EventReasons.subAgentRebuilding)).toEqual([]);
   }, 300_000);
 
   it('deliberate (patch vm-tells-set-spent-tag; before it the set did not know, and vk-cocoon restored the new main from the spent tag, rolling the VM back): an un-suspend whose tag DELETE the registry refuses after the VM ran, then the main deleted: no main is created while the tag is there (the set retries the DELETE, ReconcileFailed saying so); once the registry takes it the main is created fresh, not restored', async () => {

@@ -10,7 +10,9 @@ import type { History } from '@temporalio/common/lib/proto-utils.js';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { vmWorkflowId } from '../../src/api/ids.js';
 import { Annotations, CONDITION_DELETE_FAILING, EventReasons, Labels } from '../../src/api/keys.js';
+import { vmTagSpentSignal } from '../../src/workflows/messages.js';
 import {
+  CONVERGED_NODE,
   hibernatedPodAnnotations,
   liveOn,
   newCocoonSet,
@@ -749,6 +751,52 @@ export const scenarios: Scenario[] = [
         await w.settled(env);
         return {
           'cocoonset-suspend-sub-agent-gone': await env.client.workflow
+            .getHandle(w.workflowId)
+            .fetchHistory(),
+        };
+      });
+    },
+  },
+  {
+    name: 'cocoonset-wake-open-sub-agent-gone',
+    covers:
+      "a sub-agent deleted during the un-suspend, after its wake was asked and before its VM workflow said the tag is gone: created restoring its own snapshot (a GET of its manifest), asked to wake again, Running; the wakes close on the VM workflows' word",
+    record: async (env) => {
+      const cs = demoSet(withFinalizer);
+      return withCocoonSetWorld(env, new CocoonSetWorld(cs, convergedPods(cs)), async (w) => {
+        const names = ['demo-0', 'demo-1', 'demo-2', 'demo-tb'];
+        await w.start();
+        await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+        await w.editSpec((c) => (c.spec.suspend = true));
+        await waitFor('annotated', () =>
+          names.every((n) => w.pod(n)?.metadata?.annotations?.[Annotations.hibernate] === 'true'),
+        );
+        for (const n of names) await w.vkHibernated(n, 2);
+        await waitFor('Suspended', () => w.cs?.status?.phase === 'Suspended');
+        await w.editSpec((c) => (c.spec.suspend = false));
+        await waitFor('woken', () => names.every((n) => w.calls.includes(`ask ${n} Wake`)));
+        await w.settled(env);
+        // The main runs again (sub-agents fork from it); demo-1's VM is still in its tag when its pod goes.
+        await w.vkRunning('demo-0', CONVERGED_NODE, 'id-0');
+        await w.settled(env);
+        await w.deletePodByHand('demo-1');
+        await waitFor(
+          'demo-1 restored',
+          () => w.pod('demo-1')?.metadata?.annotations?.[Annotations.restoreFromHibernate] === 'true',
+        );
+        await waitFor(
+          'demo-1 asked to wake again',
+          () => w.calls.filter((c) => c === 'ask demo-1 Wake').length === 2,
+        );
+        for (const [i, n] of names.entries()) if (i > 0) await w.vkRunning(n, CONVERGED_NODE, `id-${i}`);
+        await waitFor('Running again', () => w.cs?.status?.phase === 'Running');
+        // Each VM workflow drops its tag once the VM runs and tells the set: the wakes close.
+        const handle = env.client.workflow.getHandle(w.workflowId);
+        for (const n of names)
+          await handle.signal(vmTagSpentSignal, { pod: n, vmName: `vk-ns-${n}`, spent: false });
+        await w.settled(env);
+        return {
+          'cocoonset-wake-open-sub-agent-gone': await env.client.workflow
             .getHandle(w.workflowId)
             .fetchHistory(),
         };

@@ -2,17 +2,14 @@
  * Restore intent (port of restore_test.go and the pure parts of restore_intent_test.go,
  * docs/cocoonset.md#restore-from-hibernation).
  */
-import type { V1Pod } from '@kubernetes/client-node';
 import { describe, expect, it } from 'vitest';
 import {
   Annotations,
   CONDITION_DELETE_FAILING,
   CONDITION_PROGRESSING,
   ConditionReasons,
-  LifecycleStates,
 } from '../../src/api/keys.js';
 import type { CocoonSet } from '../../src/api/types.js';
-import { wakesStillUnseen } from '../../src/cocoonset/plan.js';
 import { buildAgentPod, buildToolboxPod } from '../../src/cocoonset/pods.js';
 import {
   lazyOnce,
@@ -193,7 +190,7 @@ describe('restore through the pass planner', () => {
     expect([marked(before.pod('demo-1')!), before.probes]).toEqual([undefined, []]);
   });
 
-  it('deviation (patch sub-agents-restore-unseen-wake; the reference re-forks it, and vk-cocoon refuses a fork over the tag for good): a sub-agent whose pod went after the un-suspend asked its wake but before any pass read its VM running is created restoring its own snapshot, and its new pod is owed a wake ask; not without the tag, not once its wake was seen', async () => {
+  it('deviation (patch sub-agents-restore-open-wake; the reference re-forks it, and vk-cocoon refuses a fork over the tag for good): a sub-agent whose pod went after the un-suspend asked its wake but before its VM workflow said the tag is gone is created restoring its own snapshot, and its new pod is owed a wake ask; not without the tag, not once the wake is closed', async () => {
     const cs = newCocoonSet('demo', withFinalizer, (c) => {
       c.spec.agent.replicas = 2;
     });
@@ -207,52 +204,21 @@ describe('restore through the pass planner', () => {
       w.snapshotImages.set('vk-ns-demo-1', image);
       return w;
     };
-    // The un-suspend asked demo-1 to wake (no longer in hibernateAsked); its pod went before it ran.
-    const wakesUnseen = { 'demo-1': true } as const;
+    // The un-suspend asked demo-1 to wake (no longer in hibernateAsked); its pod went before the tag did.
+    const wakesOpen = { 'demo-1': true } as const;
     const w = world();
-    const end = done(await w.pass({ wakesUnseen }));
+    const end = done(await w.pass({ wakesOpen }));
     expect(marked(w.pod('demo-1')!)).toBe('true');
     expect(w.probes).toEqual(['read vk-ns-demo-1']);
     expect(end.wakeOwed).toEqual(['demo-1']);
     // The tag already went (the VM ran and its VM workflow dropped it): forked as built, nothing owed.
     const noTag = world(false);
-    const forked = done(await noTag.pass({ wakesUnseen }));
+    const forked = done(await noTag.pass({ wakesOpen }));
     expect([marked(noTag.pod('demo-1')!), forked.wakeOwed]).toEqual([undefined, undefined]);
-    // No record (its wake was seen, or runs recorded before the patch): forked, no read.
+    // No record (its wake closed, or runs recorded before the patch): forked, no read.
     const seen = world();
     const plain = done(await seen.pass());
     expect([marked(seen.pod('demo-1')!), seen.probes, plain.wakeOwed]).toEqual([undefined, [], undefined]);
-  });
-
-  it('wakesStillUnseen keeps a woken pod until a read shows its VM running again: there, not deleting, not asked to hibernate nor in a hibernate round, a container running and the VM id written', () => {
-    const cs = newCocoonSet('demo', withFinalizer);
-    const running = () => {
-      const p = readyPod(buildAgentPod(cs, 0, '', ''));
-      p.metadata!.annotations![Annotations.vmID] = 'id-1';
-      p.status!.containerStatuses = [
-        { name: 'agent', image: 'x', imageID: '', ready: true, restartCount: 0, state: { running: {} } },
-      ];
-      return p;
-    };
-    const unseen = { 'demo-0': true, 'demo-1': true } as const;
-    expect(wakesStillUnseen(unseen, [running()])).toEqual({ 'demo-1': true });
-    expect(wakesStillUnseen({ 'demo-0': true }, [running()])).toBeUndefined();
-    expect(wakesStillUnseen(undefined, [running()])).toBeUndefined();
-    const notYet: [string, (p: V1Pod) => void][] = [
-      ['no VM id', (p) => delete p.metadata!.annotations![Annotations.vmID]],
-      ['no container running', (p) => (p.status!.containerStatuses = [])],
-      ['asked to hibernate', (p) => (p.metadata!.annotations![Annotations.hibernate] = 'true')],
-      [
-        'in a hibernate round',
-        (p) => (p.metadata!.annotations![Annotations.lifecycleState] = LifecycleStates.hibernating),
-      ],
-      ['being deleted', (p) => (p.metadata!.deletionTimestamp = new Date())],
-    ];
-    for (const [why, change] of notYet) {
-      const p = running();
-      change(p);
-      expect([why, wakesStillUnseen(unseen, [p])]).toEqual([why, unseen]);
-    }
   });
 
   it('boots fresh without intent even when a leaked tag exists (no probe)', async () => {

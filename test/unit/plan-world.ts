@@ -233,7 +233,7 @@ export class PlanWorld {
       spentBySet?: Record<string, string>;
       desireConflicts?: Record<string, string>;
       hibernateAsked?: Record<string, string>;
-      wakesUnseen?: Record<string, true>;
+      wakesOpen?: Record<string, true>;
     } = {},
   ): Promise<PassEnd> {
     const input: PassInput = {
@@ -286,7 +286,7 @@ export class PlanWorld {
       spentBySet: opts.spentBySet,
       desireConflicts: opts.desireConflicts,
       hibernateAsked: opts.hibernateAsked,
-      wakesUnseen: opts.wakesUnseen,
+      wakesOpen: opts.wakesOpen,
     };
     const ran = new Set<string>();
     return reconcilePass(input, {

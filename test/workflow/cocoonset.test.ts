@@ -304,7 +304,7 @@ describe('CocoonSet workflow', () => {
     });
   });
 
-  it("deliberate (patch sub-agents-restore-unseen-wake): an un-suspend's wake asks are kept as unseen (the state query's wakesUnseen) until a pass reads each pod's VM running again (container running, VM id written); a suspend's hibernate ask ends them too", async () => {
+  it("deliberate (patch sub-agents-restore-open-wake): an un-suspend's wake asks stay open (the state query's wakesOpen) until each pod's VM workflow says its tag is gone (vmTagSpent, spent: false); a suspend's hibernate ask ends them too", async () => {
     const cs = demoSet(withFinalizer);
     const world = new CocoonSetWorld(cs, convergedPods(cs));
     const names = ['demo-0', 'demo-1', 'demo-2', 'demo-tb'];
@@ -313,21 +313,26 @@ describe('CocoonSet workflow', () => {
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
       await waitFor('Running', () => w.cs?.status?.phase === 'Running');
-      const unseen = async () => (await w.state()).wakesUnseen;
+      const open = async () => (await w.state()).wakesOpen;
       await w.editSpec((c) => (c.spec.suspend = true));
       await waitFor('every pod asked to hibernate', () => asked(w, 'Hibernate').length === names.length);
       for (const n of names) await w.vkHibernated(n, 2);
       await waitFor('Suspended', () => w.cs?.status?.phase === 'Suspended');
-      expect(await unseen()).toEqual([]);
+      expect(await open()).toEqual([]);
 
       await w.editSpec((c) => (c.spec.suspend = false));
       await waitFor('every pod asked to wake', () => asked(w, 'Wake').length === names.length);
       await w.settled(env);
-      expect(await unseen()).toEqual(names);
-      // vk-cocoon brings demo-1's VM back: the next pass reads it running.
+      expect(await open()).toEqual(names);
+      // Running again is not enough (its VM workflow may not have dropped the tag yet)…
       await w.vkRunning('demo-1', CONVERGED_NODE, 'id-1');
       await w.settled(env);
-      expect(await unseen()).toEqual(names.filter((n) => n !== 'demo-1'));
+      expect(await open()).toEqual(names);
+      // …its VM workflow's word that the tag is gone is.
+      const handle = env.client.workflow.getHandle(w.workflowId);
+      await handle.signal(vmTagSpentSignal, { pod: 'demo-1', vmName: 'vk-ns-demo-1', spent: false });
+      await w.settled(env);
+      expect(await open()).toEqual(names.filter((n) => n !== 'demo-1'));
 
       const hibernateAsks = w.calls.filter((c) => c.endsWith(' Hibernate')).length;
       await w.editSpec((c) => (c.spec.suspend = true));
@@ -336,7 +341,7 @@ describe('CocoonSet workflow', () => {
         () => w.calls.filter((c) => c.endsWith(' Hibernate')).length >= hibernateAsks + names.length,
       );
       await w.settled(env);
-      expect(await unseen()).toEqual([]);
+      expect(await open()).toEqual([]);
     });
   });
 
