@@ -2000,8 +2000,8 @@ async function dropRemovedTags(st: PassState, removed: V1Pod[]): Promise<void> {
 }
 
 /**
- * Ours (`dropsTagsOfRemovedGone`): the pods the set asked to hibernate (`hibernateAsked`) or knows the
- * spent tag of (`spentBySet`) that are gone and that the spec no longer builds (not the main, a slot past
+ * Ours (`dropsTagsOfRemovedGone`): the pods the set asked to hibernate (`hibernateAsked`), knows the
+ * spent tag of (`spentBySet`) or asked to wake with no word yet that the tag went (`wakesOpen`) that are gone and that the spec no longer builds (not the main, a slot past
  * `agent.replicas`, a toolbox not in `spec.toolboxes`) get their VM's `:hibernate` tag dropped, as
  * `dropRemovedTags` drops those of the pods a scale-down deletes (not a VM a CocoonHibernation holds), and
  * the asked ones' VM workflows a Wake that leaves the tag (which ends the set's record of them). All at
@@ -2015,10 +2015,13 @@ async function letGoOfRemoved(st: PassState): Promise<void> {
     ...Array.from({ length: replicasOf(st.cs) }, (_, i) => agentPodName(st.cs, i + 1)),
     ...(st.cs.spec.toolboxes ?? []).map((tb) => toolboxPodName(st.cs, tb.name)),
   ]);
-  // Also the pods whose tag the set knows spent (`spentBySet`): nobody else would ever drop it.
+  // Also the pods whose tag the set knows spent (`spentBySet`), or whose wake is open (`wakesOpen`: a slot
+  // scaled away, or a toolbox removed, before its VM workflow dropped the tag; that one lets go of a wake
+  // whose pod never comes back, found by helper-59): nobody else would ever drop those tags.
   const names = new Set([
     ...Object.keys(st.input.hibernateAsked ?? {}),
     ...Object.keys(st.input.spentBySet ?? {}),
+    ...Object.keys(st.input.wakesOpen ?? {}),
   ]);
   const removed = [...names].filter((pod) => !present.has(pod) && !built.has(pod)).sort();
   if (removed.length === 0) return;

@@ -31,7 +31,7 @@ import type { CocoonSetActivities } from '../activities/cocoonset.js';
 import type { RegistryActivities } from '../activities/registry.js';
 import { taskQueues } from '../api/ids.js';
 import { Annotations, Finalizers, Tags } from '../api/keys.js';
-import { extractAgentSlot, vmNameOf } from '../api/pod.js';
+import { extractAgentSlot, vmNameForPod, vmNameOf } from '../api/pod.js';
 import type { CocoonSet } from '../api/types.js';
 import { classifyPods, isControlledBy, ownedPods } from '../cocoonset/classify.js';
 import {
@@ -338,12 +338,16 @@ export async function cocoonSetWorkflow(input: CocoonSetWorkflowInput): Promise<
   // (`spentBySet`, as for its own wake's failed DELETE).
   setHandler(vmTagSpentSignal, ({ pod, vmName, spent }) => {
     countSignal(state, undefined);
+    const spentBefore = state.spentBySet;
     if (spent) state.spentBySet = withEntry(state.spentBySet, pod, vmName);
     else if (state.spentBySet?.[pod] === vmName)
       state.spentBySet = withEntry(state.spentBySet, pod, undefined);
-    // The tag is gone: the wake asked of this pod is done.
-    if (!spent && on(io, 'sub-agents-restore-open-wake'))
+    if (!spent && on(io, 'sub-agents-restore-open-wake')) {
+      // The tag is gone: the wake asked of this pod is done. That alone changes no pass (a later create
+      // reads it), so every VM of an un-suspend saying so costs the set no pass.
       state.wakesOpen = withEntry(state.wakesOpen, pod, undefined);
+      if (state.spentBySet === spentBefore) return;
+    }
     dirty = true;
   });
   setHandler(cocoonSetStateQuery, () =>
@@ -694,6 +698,13 @@ async function execute(
         if (a.wokenPod) state.tagDroppedFor = withEntry(state.tagDroppedFor, a.wokenPod, true);
         const spent = Object.entries(state.spentBySet ?? {}).filter(([, vm]) => vm !== a.vmName);
         state.spentBySet = spent.length > 0 ? Object.fromEntries(spent) : undefined;
+        // The tag went: an open wake of its pod is done (e.g. a slot scaled away before its VM workflow
+        // dropped the tag: `letGoOfRemoved`).
+        const open = Object.keys(state.wakesOpen ?? {}).filter(
+          (pod) => vmNameForPod(namespace, pod) === a.vmName,
+        );
+        if (open.length > 0 && on(io, 'sub-agents-restore-open-wake'))
+          for (const pod of open) state.wakesOpen = withEntry(state.wakesOpen, pod, undefined);
         return { kind: 'ok' };
       }
       case 'listHibernations':

@@ -293,6 +293,18 @@ function startsOf(vm: string): () => ReturnType<VkSimulator['state']>['started']
       .filter((v) => v.name === vm);
 }
 
+/** Waits (QUICK_MS) for pod `pod` of set `name` to exist with another uid than `oldUID`; resolves it. */
+function recreatedPod(name: string, pod: string, oldUID: string | undefined): Promise<V1Pod> {
+  return waitFor(
+    `${pod} created again`,
+    async () => {
+      const p = (await podsOf(name)).get(pod);
+      return p && p.metadata?.uid !== oldUID ? p : undefined;
+    },
+    QUICK_MS,
+  );
+}
+
 /** Waits (2 × QUICK_MS) for pod `pod` of set `name` to be another incarnation than `old`, live; resolves it. */
 function newLivePod(name: string, pod: string, old: V1Pod, what: string): Promise<V1Pod> {
   return waitFor(
@@ -1302,14 +1314,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     const startedBefore = sim.state().started.length;
 
     await kube.core.deleteNamespacedPod({ name: subPod, namespace: ns });
-    const created = await waitFor(
-      'the sub-agent created again',
-      async () => {
-        const p = (await podsOf(name)).get(subPod);
-        return p && p.metadata?.uid !== firstUID ? p : undefined;
-      },
-      QUICK_MS,
-    );
+    const created = await recreatedPod(name, subPod, firstUID);
     expect(created.metadata?.annotations?.[Annotations.restoreFromHibernate]).toBe('true');
     expect(await headTag(registry, subVM, Tags.hibernate)).toBe(200);
     sim.faults.clear();
@@ -1347,14 +1352,7 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     await kube.core.deleteNamespacedPod({ name: subPod, namespace: ns });
     const tagAtDelete = await headTag(registry, subVM, Tags.hibernate);
     const startedBefore = sim.state().started.length;
-    const created = await waitFor(
-      'the sub-agent created again',
-      async () => {
-        const p = (await podsOf(name)).get(subPod);
-        return p && p.metadata?.uid !== firstUID ? p : undefined;
-      },
-      QUICK_MS,
-    );
+    const created = await recreatedPod(name, subPod, firstUID);
     await waitRunning(name);
     await waitTagGone(subVM, 'the sub-agent tag dropped once it runs');
     // While the tag was there the new pod restores it; once gone (the VM workflow was quicker) it is forked.

@@ -111,6 +111,24 @@ async function setHibernated(world: VMWorld): Promise<void> {
   await vkHibernated(world);
 }
 
+/** The demo set's pods (main, two sub-agents, a toolbox). */
+const DEMO_PODS = ['demo-0', 'demo-1', 'demo-2', 'demo-tb'];
+
+/**
+ * A running demo set suspended (retain): started, Running, `spec.suspend` set, every pod annotated, vk-cocoon's
+ * rounds done for generation 2, Suspended.
+ */
+async function setSuspended(w: CocoonSetWorld): Promise<void> {
+  await w.start();
+  await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+  await w.editSpec((c) => (c.spec.suspend = true));
+  await waitFor('annotated', () =>
+    DEMO_PODS.every((n) => w.pod(n)?.metadata?.annotations?.[Annotations.hibernate] === 'true'),
+  );
+  for (const n of DEMO_PODS) await w.vkHibernated(n, 2);
+  await waitFor('Suspended', () => w.cs?.status?.phase === 'Suspended');
+}
+
 async function vmHistory(env: TestWorkflowEnvironment, runId?: string): Promise<History> {
   return env.client.workflow.getHandle(VM_ID, runId).fetchHistory();
 }
@@ -696,17 +714,8 @@ export const scenarios: Scenario[] = [
     record: async (env) => {
       const cs = demoSet(withFinalizer);
       return withCocoonSetWorld(env, new CocoonSetWorld(cs, convergedPods(cs)), async (w) => {
-        const names = ['demo-0', 'demo-1', 'demo-2', 'demo-tb'];
-        await w.start();
-        await waitFor('Running', () => w.cs?.status?.phase === 'Running');
-        await w.editSpec((c) => (c.spec.suspend = true));
-        await waitFor('annotated', () =>
-          names.every((n) => w.pod(n)?.metadata?.annotations?.[Annotations.hibernate] === 'true'),
-        );
-        for (const n of names) {
-          await w.vkHibernated(n, 2);
-        }
-        await waitFor('Suspended', () => w.cs?.status?.phase === 'Suspended');
+        const names = DEMO_PODS;
+        await setSuspended(w);
         await w.editSpec((c) => (c.spec.suspend = false));
         await waitFor('woken', () =>
           names.every((n) => w.pod(n)?.metadata?.annotations?.[Annotations.hibernate] === undefined),
@@ -725,16 +734,9 @@ export const scenarios: Scenario[] = [
     record: async (env) => {
       const cs = demoSet(withFinalizer);
       return withCocoonSetWorld(env, new CocoonSetWorld(cs, convergedPods(cs)), async (w) => {
-        const names = ['demo-0', 'demo-1', 'demo-2', 'demo-tb'];
+        const names = DEMO_PODS;
         const kept = names.filter((n) => n !== 'demo-1');
-        await w.start();
-        await waitFor('Running', () => w.cs?.status?.phase === 'Running');
-        await w.editSpec((c) => (c.spec.suspend = true));
-        await waitFor('annotated', () =>
-          names.every((n) => w.pod(n)?.metadata?.annotations?.[Annotations.hibernate] === 'true'),
-        );
-        for (const n of names) await w.vkHibernated(n, 2);
-        await waitFor('Suspended', () => w.cs?.status?.phase === 'Suspended');
+        await setSuspended(w);
         await w.deletePodByHand('demo-1');
         await w.settled(env);
         await w.editSpec((c) => (c.spec.suspend = false));
@@ -764,15 +766,8 @@ export const scenarios: Scenario[] = [
     record: async (env) => {
       const cs = demoSet(withFinalizer);
       return withCocoonSetWorld(env, new CocoonSetWorld(cs, convergedPods(cs)), async (w) => {
-        const names = ['demo-0', 'demo-1', 'demo-2', 'demo-tb'];
-        await w.start();
-        await waitFor('Running', () => w.cs?.status?.phase === 'Running');
-        await w.editSpec((c) => (c.spec.suspend = true));
-        await waitFor('annotated', () =>
-          names.every((n) => w.pod(n)?.metadata?.annotations?.[Annotations.hibernate] === 'true'),
-        );
-        for (const n of names) await w.vkHibernated(n, 2);
-        await waitFor('Suspended', () => w.cs?.status?.phase === 'Suspended');
+        const names = DEMO_PODS;
+        await setSuspended(w);
         await w.editSpec((c) => (c.spec.suspend = false));
         await waitFor('woken', () => names.every((n) => w.calls.includes(`ask ${n} Wake`)));
         await w.settled(env);

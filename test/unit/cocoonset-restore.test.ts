@@ -358,6 +358,11 @@ describe('restore through the pass planner', () => {
     const spent = new PlanWorld(cs, pods());
     done(await spent.pass({ spentBySet: { 'demo-2': 'vk-ns-demo-2' } }));
     expect([spent.droppedTags, spent.asks]).toEqual([['vk-ns-demo-2:hibernate'], []]);
+    // A removed pod whose un-suspend wake is still open (scaled away before its VM workflow dropped the tag;
+    // helper-59, patch sub-agents-restore-open-wake): the DELETE too, no ask.
+    const open = new PlanWorld(cs, pods());
+    done(await open.pass({ wakesOpen: { 'demo-2': true } }));
+    expect([open.droppedTags, open.asks]).toEqual([['vk-ns-demo-2:hibernate'], []]);
 
     const before = new PlanWorld(cs, pods());
     done(await before.pass({ hibernateAsked, dropsTagsOfRemovedGone: false }));
