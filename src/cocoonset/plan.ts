@@ -269,9 +269,10 @@ export interface PassInput {
    * (`restoreSuspendState`), and its VM workflow is asked to wake again (`wakeOwed`). Before, the Wake ask
    * ended the set's record and the pod was forked from the main, which vk-cocoon refuses while the tag exists:
    * the pod stayed failed and a later suspend stayed `Suspending` on it. A pod deleted after its VM ran and
-   * before the tag went is restored from the tag too (vk-cocoon's evidence check does the same for a main):
-   * it loses what the VM did since the wake, not its state from before the suspend. The workflow passes it
-   * behind `patched()`.
+   * before the tag went is restored from the tag too (vk-cocoon's evidence check does the same for a main),
+   * unless the set knows the tag spent (`spentBySet`: then it is created fresh once the tag is gone): it loses
+   * what the VM did since the wake, not its state from before the suspend. A slot scaled away or a toolbox
+   * removed meanwhile has its tag dropped (`letGoOfRemoved`). The workflow passes it behind `patched()`.
    */
   wakesOpen?: Readonly<Record<string, true>>;
   /**
@@ -2001,11 +2002,12 @@ async function dropRemovedTags(st: PassState, removed: V1Pod[]): Promise<void> {
 
 /**
  * Ours (`dropsTagsOfRemovedGone`): the pods the set asked to hibernate (`hibernateAsked`), knows the
- * spent tag of (`spentBySet`) or asked to wake with no word yet that the tag went (`wakesOpen`) that are gone and that the spec no longer builds (not the main, a slot past
- * `agent.replicas`, a toolbox not in `spec.toolboxes`) get their VM's `:hibernate` tag dropped, as
- * `dropRemovedTags` drops those of the pods a scale-down deletes (not a VM a CocoonHibernation holds), and
- * the asked ones' VM workflows a Wake that leaves the tag (which ends the set's record of them). All at
- * once; an error fails the pass (tried again next pass).
+ * spent tag of (`spentBySet`) or asked to wake with no word yet that the tag went (`wakesOpen`) that are
+ * gone and that the spec no longer builds (not the main, a slot past `agent.replicas`, a toolbox not in
+ * `spec.toolboxes`) get their VM's `:hibernate` tag dropped, as `dropRemovedTags` drops those of the pods a
+ * scale-down deletes (not a VM a CocoonHibernation holds), and the asked ones' VM workflows a Wake that
+ * leaves the tag (which ends the set's record of them). All at once; an error fails the pass (tried again
+ * next pass).
  */
 async function letGoOfRemoved(st: PassState): Promise<void> {
   if (!st.input.dropsTagsOfRemovedGone || !st.input.registryConfigured) return;

@@ -164,7 +164,7 @@ export interface CocoonSetState {
    * Pods (name → uid asked about) whose VM workflow was asked to hibernate and not asked to wake since:
    * un-suspend asks them to wake even when their annotation was never written (a CocoonHibernation held the
    * VM awake, or the un-suspend came first), so no VM workflow keeps a stale desire. Also (uid '') a main
-   * replaced with its `:hibernate` tag kept, or a sub-agent re-created restoring its unseen wake's tag
+   * replaced with its `:hibernate` tag kept, or a sub-agent re-created restoring its open wake's tag
    * (`PassEnd.wakeOwed`): its next pod is asked to wake.
    */
   hibernateAsked?: Record<string, string>;
@@ -178,8 +178,8 @@ export interface CocoonSetState {
   /**
    * Pods whose VM workflow the un-suspend asked to wake and that has not yet told the set their VM's
    * `:hibernate` tag is gone (`PassInput.wakesOpen`): a sub-agent among them whose pod went meanwhile is
-   * created restoring that tag. Closed per pod by that VM workflow's `vmTagSpent` with `spent: false`, by a
-   * hibernate ask, or by the set's deletion.
+   * created restoring that tag. Closed per pod by that VM workflow's `vmTagSpent` with `spent: false`, by the
+   * set's own DELETE of that tag, by a hibernate ask, or by the set's deletion.
    */
   wakesOpen?: Record<string, true>;
 }
