@@ -24,8 +24,8 @@
  */
 import { execFileSync } from 'node:child_process';
 import { randomUUID } from 'node:crypto';
-import { existsSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { join } from 'node:path';
+import { existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { vmWorkflowId } from '../../src/api/ids.js';
 import {
   cleanEnv,
@@ -442,6 +442,7 @@ async function runOnce(
       const timer = setTimeout(() => op?.child.kill('SIGKILL'), STOP_TIMEOUT_MS);
       await stopped;
       clearTimeout(timer);
+      mkdirSync(dirname(logFile), { recursive: true }); // a fresh clone has no bench/results/ yet
       writeFileSync(logFile, `${op.stdout()}\n--- stderr ---\n${op.stderr()}`);
     }
     cgroup?.remove();
