@@ -27,7 +27,7 @@ import type { CocoonHibernation, CocoonSet } from '../api/types.js';
 import type { NamespaceLimits } from '../cocoonset/admission.js';
 import type { PassMetric } from '../cocoonset/plan.js';
 import { summarizePod } from '../cocoonset/summary.js';
-import { type KubeClients, mergePatch, statusCodeOf } from '../kube/client.js';
+import { type KubeClients, mergePatch, statusCodeOf, stripManagedFields } from '../kube/client.js';
 import { kubeFailure, notFound } from '../kube/errors.js';
 import type { OwnWrites } from '../kube/own-writes.js';
 import type { OperatorMetrics } from '../metrics.js';
@@ -71,12 +71,6 @@ export interface PodPage {
 /** What a pass starts from: the CocoonSet (null when gone) and the first page of its pods. */
 export interface CocoonSetWorld extends PodPage {
   cs: CocoonSet | null;
-}
-
-/** Drops the noisy, never-read managedFields from an object about to cross into workflow history. */
-function trim<T extends { metadata?: { managedFields?: unknown } }>(o: T): T {
-  if (o.metadata?.managedFields !== undefined) o.metadata = { ...o.metadata, managedFields: undefined };
-  return o;
 }
 
 /**
@@ -148,7 +142,7 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
     async cocoonSetReadWorld(input: { namespace: string; name: string }): Promise<CocoonSetWorld> {
       const cs = await getCocoonSet(input.namespace, input.name);
       if (!cs) return { cs: null, pods: [] };
-      return { cs: trim(cs), ...(await listPodPage(input.namespace, input.name, undefined)) };
+      return { cs: stripManagedFields(cs), ...(await listPodPage(input.namespace, input.name, undefined)) };
     },
 
     /**
@@ -214,7 +208,9 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
      */
     async cocoonSetGetPod(input: { namespace: string; pod: string }): Promise<V1Pod> {
       try {
-        return trim(await core.readNamespacedPod({ name: input.pod, namespace: input.namespace }));
+        return stripManagedFields(
+          await core.readNamespacedPod({ name: input.pod, namespace: input.namespace }),
+        );
       } catch (err) {
         if (statusCodeOf(err) === 404) throw notFound(`pods "${input.pod}"`);
         throw kubeFailure(err);
@@ -412,7 +408,7 @@ export function createCocoonSetActivities(deps: CocoonSetActivityDeps) {
           namespace: input.namespace,
           plural: PLURAL_COCOONHIBERNATIONS,
         })) as { items: CocoonHibernation[] };
-        return list.items.map(trim);
+        return list.items.map(stripManagedFields);
       } catch (err) {
         throw kubeFailure(err);
       }

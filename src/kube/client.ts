@@ -64,6 +64,18 @@ export const mergePatch = setHeaderOptions('Content-Type', PatchStrategy.MergePa
 /** Same for strategic-merge patches (pods only; vk-cocoon writes its lifecycle triple this way). */
 export const strategicMergePatch = setHeaderOptions('Content-Type', PatchStrategy.StrategicMergePatch);
 
+/**
+ * Removes `metadata.managedFields` from `obj` in place and returns it. Nothing in the operator reads
+ * server-side field ownership, and on a pod that several managers write (the scheduler, vk-cocoon, the
+ * operator) it is the largest part of the metadata. Applied to every object the informers cache (as
+ * controller-runtime's `TransformStripManagedFields` does) and to the CocoonSet activities' answers, which
+ * cross into workflow history.
+ */
+export function stripManagedFields<T extends { metadata?: { managedFields?: unknown } }>(obj: T): T {
+  if (obj.metadata?.managedFields !== undefined) delete obj.metadata.managedFields;
+  return obj;
+}
+
 /** HTTP status code of a client-node ApiException (or undefined for transport errors). */
 export function statusCodeOf(err: unknown): number | undefined {
   const code = (err as { code?: unknown })?.code;

@@ -1,7 +1,8 @@
 /**
  * The production {@link WatchSource}s: paginated lists through the typed client-node 1.4 APIs and watches
  * through client-node's `Watch` (bookmarks on, a server-side timeout so the apiserver ends each watch
- * cleanly now and then, as client-go's reflector does).
+ * cleanly now and then, as client-go's reflector does). Every object they deliver has its managedFields
+ * stripped (src/kube/client.ts `stripManagedFields`): the informers cache what these return.
  */
 import { type KubernetesObject, type V1Pod, Watch } from '@kubernetes/client-node';
 // Not re-exported from the package index; used so watched pods have the same typed shape (Dates, models)
@@ -9,7 +10,7 @@ import { type KubernetesObject, type V1Pod, Watch } from '@kubernetes/client-nod
 import { ObjectSerializer } from '@kubernetes/client-node/dist/gen/models/ObjectSerializer.js';
 import { GROUP, PLURAL_COCOONHIBERNATIONS, PLURAL_COCOONSETS, VERSION } from '../api/keys.js';
 import type { CocoonHibernation, CocoonSet } from '../api/types.js';
-import type { KubeClients } from '../kube/client.js';
+import { type KubeClients, stripManagedFields } from '../kube/client.js';
 import type { ListResult, WatchEventType, WatchHandle, WatchSource } from './informer.js';
 
 /** Page size of list calls. */
@@ -42,7 +43,7 @@ export function kubeWatchSource<T extends KubernetesObject>(
       let resourceVersion = '';
       do {
         const page = await listPage(cont);
-        items.push(...(page.items ?? []));
+        for (const item of page.items ?? []) items.push(stripManagedFields(item));
         resourceVersion = page.metadata?.resourceVersion ?? resourceVersion;
         cont = page.metadata?._continue ?? page.metadata?.continue;
       } while (cont);
@@ -60,7 +61,7 @@ export function kubeWatchSource<T extends KubernetesObject>(
         },
         (type: string, obj: unknown) => {
           const t = type as WatchEventType;
-          onEvent(t, t === 'ERROR' || t === 'BOOKMARK' ? obj : decode(obj));
+          onEvent(t, t === 'ERROR' || t === 'BOOKMARK' ? obj : stripManagedFields(decode(obj)));
         },
         onDone,
       );
