@@ -18,7 +18,7 @@
  * plans drawn from `--seed` (default: random, printed) over `--crash-scenarios` (default all four), no
  * new trial started after `--budget-s`.
  *
- * `--only shipped` (not part of the default run): the operator as shipped, `node dist/worker.js` as a child
+ * `--only shipped` (not part of the default run): the operator as shipped, the image's command (`node … dist/operator.js`) as a child
  * process (bench/scenarios/shipped.ts; runs `npm run build` first when dist/ is missing or older than
  * src/), through the scale workload: `--shipped-n` VMs (default 1000; 200 with --quick) hibernate then
  * wake at L = 50 ms and HIBERNATION_CONCURRENCY `--shipped-c` (default 64). Reports the child's own CPU

@@ -1,7 +1,7 @@
 /**
  * Where the worker gets its workflow code, so it never runs the bundler on a normal start:
  *
- * - compiled (`node dist/worker.js`, the image): `dist/workflow-bundle.js`, written by `npm run build`
+ * - compiled (`node dist/worker.js`, or the image's bundled `dist/operator.js`): `dist/workflow-bundle.js`, written by `npm run build`
  *   from the same sources as the rest of `dist/`;
  * - from source (`npm start`, `npm run dev`, tests: tsx runs `src/worker.ts`): a bundle cached under
  *   `~/.cache/cocoon-operator/workflow-bundles/<hash>.js`, keyed by a SHA-256 of every `.ts` file under

@@ -285,7 +285,7 @@ export function printShipped(r: ShippedResult): void {
   const perT = (s: number) => fmt((s * 1000) / r.n, 1);
   const la = (xs: number[]) => xs.map((x) => x.toFixed(2)).join(' ');
   write(
-    `\n### Operator as shipped (\`node dist/worker.js\`, a child process): N=${r.n} VMs hibernate then wake, L=${r.latencyMs} ms, C=${r.concurrency}; build ${r.build}\n`,
+    `\n### Operator as shipped (the image's command, \`node … dist/operator.js\`, a child process): N=${r.n} VMs hibernate then wake, L=${r.latencyMs} ms, C=${r.concurrency}; build ${r.build}\n`,
   );
   write(
     table(

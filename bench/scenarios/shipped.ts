@@ -1,6 +1,6 @@
 /**
- * The operator as shipped: `node --require ./dist/workflow-thread-preload.cjs dist/worker.js` (what the image runs: compiled JavaScript and the prebuilt
- * workflow bundle, no TypeScript loader) as a child process, so its memory and CPU are the operator's
+ * The operator as shipped: the image's command, `node … dist/operator.js` (the Dockerfile's CMD, read from it:
+ * the main thread compiled and bundled, the prebuilt workflow bundle, no TypeScript loader) as a child process, so its memory and CPU are the operator's
  * alone, without the benchmark harness and its own client that the in-process scenarios include.
  *
  * One run per workflow cache size asked for (`WORKFLOW_CACHE_SIZE` of the child; unset = the shipped
@@ -212,12 +212,12 @@ function newestMtime(dir: string): number {
 }
 
 /**
- * Makes sure dist/worker.js, dist/workflow-bundle.js and dist/workflow-thread-preload.cjs (what the image's
+ * Makes sure dist/operator.js, dist/workflow-bundle.js and dist/workflow-thread-preload.cjs (what the image's
  * CMD loads) exist and are newer than every src/**.ts file;
  * runs `npm run build` otherwise (its output on stderr).
  */
 export function ensureShippedBuild(say: (msg: string) => void): 'built' | 'up to date' {
-  const outputs = ['worker.js', 'workflow-bundle.js', 'workflow-thread-preload.cjs'].map((f) =>
+  const outputs = ['operator.js', 'workflow-bundle.js', 'workflow-thread-preload.cjs'].map((f) =>
     join(ROOT, 'dist', f),
   );
   const src = newestMtime(join(ROOT, 'src'));

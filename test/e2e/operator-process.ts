@@ -1,10 +1,11 @@
 /**
- * Test helper: runs the real operator process (`tsx src/worker.ts`, or the build's `node dist/worker.js`)
+ * Test helper: runs the real operator process (`tsx src/worker.ts`, or the build's `node dist/operator.js`)
  * as a child, collects its JSON log
  * lines and stderr, and reads the local stack's environment (`npm run -s stack -- env --json`).
  * Used by test/e2e/process.test.ts, leader.test.ts, hibernation.test.ts and cocoonset.test.ts.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { delimiter, join } from 'node:path';
 import { waitFor } from '../support/wait.js';
@@ -68,6 +69,22 @@ export interface OperatorProcess {
 /** The preload `npm start` and the image load (src/workflow-thread-preload.cjs). */
 const PRELOAD = './src/workflow-thread-preload.cjs';
 
+/**
+ * The arguments the image gives `node`: the JSON-form `CMD` of the Dockerfile's last stage without its
+ * first word (e.g. `['--require', './dist/workflow-thread-preload.cjs', 'dist/operator.js']`), so the
+ * `dist` launcher runs exactly what the image runs. Throws when the last stage has no `CMD ["node", …]`.
+ */
+export function imageNodeArgs(dockerfile = join(ROOT, 'Dockerfile')): string[] {
+  const final =
+    readFileSync(dockerfile, 'utf8')
+      .split(/^FROM\s+/m)
+      .at(-1) ?? '';
+  const cmd = /^CMD\s+(\[.*\])\s*$/m.exec(final);
+  const argv = cmd ? (JSON.parse(cmd[1]!) as string[]) : [];
+  if (argv[0] !== 'node') throw new Error(`${dockerfile}: the last stage has no CMD ["node", ...]`);
+  return argv.slice(1);
+}
+
 /** How the operator is started (see startOperator). */
 export type Launcher = 'tsx' | 'node' | 'dist';
 
@@ -86,7 +103,7 @@ export interface StartOptions {
 }
 
 /**
- * Starts `tsx src/worker.ts <args>` as `npm start` does (or `node dist/worker.js` as the image does, see
+ * Starts `tsx src/worker.ts <args>` as `npm start` does (or the image's command, `node … dist/operator.js`, see
  * Launcher), with the workflow-thread preload, with exactly `env` (see cleanEnv).
  */
 export function startOperator(
@@ -96,13 +113,13 @@ export function startOperator(
 ): OperatorProcess {
   // 'tsx' is what `npm start` runs (the tsx CLI, which runs node as its child and relays signals);
   // 'node' loads tsx as a hook in one process, so the pid is the operator itself (for kill -9);
-  // 'dist' is what the image runs, `node dist/worker.js` (needs `npm run build` first), one process too.
+  // 'dist' is what the image runs, its CMD (dist/operator.js; needs `npm run build` first), one process too.
   const node = opts.nodeBinary ?? process.execPath;
   const [cmd, argv] =
     opts.launcher === 'tsx'
       ? [TSX, ['--require', PRELOAD, 'src/worker.ts', ...args]]
       : opts.launcher === 'dist'
-        ? [node, ['--require', './dist/workflow-thread-preload.cjs', 'dist/worker.js', ...args]]
+        ? [node, [...imageNodeArgs(), ...args]]
         : [node, ['--require', PRELOAD, '--import', 'tsx', 'src/worker.ts', ...args]];
   const child = opts.cgroupProcs
     ? spawn('/bin/sh', ['-c', 'echo $$ > "$0" && exec "$@"', opts.cgroupProcs, cmd, ...argv], {

@@ -39,6 +39,11 @@ export interface RigOptions {
   images?: string[];
   /** Installed on the registry proxy before the operator starts (see {@link RegistryProxy.intercept}). */
   intercept?: RegistryProxy['intercept'];
+  /**
+   * How the operator runs: `node` (default) loads src/worker.ts through tsx in one process; `dist` runs the
+   * image's command on the build's output (`npm run build` first).
+   */
+  launcher?: 'node' | 'dist';
 }
 
 /** A simulator node: its name, the pool label the sets select, the snapshot CPU class, and its seats. */
@@ -84,6 +89,7 @@ export class OperatorRig {
   private probePort = 0;
   private metricsPort = 0;
   private startedAt = 0;
+  private launcher: 'node' | 'dist' = 'node';
 
   /** `label` names the namespace, the task queue, the log files and the teardown's lines. */
   constructor(private readonly label: string) {
@@ -98,6 +104,7 @@ export class OperatorRig {
    */
   async start(opts: RigOptions = {}): Promise<void> {
     this.startedAt = Date.now();
+    this.launcher = opts.launcher ?? 'node';
     const stack = await stackEnv();
     this.kube = kubeClients(stack.kubeconfig);
     this.registry = stack.ociRegistry;
@@ -132,11 +139,11 @@ export class OperatorRig {
 
   /** Starts the operator (same settings and ports each time) and waits until it is ready; it becomes `op`. */
   async startOp(): Promise<OperatorProcess> {
-    // launcher 'node': the pid is the operator itself (no tsx parent in between), so SIGKILL really kills it.
+    // Either launcher runs the operator as the pid itself (no tsx parent in between), so SIGKILL really kills it.
     this.op = await startReadyOperator(this.env, {
       probePort: this.probePort,
       metricsPort: this.metricsPort,
-      launcher: 'node',
+      launcher: this.launcher,
     });
     this.operators.push(this.op);
     return this.op;

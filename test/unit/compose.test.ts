@@ -223,7 +223,7 @@ describe('Dockerfile', () => {
     expect(build.compilerOptions).toMatchObject({ rootDir: 'src', outDir: 'dist' });
   });
 
-  it('runs production dependencies only, as a numeric non-root user, starting dist/worker.js with the workflow-thread preload', () => {
+  it('runs production dependencies only, as a numeric non-root user, starting the bundled dist/operator.js with the workflow-thread preload', () => {
     expect(final).toMatch(/--from=deps/);
     expect(dockerfile).toMatch(/npm ci --omit=dev/);
     const user = /^USER\s+(\d+)(?::(\d+))?\s*$/m.exec(final);
@@ -235,13 +235,17 @@ describe('Dockerfile', () => {
     const cmd = /^CMD\s+(\[.*\])\s*$/m.exec(final);
     expect(JSON.parse(cmd![1]!)).toEqual([
       'node',
+      '--disable-warning=DEP0040',
+      '--disable-warning=DEP0169',
       '--require',
       './dist/workflow-thread-preload.cjs',
-      'dist/worker.js',
+      'dist/operator.js',
     ]);
     // `npm run build` puts the preload there, and `npm start` loads the same file from src/.
     const pkg = JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8'));
     expect(pkg.scripts.build).toMatch(/cp src\/workflow-thread-preload\.cjs dist\//);
+    // ... and bundles the compiled main thread into dist/operator.js (scripts/bundle-operator.ts).
+    expect(pkg.scripts.build).toMatch(/tsx scripts\/bundle-operator\.ts/);
     expect(pkg.scripts.start).toBe('tsx --require ./src/workflow-thread-preload.cjs src/worker.ts');
   });
 

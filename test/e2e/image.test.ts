@@ -1,0 +1,73 @@
+/**
+ * The image's command end to end: `npm run build`, then the Dockerfile's CMD (`node … dist/operator.js`: the
+ * main thread bundled into one file by scripts/bundle-operator.ts, and the prebuilt workflow bundle) against
+ * the local stack, with the shared vk-cocoon simulator. Every other e2e file runs src/worker.ts through tsx;
+ * this one proves what the image ships: it hibernates and wakes a VM, writes nothing to stderr (bundled,
+ * client-node's dependencies are outside node_modules, where Node would print their deprecation warnings;
+ * the CMD turns those off), and exits 0 on SIGTERM.
+ */
+import { execFileSync } from 'node:child_process';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { vmWorkflowId } from '../../src/api/ids.js';
+import { LifecycleStates, Tags } from '../../src/api/keys.js';
+import { containerRunning, lifecycleOf, vmIDOf, vmNameForPod } from '../../src/api/pod.js';
+import { simPod } from '../support/builders.js';
+import { waitFor } from '../support/wait.js';
+import { VkSimClient } from '../vksim/client.js';
+import { headTag } from './hibernation-harness.js';
+import { imageNodeArgs, ROOT } from './operator-process.js';
+import { OperatorRig } from './operator-rig.js';
+import { stackEnv } from './stack-harness.js';
+
+const rig = new OperatorRig('image-e2e');
+const { ns } = rig;
+const POD = 'i1';
+const vm = vmNameForPod(ns, POD);
+const QUICK_MS = 45_000;
+
+describe('the image command (bundled dist/operator.js) on the local stack', () => {
+  beforeAll(async () => {
+    execFileSync('npm', ['run', 'build'], { cwd: ROOT, stdio: ['ignore', 'ignore', 'inherit'] });
+    await rig.start({ launcher: 'dist' });
+  }, 300_000);
+
+  afterAll(async () => {
+    await rig.teardown({ workflowIds: [vmWorkflowId(ns, POD)], vms: [vm] });
+  });
+
+  it('runs dist/operator.js with the prebuilt workflow bundle, hibernates and wakes a VM, prints nothing on stderr and exits 0 on SIGTERM', async () => {
+    expect(imageNodeArgs().at(-1)).toBe('dist/operator.js');
+    const op = rig.op!;
+    expect(op.logs.find((l) => l.msg?.includes('workflow bundle'))).toMatchObject({
+      origin: 'prebuilt',
+      workflowStackTraces: false,
+    });
+
+    const sim = new VkSimClient((await stackEnv()).vksimUrl);
+    const { pool } = await sim.state();
+    const { kube, crs, registry } = rig;
+    await kube.core.createNamespacedPod({
+      namespace: ns,
+      body: simPod({ namespace: ns, name: POD, vmName: vm, pool, app: 'image-e2e' }),
+    });
+    const running = async () => {
+      const p = await kube.core.readNamespacedPod({ name: POD, namespace: ns });
+      return containerRunning(p) && vmIDOf(p) !== '' && lifecycleOf(p).state === LifecycleStates.ready;
+    };
+    await waitFor(`pod ${POD} running with a VM id`, running, QUICK_MS);
+
+    await crs.create(POD, POD, 'Hibernate');
+    await crs.waitPhase(POD, 'Hibernated', QUICK_MS);
+    expect(await headTag(registry, vm, Tags.hibernate)).toBe(200);
+
+    await crs.setDesire(POD, 'Wake');
+    await crs.waitPhase(POD, 'Active', QUICK_MS);
+    expect(await running()).toBe(true);
+    expect(await headTag(registry, vm, Tags.hibernate)).toBe(404);
+
+    await rig.stopOp('SIGTERM');
+    expect(await op.exited).toBe(0);
+    expect(op.logs.some((l) => l.msg === 'shutdown complete')).toBe(true);
+    expect(op.stderr()).toBe('');
+  }, 180_000);
+});
