@@ -42,7 +42,7 @@ USER 65532:65532
 # 8080 = /metrics (METRICS_ADDR), 8081 = /healthz and /readyz (PROBE_ADDR).
 EXPOSE 8080 8081
 # The preload turns off the SDK's per-promise workflow stack capture (WORKFLOW_STACK_TRACES). dist/operator.js
-# is the main thread bundled into one file (scripts/bundle-operator.ts: ~16 MiB less resident memory); bundled,
+# is the main thread bundled into one file (scripts/bundle-operator.ts: ~12-22 MiB less resident memory); bundled,
 # two dependencies of client-node are outside node_modules, where Node no longer silences their deprecation
 # warnings (tr46's punycode, node-fetch's url.parse), so those two are turned off here.
 CMD ["node", "--disable-warning=DEP0040", "--disable-warning=DEP0169", "--require", "./dist/workflow-thread-preload.cjs", "dist/operator.js"]
