@@ -8,7 +8,8 @@
  * With 1000 VMs the operator as shipped peaks ~12–22 MiB lower and settles at 256 instead of 273 MiB
  * (docs/performance.md#a-bundled-main-thread-session-36).
  * Whitespace and syntax are minified, names kept, so stack traces still name functions; a source map is
- * written next to the file (not loaded: `node --enable-source-maps` reads it when a trace needs lines).
+ * written next to the file (not loaded: `node --enable-source-maps` reads it when a trace needs lines; it
+ * maps to the compiled dist/*.js files, which ship with it).
  *
  * The Temporal SDK stays in node_modules: its native core is a `.node` addon, and the worker starts its
  * workflow thread from a file it resolves next to its own modules.
@@ -23,12 +24,15 @@ import { build } from 'esbuild';
 
 const ROOT = join(fileURLToPath(import.meta.url), '..', '..');
 
-/** Bundles `entry` (compiled JavaScript) into `outFile` with a source map beside it. Throws on a build error. */
+/**
+ * Bundles `entry` (compiled JavaScript) into `outFile` with a source map beside it. Throws on a build error
+ * or any esbuild warning.
+ */
 export async function bundleOperator(
   entry = join(ROOT, 'dist', 'worker.js'),
   outFile = join(ROOT, 'dist', 'operator.js'),
 ): Promise<string> {
-  await build({
+  const result = await build({
     entryPoints: [entry],
     outfile: outFile,
     bundle: true,
@@ -39,13 +43,19 @@ export async function bundleOperator(
     minifyWhitespace: true,
     minifySyntax: true,
     keepNames: true,
+    // Positions only: the map's sources are dist/'s compiled files, which ship beside it.
     sourcemap: true,
-    logLevel: 'error',
+    sourcesContent: false,
+    logLevel: 'warning',
     // CommonJS dependencies call require() (node builtins, each other): give the ES module bundle one.
     banner: {
       js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);",
     },
   });
+  // A warning (e.g. a require.resolve or a computed require esbuild cannot follow) means a module that
+  // would break at run time once bundled: stop the build rather than ship it.
+  if (result.warnings.length)
+    throw new Error(`bundling ${entry}: ${result.warnings.length} esbuild warning(s), printed above`);
   return outFile;
 }
 

@@ -30,6 +30,8 @@ import { vmWorkflowId } from '../../src/api/ids.js';
 import {
   cleanEnv,
   freePort,
+  imageEnv,
+  imageNode,
   metricSum,
   type OperatorProcess,
   stackEnv as operatorStackEnv,
@@ -177,25 +179,6 @@ const READY_TIMEOUT_MS = 120_000;
 /** SIGTERM, then SIGKILL after this long (the shipped grace period is 30 s; nothing is in flight here). */
 const STOP_TIMEOUT_MS = 45_000;
 
-/**
- * The `ENV KEY=value` lines of the Dockerfile's runtime stage (after its last `FROM`): what the image sets
- * for the process besides the deployment's settings.
- */
-export function imageEnv(dockerfile = join(ROOT, 'Dockerfile')): Record<string, string> {
-  const lines = readFileSync(dockerfile, 'utf8').split('\n');
-  const from = lines.findLastIndex((l) => /^FROM\s/i.test(l));
-  const env: Record<string, string> = {};
-  for (const line of lines.slice(from + 1)) {
-    const m = /^ENV\s+(.*)$/i.exec(line.trim());
-    if (!m) continue;
-    for (const kv of m[1]!.matchAll(/([A-Za-z_][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|\S*)/g)) {
-      const v = kv[2]!;
-      env[kv[1]!] = v.startsWith('"') ? v.slice(1, -1).replace(/\\(.)/g, '$1') : v;
-    }
-  }
-  return env;
-}
-
 function loadavgNow(): LoadAvg {
   const f = readFileSync('/proc/loadavg', 'utf8').split(' ').map(Number);
   return [f[0] ?? Number.NaN, f[1] ?? Number.NaN, f[2] ?? Number.NaN];
@@ -213,16 +196,21 @@ function newestMtime(dir: string): number {
 
 /**
  * Makes sure dist/operator.js, dist/workflow-bundle.js and dist/workflow-thread-preload.cjs (what the image's
- * CMD loads) exist and are newer than every src/**.ts file;
+ * CMD loads) exist and are newer than every src/**.ts file and the last `npm ci`/`npm install`
+ * (node_modules/.package-lock.json: dist/operator.js bundles the dependencies too);
  * runs `npm run build` otherwise (its output on stderr).
  */
 export function ensureShippedBuild(say: (msg: string) => void): 'built' | 'up to date' {
   const outputs = ['operator.js', 'workflow-bundle.js', 'workflow-thread-preload.cjs'].map((f) =>
     join(ROOT, 'dist', f),
   );
-  const src = newestMtime(join(ROOT, 'src'));
+  const installed = join(ROOT, 'node_modules', '.package-lock.json');
+  const src = Math.max(
+    newestMtime(join(ROOT, 'src')),
+    existsSync(installed) ? statSync(installed).mtimeMs : 0,
+  );
   if (outputs.every((f) => existsSync(f) && statSync(f).mtimeMs >= src)) return 'up to date';
-  say('dist/ is missing or older than src/: running `npm run build`');
+  say('dist/ is missing or older than src/ or node_modules: running `npm run build`');
   execFileSync('npm', ['run', 'build'], { cwd: ROOT, stdio: ['ignore', process.stderr, process.stderr] });
   return 'built';
 }
@@ -458,9 +446,7 @@ async function runOnce(
  */
 function shippedNode(say: (msg: string) => void): { path: string; version: string } {
   try {
-    const bin = execFileSync('bash', [join(ROOT, 'scripts/node.sh')], { encoding: 'utf8' }).trim();
-    const path = join(bin, 'node');
-    return { path, version: execFileSync(path, ['--version'], { encoding: 'utf8' }).trim() };
+    return imageNode();
   } catch (err) {
     say(`scripts/node.sh found no Node 24 (${(err as Error).message}); the child runs on ${process.version}`);
     return { path: process.execPath, version: process.version };

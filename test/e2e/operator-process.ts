@@ -85,6 +85,35 @@ export function imageNodeArgs(dockerfile = join(ROOT, 'Dockerfile')): string[] {
   return argv.slice(1);
 }
 
+/**
+ * The `ENV KEY=value` lines of the Dockerfile's runtime stage (after its last `FROM`): what the image sets
+ * for the process besides the deployment's settings.
+ */
+export function imageEnv(dockerfile = join(ROOT, 'Dockerfile')): Record<string, string> {
+  const lines = readFileSync(dockerfile, 'utf8').split('\n');
+  const from = lines.findLastIndex((l) => /^FROM\s/i.test(l));
+  const env: Record<string, string> = {};
+  for (const line of lines.slice(from + 1)) {
+    const m = /^ENV\s+(.*)$/i.exec(line.trim());
+    if (!m) continue;
+    for (const kv of m[1]!.matchAll(/([A-Za-z_][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|\S*)/g)) {
+      const v = kv[2]!;
+      env[kv[1]!] = v.startsWith('"') ? v.slice(1, -1).replace(/\\(.)/g, '$1') : v;
+    }
+  }
+  return env;
+}
+
+/**
+ * The Node the image runs (its major, 24) from scripts/node.sh: `{ path, version }` of the binary. Throws
+ * when scripts/node.sh cannot provide it.
+ */
+export function imageNode(): { path: string; version: string } {
+  const bin = execFileSync('bash', [join(ROOT, 'scripts/node.sh')], { encoding: 'utf8' }).trim();
+  const path = join(bin, 'node');
+  return { path, version: execFileSync(path, ['--version'], { encoding: 'utf8' }).trim() };
+}
+
 /** How the operator is started (see startOperator). */
 export type Launcher = 'tsx' | 'node' | 'dist';
 

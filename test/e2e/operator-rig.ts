@@ -44,6 +44,10 @@ export interface RigOptions {
    * image's command on the build's output (`npm run build` first).
    */
   launcher?: 'node' | 'dist';
+  /** The node binary (default: the one running the tests). */
+  nodeBinary?: string;
+  /** Environment under the rig's own settings (e.g. the image's `ENV`, test/e2e/operator-process.ts `imageEnv`). */
+  baseEnv?: Record<string, string>;
 }
 
 /** A simulator node: its name, the pool label the sets select, the snapshot CPU class, and its seats. */
@@ -90,6 +94,7 @@ export class OperatorRig {
   private metricsPort = 0;
   private startedAt = 0;
   private launcher: 'node' | 'dist' = 'node';
+  private nodeBinary: string | undefined;
 
   /** `label` names the namespace, the task queue, the log files and the teardown's lines. */
   constructor(private readonly label: string) {
@@ -105,6 +110,7 @@ export class OperatorRig {
   async start(opts: RigOptions = {}): Promise<void> {
     this.startedAt = Date.now();
     this.launcher = opts.launcher ?? 'node';
+    this.nodeBinary = opts.nodeBinary;
     const stack = await stackEnv();
     this.kube = kubeClients(stack.kubeconfig);
     this.registry = stack.ociRegistry;
@@ -121,10 +127,11 @@ export class OperatorRig {
     this.connection = await Connection.connect({ address: stack.temporalAddress });
     this.temporal = new Client({ connection: this.connection, namespace: stack.temporalNamespace });
 
-    await bundleWorkflows();
+    if (this.launcher !== 'dist') await bundleWorkflows(); // the build's dist/ has its own bundle
     this.probePort = await freePort();
     this.metricsPort = await freePort();
     this.env = cleanEnv({
+      ...opts.baseEnv,
       ...operatorStackEnv(),
       OCI_REGISTRY: proxied,
       TEMPORAL_TASK_QUEUE: this.taskQueue,
@@ -144,6 +151,7 @@ export class OperatorRig {
       probePort: this.probePort,
       metricsPort: this.metricsPort,
       launcher: this.launcher,
+      ...(this.nodeBinary ? { nodeBinary: this.nodeBinary } : {}),
     });
     this.operators.push(this.op);
     return this.op;
