@@ -30,7 +30,6 @@ import { vmWorkflowId } from '../../src/api/ids.js';
 import {
   cleanEnv,
   freePort,
-  imageEnv,
   imageNode,
   metricSum,
   type OperatorProcess,
@@ -40,6 +39,7 @@ import {
   startReadyOperator,
   stopOperator,
 } from '../../test/e2e/operator-process.js';
+import { imageEnv } from '../../test/support/dockerfile.js';
 import { RegistryProxy } from '../../test/support/registry-proxy.js';
 import {
   createMemoryCgroup,

@@ -17,10 +17,11 @@ import { vmWorkflowId } from '../../src/api/ids.js';
 import { LifecycleStates, Tags } from '../../src/api/keys.js';
 import { containerRunning, lifecycleOf, vmIDOf, vmNameForPod } from '../../src/api/pod.js';
 import { simPod } from '../support/builders.js';
+import { imageEnv, imageNodeArgs } from '../support/dockerfile.js';
 import { waitFor } from '../support/wait.js';
 import { VkSimClient } from '../vksim/client.js';
 import { headTag } from './hibernation-harness.js';
-import { imageEnv, imageNode, imageNodeArgs, ROOT } from './operator-process.js';
+import { imageNode, ROOT } from './operator-process.js';
 import { OperatorRig } from './operator-rig.js';
 import { stackEnv } from './stack-harness.js';
 

@@ -5,9 +5,9 @@
  * Used by test/e2e/process.test.ts, leader.test.ts, hibernation.test.ts and cocoonset.test.ts.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
 import { delimiter, join } from 'node:path';
+import { imageNodeArgs } from '../support/dockerfile.js';
 import { waitFor } from '../support/wait.js';
 
 export const ROOT = join(import.meta.dirname, '..', '..');
@@ -68,41 +68,6 @@ export interface OperatorProcess {
 
 /** The preload `npm start` and the image load (src/workflow-thread-preload.cjs). */
 const PRELOAD = './src/workflow-thread-preload.cjs';
-
-/**
- * The arguments the image gives `node`: the JSON-form `CMD` of the Dockerfile's last stage without its
- * first word (e.g. `['--require', './dist/workflow-thread-preload.cjs', 'dist/operator.js']`), so the
- * `dist` launcher runs exactly what the image runs. Throws when the last stage has no `CMD ["node", …]`.
- */
-export function imageNodeArgs(dockerfile = join(ROOT, 'Dockerfile')): string[] {
-  const final =
-    readFileSync(dockerfile, 'utf8')
-      .split(/^FROM\s+/m)
-      .at(-1) ?? '';
-  const cmd = /^CMD\s+(\[.*\])\s*$/m.exec(final);
-  const argv = cmd ? (JSON.parse(cmd[1]!) as string[]) : [];
-  if (argv[0] !== 'node') throw new Error(`${dockerfile}: the last stage has no CMD ["node", ...]`);
-  return argv.slice(1);
-}
-
-/**
- * The `ENV KEY=value` lines of the Dockerfile's runtime stage (after its last `FROM`): what the image sets
- * for the process besides the deployment's settings.
- */
-export function imageEnv(dockerfile = join(ROOT, 'Dockerfile')): Record<string, string> {
-  const lines = readFileSync(dockerfile, 'utf8').split('\n');
-  const from = lines.findLastIndex((l) => /^FROM\s/i.test(l));
-  const env: Record<string, string> = {};
-  for (const line of lines.slice(from + 1)) {
-    const m = /^ENV\s+(.*)$/i.exec(line.trim());
-    if (!m) continue;
-    for (const kv of m[1]!.matchAll(/([A-Za-z_][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|\S*)/g)) {
-      const v = kv[2]!;
-      env[kv[1]!] = v.startsWith('"') ? v.slice(1, -1).replace(/\\(.)/g, '$1') : v;
-    }
-  }
-  return env;
-}
 
 /**
  * The Node the image runs (its major, 24) from scripts/node.sh: `{ path, version }` of the binary. Throws

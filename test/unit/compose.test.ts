@@ -16,6 +16,7 @@ import { parse } from 'yaml';
 import { temporalDynamicConfig, temporalSqlitePragmas } from '../../scripts/stack/components.js';
 import { SearchAttributes } from '../../src/api/keys.js';
 import { ENV_SETTINGS } from '../../src/config.js';
+import { finalStage, imageEnv, imageNodeArgs, stageCmd, stages as stagesOf } from '../support/dockerfile.js';
 
 const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 // biome-ignore lint/suspicious/noExplicitAny: the compose document is navigated freely in assertions.
@@ -201,8 +202,8 @@ describe('docker-compose.yml', () => {
 });
 
 describe('Dockerfile', () => {
-  const stages = dockerfile.split(/^FROM\s+/m).slice(1);
-  const final = stages.at(-1) ?? '';
+  const stages = stagesOf(dockerfile);
+  const final = finalStage(dockerfile);
   const arg = /^ARG NODE_IMAGE=(\S+)$/m.exec(dockerfile)?.[1];
 
   it('is multi-stage on Node 24', () => {
@@ -232,8 +233,7 @@ describe('Dockerfile', () => {
     // The Deployment pins the same uid (config/manager/deployment.yaml runAsUser).
     const deployment = readFileSync(join(REPO_ROOT, 'config/manager/deployment.yaml'), 'utf8');
     expect(deployment).toMatch(new RegExp(`runAsUser: ${user![1]}\\b`));
-    const cmd = /^CMD\s+(\[.*\])\s*$/m.exec(final);
-    expect(JSON.parse(cmd![1]!)).toEqual([
+    expect(stageCmd(final)).toEqual([
       'node',
       '--disable-warning=DEP0040',
       '--disable-warning=DEP0169',
@@ -247,6 +247,19 @@ describe('Dockerfile', () => {
     // ... and bundles the compiled main thread into dist/operator.js (scripts/bundle-operator.ts).
     expect(pkg.scripts.build).toMatch(/tsx scripts\/bundle-operator\.ts/);
     expect(pkg.scripts.start).toBe('tsx --require ./src/workflow-thread-preload.cjs src/worker.ts');
+  });
+
+  it('gives the launchers and the bench what the runtime stage sets (imageEnv, imageNodeArgs)', () => {
+    // The bench and test/e2e/image.test.ts run the operator with these; a parser that missed a line
+    // would measure or test something other than the image.
+    expect(imageEnv()).toEqual({
+      NODE_ENV: 'production',
+      NODE_OPTIONS: '--max-semi-space-size=2',
+      MALLOC_ARENA_MAX: '2',
+      MALLOC_MMAP_THRESHOLD_: '131072',
+      MALLOC_TRIM_THRESHOLD_: '131072',
+    });
+    expect(imageNodeArgs()).toEqual(stageCmd(final)!.slice(1));
   });
 
   it('keeps build inputs in the context and everything else out (.dockerignore)', () => {
