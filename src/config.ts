@@ -228,7 +228,9 @@ export const ENV_SETTINGS: SettingSpec[] = [
   {
     env: 'WORKFLOW_CACHE_SIZE',
     flag: '--workflow-cache-size',
-    default: '250',
+    // 150: with 1000 VMs hibernated and woken at once, the image's peak stays under 250 MiB
+    // (docs/performance.md#a-cache-of-150-session-37).
+    default: '150',
     required: false,
     description:
       "workflows kept in the worker's memory between tasks (integer ≥ 2); auto = the Temporal SDK's default, from the V8 heap limit",

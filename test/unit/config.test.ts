@@ -204,8 +204,8 @@ describe('loadConfig from env and flags', () => {
     expect(() => load([], { LOG_FORMAT: 'text' })).toThrow('LOG_FORMAT: must be json or pretty, got "text"');
   });
 
-  it('takes WORKFLOW_CACHE_SIZE as auto or an integer ≥ 2 (250 by default), and rejects anything else, 0 included, with one line', () => {
-    expect(load().workflowCacheSize).toBe(250);
+  it('takes WORKFLOW_CACHE_SIZE as auto or an integer ≥ 2 (150 by default), and rejects anything else, 0 included, with one line', () => {
+    expect(load().workflowCacheSize).toBe(150);
     expect(load([], { WORKFLOW_CACHE_SIZE: 'auto' }).workflowCacheSize).toBe('auto');
     expect(load([], { WORKFLOW_CACHE_SIZE: '2' }).workflowCacheSize).toBe(2);
     expect(load(['--workflow-cache-size=500'], { WORKFLOW_CACHE_SIZE: '250' }).workflowCacheSize).toBe(500);
