@@ -33,7 +33,7 @@ ENV NODE_ENV=production
 # threads. Measured together: 206 instead of 253-261 MiB after start; with 1000 VMs and the SDK's
 # default cache, a peak of 602 instead of 709-791 MiB. glibc's mmap and trim thresholds fixed at 128 KiB
 # (by default the mmap threshold rises to the largest block freed, up to 32 MiB, and what is freed below it
-# stays in the arenas): with 1000 VMs, peaks of 237-241 / 259 instead of 263-306 / 281-317 MiB and 220
+# stays in the arenas): with 1000 VMs and a workflow cache of 250, peaks of 237-241 / 259 instead of 263-306 / 281-317 MiB and 220
 # instead of 243-279 MiB settled, CPU unchanged (docs/performance.md#glibc-malloc-thresholds-session-36).
 ENV NODE_OPTIONS=--max-semi-space-size=2 MALLOC_ARENA_MAX=2 MALLOC_MMAP_THRESHOLD_=131072 MALLOC_TRIM_THRESHOLD_=131072
 WORKDIR /app

@@ -46,7 +46,7 @@ export interface RigOptions {
   launcher?: 'node' | 'dist';
   /** The node binary (default: the one running the tests). */
   nodeBinary?: string;
-  /** Environment under the rig's own settings (e.g. the image's `ENV`, test/e2e/operator-process.ts `imageEnv`). */
+  /** Environment under the rig's own settings (e.g. the image's `ENV`, test/support/dockerfile.ts `imageEnv`). */
   baseEnv?: Record<string, string>;
 }
 

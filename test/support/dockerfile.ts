@@ -1,6 +1,8 @@
 /**
  * Reads what the image runs from the Dockerfile, one parser for the unit test that pins the Dockerfile
  * (test/unit/compose.test.ts), the `dist` launcher (test/e2e/operator-process.ts) and the shipped bench.
+ * It reads the subset of Dockerfile syntax this repository uses and throws on anything in the runtime
+ * stage's `ENV` and `CMD` it cannot read, so a launcher never runs something other than the image silently.
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -9,22 +11,79 @@ import { join } from 'node:path';
 export const DOCKERFILE = join(import.meta.dirname, '..', '..', 'Dockerfile');
 
 /**
- * The stages of a Dockerfile's text, each from just after its `FROM ` to the next `FROM` line (so each
- * starts with its base image, e.g. `${NODE_IMAGE} AS runtime\n…`). The last one is what the image runs.
+ * A Dockerfile's instructions as logical lines: comment lines dropped, lines ending in `\` joined with the
+ * next (Docker's default escape character), leading whitespace trimmed.
  */
-export function stages(text: string): string[] {
-  return text.split(/^FROM\s+/im).slice(1);
+function logicalLines(text: string): string[] {
+  const out: string[] = [];
+  let pending = '';
+  for (const raw of text.split('\n')) {
+    const line = raw.trim();
+    if (line.startsWith('#')) continue;
+    if (line.endsWith('\\')) {
+      pending += `${line.slice(0, -1)} `;
+      continue;
+    }
+    out.push(pending + line);
+    pending = '';
+  }
+  if (pending) out.push(pending);
+  return out;
 }
 
-/** The text of a Dockerfile's last stage (the runtime image); '' when it has no `FROM`. */
-export function finalStage(text: string): string {
-  return stages(text).at(-1) ?? '';
+/**
+ * The stages of a Dockerfile's text, each as its logical lines from its `FROM` to the next (instruction
+ * keywords are case-insensitive, as Docker reads them). The last one is what the image runs.
+ */
+export function stages(text: string): string[][] {
+  const all: string[][] = [];
+  for (const line of logicalLines(text)) {
+    if (/^FROM\s/i.test(line)) all.push([line]);
+    else all.at(-1)?.push(line);
+  }
+  return all;
 }
 
-/** The JSON-form `CMD` of a stage's text, e.g. `['node', 'dist/operator.js']`; undefined when it has none. */
-export function stageCmd(stage: string): string[] | undefined {
-  const cmd = /^CMD\s+(\[.*\])\s*$/m.exec(stage);
-  return cmd ? (JSON.parse(cmd[1]!) as string[]) : undefined;
+/** The logical lines of a Dockerfile's last stage (the runtime image); [] when it has no `FROM`. */
+export function finalStage(text: string): string[] {
+  return stages(text).at(-1) ?? [];
+}
+
+/**
+ * The JSON-form `CMD` of a stage, e.g. `['node', 'dist/operator.js']`: the last `CMD` wins, as in Docker.
+ * Undefined when the stage has none; throws on a shell-form `CMD` (not JSON).
+ */
+export function stageCmd(stage: string[]): string[] | undefined {
+  const cmd = stage.findLast((l) => /^CMD\s/i.test(l));
+  if (cmd === undefined) return undefined;
+  const json = cmd.replace(/^CMD\s+/i, '');
+  if (!json.startsWith('[')) throw new Error(`shell-form CMD is not read here: ${cmd}`);
+  return JSON.parse(json) as string[];
+}
+
+/**
+ * The `ENV KEY=value …` settings of a stage, later lines overriding earlier ones. Values may be bare or
+ * double-quoted (backslash escapes). Throws on what this does not read: the legacy `ENV KEY value` form,
+ * single quotes, `$` expansion.
+ */
+export function stageEnv(stage: string[]): Record<string, string> {
+  const env: Record<string, string> = {};
+  for (const line of stage) {
+    const m = /^ENV\s+(.*)$/i.exec(line);
+    if (!m) continue;
+    const rest = m[1]!.trim();
+    const token = /([A-Za-z_][A-Za-z0-9_]*)=("(?:[^"\\$]|\\.)*"|[^\s"'$\\]*)(\s+|$)/y;
+    let at = 0;
+    while (at < rest.length) {
+      token.lastIndex = at;
+      const kv = token.exec(rest);
+      if (!kv) throw new Error(`ENV not read here (only KEY=value or KEY="value", no $): ${line}`);
+      const v = kv[2]!;
+      env[kv[1]!] = v.startsWith('"') ? v.slice(1, -1).replace(/\\(.)/g, '$1') : v;
+      at = token.lastIndex;
+    }
+  }
+  return env;
 }
 
 /**
@@ -38,20 +97,7 @@ export function imageNodeArgs(dockerfile = DOCKERFILE): string[] {
   return argv.slice(1);
 }
 
-/**
- * The `ENV KEY=value` lines of the Dockerfile's last stage: what the image sets for the process besides the
- * deployment's settings. Values may be double-quoted (backslash escapes); the legacy `ENV KEY value` form is
- * not read.
- */
+/** The `ENV` settings of the Dockerfile's last stage (see stageEnv): what the image sets for the process. */
 export function imageEnv(dockerfile = DOCKERFILE): Record<string, string> {
-  const env: Record<string, string> = {};
-  for (const line of finalStage(readFileSync(dockerfile, 'utf8')).split('\n')) {
-    const m = /^ENV\s+(.*)$/i.exec(line.trim());
-    if (!m) continue;
-    for (const kv of m[1]!.matchAll(/([A-Za-z_][A-Za-z0-9_]*)=("(?:[^"\\]|\\.)*"|\S*)/g)) {
-      const v = kv[2]!;
-      env[kv[1]!] = v.startsWith('"') ? v.slice(1, -1).replace(/\\(.)/g, '$1') : v;
-    }
-  }
-  return env;
+  return stageEnv(finalStage(readFileSync(dockerfile, 'utf8')));
 }

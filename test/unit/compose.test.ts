@@ -16,7 +16,14 @@ import { parse } from 'yaml';
 import { temporalDynamicConfig, temporalSqlitePragmas } from '../../scripts/stack/components.js';
 import { SearchAttributes } from '../../src/api/keys.js';
 import { ENV_SETTINGS } from '../../src/config.js';
-import { finalStage, imageEnv, imageNodeArgs, stageCmd, stages as stagesOf } from '../support/dockerfile.js';
+import {
+  finalStage,
+  imageEnv,
+  imageNodeArgs,
+  stageCmd,
+  stageEnv,
+  stages as stagesOf,
+} from '../support/dockerfile.js';
 
 const REPO_ROOT = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 // biome-ignore lint/suspicious/noExplicitAny: the compose document is navigated freely in assertions.
@@ -202,14 +209,22 @@ describe('docker-compose.yml', () => {
 });
 
 describe('Dockerfile', () => {
-  const stages = stagesOf(dockerfile);
-  const final = finalStage(dockerfile);
+  const stages = stagesOf(dockerfile).map((lines) => lines.join('\n'));
+  const final = finalStage(dockerfile).join('\n');
+  const imageCmd = [
+    'node',
+    '--disable-warning=DEP0040',
+    '--disable-warning=DEP0169',
+    '--require',
+    './dist/workflow-thread-preload.cjs',
+    'dist/operator.js',
+  ];
   const arg = /^ARG NODE_IMAGE=(\S+)$/m.exec(dockerfile)?.[1];
 
   it('is multi-stage on Node 24', () => {
     expect(stages.length).toBeGreaterThanOrEqual(2);
     expect(arg).toMatch(/^node:24-(bookworm-slim|alpine)/);
-    for (const s of stages) expect(s).toMatch(/^(\$\{NODE_IMAGE\}|node:24-)/);
+    for (const s of stages) expect(s).toMatch(/^FROM\s+(\$\{NODE_IMAGE\}|node:24-)/i);
   });
 
   it('installs with npm ci, compiles to dist/ and pre-bundles the workflows', () => {
@@ -233,14 +248,7 @@ describe('Dockerfile', () => {
     // The Deployment pins the same uid (config/manager/deployment.yaml runAsUser).
     const deployment = readFileSync(join(REPO_ROOT, 'config/manager/deployment.yaml'), 'utf8');
     expect(deployment).toMatch(new RegExp(`runAsUser: ${user![1]}\\b`));
-    expect(stageCmd(final)).toEqual([
-      'node',
-      '--disable-warning=DEP0040',
-      '--disable-warning=DEP0169',
-      '--require',
-      './dist/workflow-thread-preload.cjs',
-      'dist/operator.js',
-    ]);
+    expect(stageCmd(finalStage(dockerfile))).toEqual(imageCmd);
     // `npm run build` puts the preload there, and `npm start` loads the same file from src/.
     const pkg = JSON.parse(readFileSync(join(REPO_ROOT, 'package.json'), 'utf8'));
     expect(pkg.scripts.build).toMatch(/cp src\/workflow-thread-preload\.cjs dist\//);
@@ -259,7 +267,34 @@ describe('Dockerfile', () => {
       MALLOC_MMAP_THRESHOLD_: '131072',
       MALLOC_TRIM_THRESHOLD_: '131072',
     });
-    expect(imageNodeArgs()).toEqual(stageCmd(final)!.slice(1));
+    expect(imageNodeArgs()).toEqual(imageCmd.slice(1));
+  });
+
+  it('parses Dockerfiles as Docker does where this repository could write them differently (test/support/dockerfile.ts)', () => {
+    const text = [
+      'from node:24-bookworm-slim as build',
+      'ENV BUILD_ONLY=1',
+      'CMD ["node", "build.js"]',
+      '# ENV COMMENTED=1',
+      'FROM node:24-bookworm-slim',
+      '  env A=1 \\',
+      '      B="two words" \\',
+      '# a comment inside a continuation is dropped, as Docker drops it',
+      '      C=3',
+      'ENV A=overridden',
+      'CMD ["node", "first.js"]',
+      'cmd ["node", "--require", "./p.cjs", "last.js"]',
+    ].join('\n');
+    expect(stagesOf(text)).toHaveLength(2);
+    expect(stageEnv(finalStage(text))).toEqual({ A: 'overridden', B: 'two words', C: '3' });
+    // The last CMD wins, whatever its case.
+    expect(stageCmd(finalStage(text))).toEqual(['node', '--require', './p.cjs', 'last.js']);
+    // What it does not read is an error, not a silent gap.
+    expect(() => stageEnv(['ENV LEGACY value'])).toThrow(/ENV not read here/);
+    expect(() => stageEnv(["ENV Q='single'"])).toThrow(/ENV not read here/);
+    expect(() => stageEnv(['ENV P=$PATH:/x'])).toThrow(/ENV not read here/);
+    expect(() => stageCmd(['CMD node dist/operator.js'])).toThrow(/shell-form CMD/);
+    expect(stageCmd(['FROM x'])).toBeUndefined();
   });
 
   it('keeps build inputs in the context and everything else out (.dockerignore)', () => {

@@ -56,7 +56,10 @@ describe('kubeWatchSource', () => {
     const lines = [
       { type: 'ADDED', object: pod('a') },
       { type: 'MODIFIED', object: pod('a') },
-      { type: 'BOOKMARK', object: { kind: 'Pod', metadata: { resourceVersion: '12' } } },
+      {
+        type: 'BOOKMARK',
+        object: { kind: 'Pod', metadata: { resourceVersion: '12', managedFields: managed } },
+      },
       { type: 'DELETED', object: pod('a') },
       { type: 'ERROR', object: { kind: 'Status', code: 410, metadata: { managedFields: managed } } },
     ];
@@ -68,7 +71,9 @@ describe('kubeWatchSource', () => {
     await new Promise<void>((ready) => server!.listen(0, '127.0.0.1', ready));
     const { port } = server.address() as AddressInfo;
     const kube = { kc: kubeConfigFor(`http://127.0.0.1:${port}`) } as KubeClients;
-    const source = kubeWatchSource<V1Pod>(kube, '/api/v1/pods', async () => ({ items: [] }));
+    // A decode that marks what it saw: only objects of the watched kind go through it.
+    const decode = (raw: unknown): V1Pod => ({ ...(raw as V1Pod), kind: 'Decoded' });
+    const source = kubeWatchSource<V1Pod>(kube, '/api/v1/pods', async () => ({ items: [] }), decode);
     const events: { type: string; obj: unknown }[] = [];
     const done = new Promise<unknown>((resolve) => {
       void source.watch('5', (type, obj) => events.push({ type, obj }), resolve);
@@ -81,11 +86,10 @@ describe('kubeWatchSource', () => {
       const p = obj as V1Pod;
       expect(p.metadata?.managedFields, type).toBeUndefined();
       expect(p.metadata).toMatchObject({ name: 'a', resourceVersion: '1' });
+      expect(p.kind, type).toBe('Decoded');
       expect(JSON.stringify(p)).not.toContain('managedFields');
     }
-    // Not objects of the watched kind: handed over untouched.
-    expect((events[4]!.obj as { metadata: { managedFields: unknown } }).metadata.managedFields).toEqual(
-      managed,
-    );
+    // Not objects of the watched kind: handed over as sent, neither decoded nor stripped.
+    for (const i of [2, 4]) expect(events[i]!.obj, events[i]!.type).toEqual(lines[i]!.object);
   });
 });
