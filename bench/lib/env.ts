@@ -4,13 +4,14 @@
  * one connection and client, the workflow bundle (chosen as src/worker.ts does), and uncounted admin
  * Kubernetes clients for the benchmark's own setup and observation.
  */
-import { createServer } from 'node:net';
+
 import { Client, Connection } from '@temporalio/client';
 import { DefaultLogger, NativeConnection, Runtime } from '@temporalio/worker';
 import pino, { type Logger } from 'pino';
 import { type KubeClients, loadKubeConfig, makeKubeClients } from '../../src/kube/client.js';
 import { cachedWorkflowBundle } from '../../src/workflow-code.js';
 import { type StackEnv, stackEnv } from '../../test/e2e/stack-harness.js';
+import { freePort } from '../../test/support/ports.js';
 
 /** Shared handles of one benchmark process (see the module comment). */
 export interface BenchEnv {
@@ -28,17 +29,6 @@ export interface BenchEnv {
   sdkWarnings: Map<string, number>;
   log: Logger;
   close(): Promise<void>;
-}
-
-function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 /**

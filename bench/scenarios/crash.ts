@@ -48,7 +48,6 @@ import {
 } from '../../test/e2e/hibernation-harness.js';
 import {
   cleanEnv,
-  freePort,
   type OperatorProcess,
   stackEnv as operatorStackEnv,
   startReadyOperator,
@@ -56,6 +55,7 @@ import {
 } from '../../test/e2e/operator-process.js';
 import type { StackEnv } from '../../test/e2e/stack-harness.js';
 import { simPod } from '../../test/support/builders.js';
+import { freePort } from '../../test/support/ports.js';
 import { RegistryProxy } from '../../test/support/registry-proxy.js';
 import { waitFor } from '../../test/support/wait.js';
 import { VkSimClient } from '../../test/vksim/client.js';

@@ -29,7 +29,6 @@ import { dirname, join } from 'node:path';
 import { vmWorkflowId } from '../../src/api/ids.js';
 import {
   cleanEnv,
-  freePort,
   imageNode,
   metricSum,
   type OperatorProcess,
@@ -40,6 +39,7 @@ import {
   stopOperator,
 } from '../../test/e2e/operator-process.js';
 import { imageEnv } from '../../test/support/dockerfile.js';
+import { freePort } from '../../test/support/ports.js';
 import { RegistryProxy } from '../../test/support/registry-proxy.js';
 import {
   createMemoryCgroup,

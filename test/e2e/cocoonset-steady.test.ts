@@ -50,6 +50,7 @@ import { type KubeClients, mergePatch, statusCodeOf } from '../../src/kube/clien
 import { cocoonSetStateQuery } from '../../src/workflows/cocoonset.js';
 import { SIM_IMAGE } from '../support/builders.js';
 import { KubeApiProxy } from '../support/kube-proxy.js';
+import { freePort } from '../support/ports.js';
 import { RegistryProxy } from '../support/registry-proxy.js';
 import { formatBreakdown, formatSequence, type RecordedRequest, RequestLog } from '../support/request-log.js';
 import { waitFor } from '../support/wait.js';
@@ -57,7 +58,6 @@ import { VkSimClient } from '../vksim/client.js';
 import { dropTag, Hibernations, headTag } from './hibernation-harness.js';
 import {
   cleanEnv,
-  freePort,
   kubectl,
   type OperatorProcess,
   stackEnv as operatorStackEnv,

@@ -11,10 +11,10 @@ import { bundleWorkflows } from '../../scripts/bundle-workflows.js';
 import { LEADER_ELECTION_ID } from '../../src/api/keys.js';
 import { type KubeClients, loadKubeConfig, makeKubeClients } from '../../src/kube/client.js';
 import { LEASE_DURATION_MS, RETRY_PERIOD_MS } from '../../src/leader.js';
+import { freePort } from '../support/ports.js';
 import { waitFor } from '../support/wait.js';
 import {
   cleanEnv,
-  freePort,
   type LogLine,
   type OperatorProcess,
   stackEnv,

@@ -21,12 +21,12 @@ import { LifecycleStates, Tags, WorkflowAnnotations } from '../../src/api/keys.j
 import { containerRunning, lifecycleOf, vmIDOf, vmNameForPod } from '../../src/api/pod.js';
 import type { KubeClients } from '../../src/kube/client.js';
 import { simPod } from '../support/builders.js';
+import { freePort } from '../support/ports.js';
 import { waitFor } from '../support/wait.js';
 import { VkSimClient } from '../vksim/client.js';
 import { dropTag, Hibernations } from './hibernation-harness.js';
 import {
   cleanEnv,
-  freePort,
   type OperatorProcess,
   stackEnv as operatorStackEnv,
   ROOT,

@@ -5,7 +5,6 @@
  * Used by test/e2e/process.test.ts, leader.test.ts, hibernation.test.ts and cocoonset.test.ts.
  */
 import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
-import { createServer } from 'node:net';
 import { delimiter, join } from 'node:path';
 import { imageNodeArgs } from '../support/dockerfile.js';
 import { waitFor } from '../support/wait.js';
@@ -35,18 +34,6 @@ export function stackEnv(): Record<string, string> {
     else env[k] = String(v);
   }
   return env;
-}
-
-/** A free TCP port on 127.0.0.1. */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const s = createServer();
-    s.once('error', reject);
-    s.listen(0, '127.0.0.1', () => {
-      const { port } = s.address() as { port: number };
-      s.close(() => resolve(port));
-    });
-  });
 }
 
 /** One parsed JSON log line of the operator. */

@@ -16,6 +16,7 @@ import { Client, Connection } from '@temporalio/client';
 import { bundleWorkflows } from '../../scripts/bundle-workflows.js';
 import { Tags } from '../../src/api/keys.js';
 import type { KubeClients } from '../../src/kube/client.js';
+import { freePort } from '../support/ports.js';
 import { RegistryProxy } from '../support/registry-proxy.js';
 import { RequestLog } from '../support/request-log.js';
 import { waitFor } from '../support/wait.js';
@@ -25,7 +26,6 @@ import { CocoonSets } from './cocoonset-harness.js';
 import { dropTag, Hibernations, NamespaceRecorder } from './hibernation-harness.js';
 import {
   cleanEnv,
-  freePort,
   type OperatorProcess,
   stackEnv as operatorStackEnv,
   startReadyOperator,

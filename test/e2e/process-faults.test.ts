@@ -22,12 +22,12 @@ import { containerRunning, hibernateRequested, lifecycleOf, vmIDOf } from '../..
 import type { KubeClients } from '../../src/kube/client.js';
 import { requiredSearchAttributes } from '../../src/search-attributes.js';
 import { simPod } from '../support/builders.js';
+import { freePort } from '../support/ports.js';
 import { waitFor } from '../support/wait.js';
 import { VkSimClient } from '../vksim/client.js';
 import { Hibernations } from './hibernation-harness.js';
 import {
   cleanEnv,
-  freePort,
   type OperatorProcess,
   ROOT,
   stackEnv,

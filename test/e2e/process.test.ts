@@ -10,14 +10,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { bundleWorkflows } from '../../scripts/bundle-workflows.js';
-import {
-  cleanEnv,
-  freePort,
-  type OperatorProcess,
-  stackEnv,
-  startOperator,
-  waitFor200,
-} from './operator-process.js';
+import { freePort } from '../support/ports.js';
+import { cleanEnv, type OperatorProcess, stackEnv, startOperator, waitFor200 } from './operator-process.js';
 
 const GOOD = { OCI_REGISTRY: '127.0.0.1:5000' };
 const garbageKubeconfig = join(tmpdir(), `garbage-kubeconfig-${process.pid}.yaml`);

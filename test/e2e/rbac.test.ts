@@ -49,12 +49,12 @@ import {
   statusCodeOf,
 } from '../../src/kube/client.js';
 import { simPod } from '../support/builders.js';
+import { freePort } from '../support/ports.js';
 import { waitFor } from '../support/wait.js';
 import { VkSimClient } from '../vksim/client.js';
 import { MANIFEST_ACCEPT } from '../vksim/oci.js';
 import {
   cleanEnv,
-  freePort,
   kubectl,
   type OperatorProcess,
   ROOT,
