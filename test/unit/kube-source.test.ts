@@ -10,23 +10,12 @@ import { KubeConfig, type V1Pod } from '@kubernetes/client-node';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { KubeClients } from '../../src/kube/client.js';
 import { kubeWatchSource } from '../../src/watcher/kube-source.js';
+import { kubeConfigFor } from '../support/kubeconfig.js';
 
 const managed = [{ manager: 'vk-cocoon', operation: 'Update', fieldsV1: { 'f:metadata': {} } }];
 
 function pod(name: string): V1Pod {
   return { metadata: { name, namespace: 'ns', resourceVersion: '1', managedFields: managed } };
-}
-
-/** A KubeConfig for a plain-HTTP server at `url`, without credentials. */
-function kubeConfigFor(url: string): KubeConfig {
-  const kc = new KubeConfig();
-  kc.loadFromOptions({
-    clusters: [{ name: 'c', server: url, skipTLSVerify: true }],
-    users: [{ name: 'u' }],
-    contexts: [{ name: 'x', cluster: 'c', user: 'u' }],
-    currentContext: 'x',
-  });
-  return kc;
 }
 
 describe('kubeWatchSource', () => {

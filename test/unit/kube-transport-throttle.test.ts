@@ -7,10 +7,10 @@
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { KubeConfig } from '@kubernetes/client-node';
 import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest';
 import { makeKubeClients, statusCodeOf } from '../../src/kube/client.js';
 import { TOO_MANY_REQUESTS_RETRIES } from '../../src/kube/transport.js';
+import { kubeConfigFor } from '../support/kubeconfig.js';
 
 let server: http.Server;
 let base: string;
@@ -56,14 +56,7 @@ beforeEach(() => {
 });
 
 function clients(opts: { requestTimeoutMs?: number } = {}) {
-  const kc = new KubeConfig();
-  kc.loadFromOptions({
-    clusters: [{ name: 'c', server: base, skipTLSVerify: true }],
-    users: [{ name: 'u' }],
-    contexts: [{ name: 'x', cluster: 'c', user: 'u' }],
-    currentContext: 'x',
-  });
-  return makeKubeClients(kc, opts);
+  return makeKubeClients(kubeConfigFor(base), opts);
 }
 
 describe('429 Too Many Requests', () => {
