@@ -12,7 +12,7 @@ import { totalmem } from 'node:os';
 import { dirname } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { getHeapStatistics } from 'node:v8';
-import type { NativeConnection, Worker } from '@temporalio/worker';
+import type { NativeConnection, Runtime, RuntimeOptions, Worker } from '@temporalio/worker';
 import {
   type Config,
   ConfigError,
@@ -139,10 +139,39 @@ function freeLoopbackPort(): Promise<number> {
   });
 }
 
-async function temporalMetricsAddress(cfg: Config['temporal']['metricsAddr']): Promise<ListenAddress | null> {
-  if (cfg === null) return null;
-  if (cfg === 'auto') return { host: '127.0.0.1', port: await freeLoopbackPort() };
-  return cfg;
+/** Attempts at a free port for the SDK's exporter (`TEMPORAL_METRICS_ADDR` empty) before startup fails. */
+const AUTO_METRICS_PORT_ATTEMPTS = 5;
+
+/**
+ * Installs the Temporal runtime (`runtime.install(options)`; `runtime` is the SDK's `Runtime`) with the
+ * SDK's Prometheus exporter at `cfg` (null: none), and returns the address the exporter listens on. 'auto'
+ * takes a free loopback port; that port is closed again before the SDK binds it, so another socket can take
+ * it meanwhile: a bind that fails with "Address already in use" is retried on a new port, 5 attempts in
+ * all. Throws the SDK's error otherwise (a configured address that is taken fails startup at once).
+ */
+export async function installRuntime(
+  runtime: typeof Runtime,
+  options: RuntimeOptions,
+  cfg: Config['temporal']['metricsAddr'],
+): Promise<ListenAddress | null> {
+  if (cfg === null) {
+    runtime.install(options);
+    return null;
+  }
+  for (let attempt = 1; ; attempt++) {
+    const addr = cfg === 'auto' ? { host: '127.0.0.1', port: await freeLoopbackPort() } : cfg;
+    const telemetryOptions = {
+      ...options.telemetryOptions,
+      metrics: { prometheus: { bindAddress: formatListen(addr) } },
+    };
+    try {
+      runtime.install({ ...options, telemetryOptions });
+      return addr;
+    } catch (err) {
+      const taken = /Address already in use/.test((err as Error).message);
+      if (cfg !== 'auto' || !taken || attempt >= AUTO_METRICS_PORT_ATTEMPTS) throw err;
+    }
+  }
 }
 
 function sleep(ms: number, signal: AbortSignal): Promise<void> {
@@ -299,18 +328,20 @@ export async function run(config: Config, log: Logger): Promise<number> {
   const queues = taskQueues(config.temporal.taskQueue);
 
   const { registry: metricsRegistry, metrics } = createMetricsRegistry();
-  const temporalMetrics = runsWorker ? await temporalMetricsAddress(config.temporal.metricsAddr) : null;
   // Read by a person (LOG_FORMAT=pretty at info): only the workflows' info lines and the SDK's warnings and
   // errors show. An explicit debug/trace keeps them all.
   const quietSdk = config.logFormat === 'pretty' && config.logLevel === 'info';
-  Runtime.install({
-    logger: temporalLogger(log.child({ component: 'temporal' }, { level: config.logLevel }), { quietSdk }),
-    shutdownSignals: [], // this process orders its own shutdown (watcher, lease, then workers)
-    telemetryOptions: {
-      logging: { filter: { core: temporalLevelFor(config.logLevel), other: 'WARN' }, forward: {} },
-      ...(temporalMetrics ? { metrics: { prometheus: { bindAddress: formatListen(temporalMetrics) } } } : {}),
+  const temporalMetrics = await installRuntime(
+    Runtime,
+    {
+      logger: temporalLogger(log.child({ component: 'temporal' }, { level: config.logLevel }), { quietSdk }),
+      shutdownSignals: [], // this process orders its own shutdown (watcher, lease, then workers)
+      telemetryOptions: {
+        logging: { filter: { core: temporalLevelFor(config.logLevel), other: 'WARN' }, forward: {} },
+      },
     },
-  });
+    runsWorker ? config.temporal.metricsAddr : null,
+  );
 
   const readyChecks: ReadyCheck[] = [
     {
