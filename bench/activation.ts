@@ -34,11 +34,13 @@ const runs = Number(values.runs ?? 200);
 if (!Number.isInteger(runs) || runs < 1)
   throw new Error(`--runs must be a positive integer, got ${values.runs}`);
 
-// The replayer runs workflow code on this thread; the operator's workflow threads skip the SDK's
-// per-promise stack capture unless WORKFLOW_STACK_TRACES=true (src/workflow-thread-preload.cjs).
+// The replayer runs workflow code on this thread; as in the operator's workflow threads
+// (src/workflow-thread-preload.cjs), the SDK-only calls into the context run without the deadlock watchdog,
+// and the SDK's per-promise stack capture is skipped unless WORKFLOW_STACK_TRACES=true.
 const stackTraces = process.env.WORKFLOW_STACK_TRACES === 'true';
-if (!stackTraces)
-  createRequire(import.meta.url)('../src/workflow-thread-preload.cjs').skipWorkflowStackTraces();
+const preload = createRequire(import.meta.url)('../src/workflow-thread-preload.cjs');
+preload.skipWatchdogOnSdkOnlyCalls();
+if (!stackTraces) preload.skipWorkflowStackTraces();
 
 Runtime.install({ logger: { log() {}, trace() {}, debug() {}, info() {}, warn() {}, error() {} } });
 const histories = names.map((name) => ({

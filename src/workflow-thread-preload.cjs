@@ -20,6 +20,15 @@
  * future SDK moves the method, nothing is patched and stack traces stay on
  * (test/unit/workflow-threads.test.ts fails first). The main thread marks itself so src/workflow-threads.ts
  * can tell the preload ran.
+ *
+ * It also drops the SDK's deadlock watchdog from the two calls into the workflow context that run none of
+ * the workflow's code (`skipWatchdogOnSdkOnlyCalls`). The SDK enters the context with a `vm` timeout
+ * (`isolateExecutionTimeout`) on every call, and for each such call Node starts and joins a watchdog
+ * thread: 0.1–0.25 ms of CPU per call on Node 24, three calls per activation. The watchdog stays on the
+ * calls that run workflow code (`activate`, `tryUnblockConditions`, `initialize`, `initRuntime`), so a
+ * workflow that never yields still fails its task as "Potential deadlock detected" and only it is stuck;
+ * `concludeActivation` (takes the commands the activation produced) and `dispose` (the SDK's destructors)
+ * are the SDK's own bounded code here (no workflow interceptors, no updates).
  */
 'use strict';
 const { isMainThread } = require('node:worker_threads');
@@ -35,7 +44,33 @@ function skipWorkflowStackTraces() {
   return true;
 }
 
-globalThis[Symbol.for('cocoon-operator.workflow-thread-preload')] = true;
-if (!isMainThread && process.env.COCOON_WORKFLOW_STACK_TRACES !== 'true') skipWorkflowStackTraces();
+/** The SDK's calls into the workflow context that run only SDK code (@temporalio/workflow worker-interface). */
+const SDK_ONLY_CALLS = new Set(['concludeActivation', 'dispose']);
 
-module.exports = { skipWorkflowStackTraces };
+/**
+ * Runs the SDK's `SDK_ONLY_CALLS` into the workflow context without the `vm` timeout (so without Node's
+ * per-call watchdog thread); every other `runInContext` keeps its options. The SDK names the call in
+ * `context.__temporal_args` (`[holder, fn, args]`) just before it enters the context
+ * (@temporalio/worker/lib/workflow/reusable-vm.js); a call it does not name keeps its timeout, so an SDK
+ * that changes this only loses the saving (test/unit/workflow-threads.test.ts fails first).
+ */
+function skipWatchdogOnSdkOnlyCalls() {
+  const { Script } = require('node:vm');
+  const runInContext = Script.prototype.runInContext;
+  Script.prototype.runInContext = function runInContextSdkAware(context, options) {
+    const args = options?.timeout !== undefined ? context?.__temporal_args : undefined;
+    if (Array.isArray(args) && SDK_ONLY_CALLS.has(args[1])) {
+      const { timeout, ...rest } = options;
+      return runInContext.call(this, context, rest);
+    }
+    return runInContext.call(this, context, options);
+  };
+}
+
+globalThis[Symbol.for('cocoon-operator.workflow-thread-preload')] = true;
+if (!isMainThread) {
+  if (process.env.COCOON_WORKFLOW_STACK_TRACES !== 'true') skipWorkflowStackTraces();
+  skipWatchdogOnSdkOnlyCalls();
+}
+
+module.exports = { skipWorkflowStackTraces, skipWatchdogOnSdkOnlyCalls };
