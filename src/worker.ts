@@ -147,7 +147,8 @@ const AUTO_METRICS_PORT_ATTEMPTS = 5;
  * SDK's Prometheus exporter at `cfg` (null: none), and returns the address the exporter listens on. 'auto'
  * takes a free loopback port; that port is closed again before the SDK binds it, so another socket can take
  * it meanwhile: a bind that fails with "Address already in use" is retried on a new port, 5 attempts in
- * all. Throws the SDK's error otherwise (a configured address that is taken fails startup at once).
+ * all. Otherwise throws an Error naming TEMPORAL_METRICS_ADDR and the address, the SDK's error as its
+ * cause (a configured address that is taken fails startup at once).
  */
 export async function installRuntime(
   runtime: typeof Runtime,
@@ -168,8 +169,15 @@ export async function installRuntime(
       runtime.install({ ...options, telemetryOptions });
       return addr;
     } catch (err) {
-      const taken = /Address already in use/.test((err as Error).message);
-      if (cfg !== 'auto' || !taken || attempt >= AUTO_METRICS_PORT_ATTEMPTS) throw err;
+      const message = (err as Error).message;
+      const taken = /Address already in use/.test(message);
+      if (cfg !== 'auto' || !taken || attempt >= AUTO_METRICS_PORT_ATTEMPTS) {
+        const where =
+          cfg === 'auto'
+            ? `${formatListen(addr)} (a free loopback port, attempt ${attempt})`
+            : formatListen(addr);
+        throw new Error(`TEMPORAL_METRICS_ADDR ${where}: ${message}`, { cause: err });
+      }
     }
   }
 }

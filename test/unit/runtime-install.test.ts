@@ -39,13 +39,19 @@ describe('installRuntime', () => {
 
   it("'auto' gives up after 5 taken ports with the SDK's error", async () => {
     const { runtime, binds } = fakeRuntime(Array(6).fill(TAKEN));
-    await expect(installRuntime(runtime, options, 'auto')).rejects.toThrow(TAKEN);
+    await expect(installRuntime(runtime, options, 'auto')).rejects.toThrow(
+      new RegExp(
+        `^TEMPORAL_METRICS_ADDR 127\\.0\\.0\\.1:\\d+ \\(a free loopback port, attempt 5\\): ${TAKEN.replace(/[()]/g, '\\$&')}$`,
+      ),
+    );
     expect(binds).toHaveLength(5);
   });
 
-  it('a configured address that is taken fails at once (no retry on another port)', async () => {
+  it('a configured address that is taken fails at once, naming the setting and the address (no retry on another port)', async () => {
     const { runtime, binds } = fakeRuntime([TAKEN, undefined]);
-    await expect(installRuntime(runtime, options, { host: '0.0.0.0', port: 9464 })).rejects.toThrow(TAKEN);
+    await expect(installRuntime(runtime, options, { host: '0.0.0.0', port: 9464 })).rejects.toThrow(
+      `TEMPORAL_METRICS_ADDR 0.0.0.0:9464: ${TAKEN}`,
+    );
     expect(binds).toEqual(['0.0.0.0:9464']);
   });
 
