@@ -16,6 +16,7 @@
  *   operator also runs from a laptop against a remote cluster.
  */
 import { accessSync, constants, readFileSync } from 'node:fs';
+import { isIP } from 'node:net';
 import { parseArgs } from 'node:util';
 
 /** A configuration problem; `message` is a single line that starts with the setting's name. */
@@ -209,7 +210,7 @@ export const ENV_SETTINGS: SettingSpec[] = [
     default: '',
     required: false,
     description:
-      'where the Temporal SDK serves its own Prometheus metrics; empty = a free loopback port, merged into /metrics; 0 = off',
+      'where the Temporal SDK serves its own Prometheus metrics (an IP address and a port); empty = a free loopback port, merged into /metrics (off when METRICS_ADDR is 0); 0 = off',
   },
   {
     env: 'COCOONSET_CONCURRENCY',
@@ -390,6 +391,30 @@ function parseListen(raw: Raw, allowDisable: boolean): ListenAddress | null {
   }
   const host = m[1] ?? m[2];
   return { host: host === '' ? undefined : host, port };
+}
+
+/**
+ * TEMPORAL_METRICS_ADDR: empty → 'auto' (a free loopback port), `0` → null (off), else `[ip]:port`. The
+ * Temporal SDK binds a socket address as given: it resolves no host name (`localhost` crashed its start),
+ * and port 0 would bind a port this process cannot learn, so its metrics would silently drop out of
+ * /metrics; both are refused here.
+ */
+function parseTemporalMetricsAddr(raw: Raw): ListenAddress | 'auto' | null {
+  if (raw.value === '' || raw.value === undefined) return 'auto';
+  const addr = parseListen(raw, true);
+  if (addr?.host !== undefined && isIP(addr.host) === 0) {
+    throw new ConfigError(
+      raw.source,
+      `the host must be an IP address (the Temporal SDK does not resolve names), got "${raw.value}"`,
+    );
+  }
+  if (addr?.port === 0) {
+    throw new ConfigError(
+      raw.source,
+      `port 0 would bind a port the operator cannot merge into /metrics; leave it empty for a free loopback port, got "${raw.value}"`,
+    );
+  }
+  return addr;
 }
 
 function parseConcurrency(raw: Raw, what: string): number {
@@ -612,9 +637,7 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, opts: LoadCon
   if (hasMaterial) tls = tlsMaterial;
   else if (tlsOn === true || (tlsOn === undefined && apiKey !== undefined)) tls = true;
 
-  const tmRaw = get('TEMPORAL_METRICS_ADDR');
-  const temporalMetricsAddr =
-    tmRaw.value === '' || tmRaw.value === undefined ? 'auto' : parseListen(tmRaw, true);
+  const temporalMetricsAddr = parseTemporalMetricsAddr(get('TEMPORAL_METRICS_ADDR'));
 
   const cocoonSetConcurrency = parseConcurrency(get('COCOONSET_CONCURRENCY'), 'cocoonset');
   const hibernationConcurrency = parseConcurrency(get('HIBERNATION_CONCURRENCY'), 'hibernation');

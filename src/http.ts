@@ -11,7 +11,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
-import type { ListenAddress } from './config.js';
+import { formatListen, type ListenAddress } from './config.js';
 import type { Logger } from './log.js';
 
 /** One named readiness check; resolves to an error text when not ready, undefined when ready. */
@@ -96,7 +96,11 @@ async function metrics(
   send(res, 200, body, registry.contentType);
 }
 
-function listen(addr: ListenAddress, handler: Handler, log: Logger): Promise<Server> {
+/**
+ * Listens on `addr`; `setting` names the setting it came from in a listen error (`PROBE_ADDR :8081: listen
+ * EADDRINUSE: …`, the Node error's `code` kept).
+ */
+function listen(addr: ListenAddress, handler: Handler, log: Logger, setting: string): Promise<Server> {
   const server = createServer((req, res) => {
     const url = new URL(req.url ?? '/', 'http://localhost');
     if (req.method !== 'GET' && req.method !== 'HEAD') return send(res, 405, 'method not allowed\n');
@@ -109,9 +113,13 @@ function listen(addr: ListenAddress, handler: Handler, log: Logger): Promise<Ser
   server.keepAliveTimeout = 5_000;
   server.headersTimeout = 10_000;
   return new Promise((resolve, reject) => {
-    server.once('error', reject);
+    const failed = (err: NodeJS.ErrnoException) =>
+      reject(
+        Object.assign(new Error(`${setting} ${formatListen(addr)}: ${err.message}`), { code: err.code }),
+      );
+    server.once('error', failed);
     server.listen(addr.port, addr.host, () => {
-      server.off('error', reject);
+      server.off('error', failed);
       resolve(server);
     });
   });
@@ -124,7 +132,8 @@ function boundAddress(server: Server): string {
 
 /**
  * Starts the probe and metrics listeners (either may be disabled with null).
- * @throws the listen error (e.g. EADDRINUSE) of the first listener that cannot bind.
+ * @throws the listen error of the first listener that cannot bind, its message prefixed with the setting and
+ *   the address (`METRICS_ADDR 127.0.0.1:8080: listen EADDRINUSE: …`), its `code` kept.
  */
 export async function startHttp(opts: HttpOptions): Promise<HttpServers> {
   const { log } = opts;
@@ -165,17 +174,18 @@ export async function startHttp(opts: HttpOptions): Promise<HttpServers> {
         async (req, res, url) =>
           url.pathname === '/metrics' ? metricsHandler(req, res, url) : probeHandler(req, res, url),
         log,
+        'PROBE_ADDR and METRICS_ADDR',
       );
       servers.push(s);
       probe = metricsAt = boundAddress(s);
     } else {
       if (opts.probeAddr) {
-        const s = await listen(opts.probeAddr, probeHandler, log);
+        const s = await listen(opts.probeAddr, probeHandler, log, 'PROBE_ADDR');
         servers.push(s);
         probe = boundAddress(s);
       }
       if (opts.metricsAddr) {
-        const s = await listen(opts.metricsAddr, metricsHandler, log);
+        const s = await listen(opts.metricsAddr, metricsHandler, log, 'METRICS_ADDR');
         servers.push(s);
         metricsAt = boundAddress(s);
       }

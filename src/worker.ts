@@ -147,8 +147,8 @@ const AUTO_METRICS_PORT_ATTEMPTS = 5;
  * SDK's Prometheus exporter at `cfg` (null: none), and returns the address the exporter listens on. 'auto'
  * takes a free loopback port; that port is closed again before the SDK binds it, so another socket can take
  * it meanwhile: a bind that fails with "Address already in use" is retried on a new port, 5 attempts in
- * all. Otherwise throws an Error naming TEMPORAL_METRICS_ADDR and the address, the SDK's error as its
- * cause (a configured address that is taken fails startup at once).
+ * all. Otherwise throws an Error naming TEMPORAL_METRICS_ADDR, the address and the SDK's message (a
+ * configured address that is taken fails startup at once).
  */
 export async function installRuntime(
   runtime: typeof Runtime,
@@ -176,7 +176,7 @@ export async function installRuntime(
           cfg === 'auto'
             ? `${formatListen(addr)} (a free loopback port, attempt ${attempt})`
             : formatListen(addr);
-        throw new Error(`TEMPORAL_METRICS_ADDR ${where}: ${message}`, { cause: err });
+        throw new Error(`TEMPORAL_METRICS_ADDR ${where}: ${message}`);
       }
     }
   }
@@ -348,7 +348,10 @@ export async function run(config: Config, log: Logger): Promise<number> {
         logging: { filter: { core: temporalLevelFor(config.logLevel), other: 'WARN' }, forward: {} },
       },
     },
-    runsWorker ? config.temporal.metricsAddr : null,
+    // Empty means "merged into /metrics": with METRICS_ADDR=0 there is no /metrics to merge into.
+    runsWorker && !(config.temporal.metricsAddr === 'auto' && config.metricsAddr === null)
+      ? config.temporal.metricsAddr
+      : null,
   );
 
   const readyChecks: ReadyCheck[] = [

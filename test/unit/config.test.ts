@@ -327,6 +327,25 @@ describe('loadConfig rejects bad values with one line naming the setting', () =>
     expect(errorOf([], { [env]: v })).toBe(`${env}: must be [host]:port or 0 to disable, got "${v}"`);
   });
 
+  it('TEMPORAL_METRICS_ADDR: refuses a host name (the SDK resolves none) and port 0 (a port /metrics cannot find)', () => {
+    expect(errorOf([], { TEMPORAL_METRICS_ADDR: 'localhost:9190' })).toBe(
+      'TEMPORAL_METRICS_ADDR: the host must be an IP address (the Temporal SDK does not resolve names), got "localhost:9190"',
+    );
+    for (const v of ['127.0.0.1:0', ':0', '0.0.0.0:0']) {
+      expect(errorOf([], { TEMPORAL_METRICS_ADDR: v })).toBe(
+        `TEMPORAL_METRICS_ADDR: port 0 would bind a port the operator cannot merge into /metrics; leave it empty for a free loopback port, got "${v}"`,
+      );
+    }
+    expect(load([], { TEMPORAL_METRICS_ADDR: '[::1]:9190' }).temporal.metricsAddr).toEqual({
+      host: '::1',
+      port: 9190,
+    });
+    expect(load([], { TEMPORAL_METRICS_ADDR: ':9190' }).temporal.metricsAddr).toEqual({
+      host: undefined,
+      port: 9190,
+    });
+  });
+
   it.each(['7233', ':7233', 'host:0', 'http://host:7233'])('rejects TEMPORAL_ADDRESS=%s', (v) => {
     expect(errorOf([], { TEMPORAL_ADDRESS: v })).toBe(`TEMPORAL_ADDRESS: must be host:port, got "${v}"`);
   });

@@ -119,7 +119,7 @@ describe('probe and metrics endpoints', () => {
     expect((await fetch(`http://${servers.probe}/healthz`)).status).toBe(200);
   });
 
-  it('fails to start when the address is taken', async () => {
+  it('fails to start when the address is taken, naming the setting and the address', async () => {
     servers = await startHttp({
       probeAddr: loopback0,
       metricsAddr: null,
@@ -136,6 +136,9 @@ describe('probe and metrics endpoints', () => {
         readyChecks: [],
         log,
       }),
-    ).rejects.toThrow(/EADDRINUSE/);
+    ).rejects.toMatchObject({
+      code: 'EADDRINUSE',
+      message: expect.stringMatching(new RegExp(`^PROBE_ADDR 127\\.0\\.0\\.1:${port}: listen EADDRINUSE`)),
+    });
   });
 });
