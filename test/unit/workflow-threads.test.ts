@@ -11,7 +11,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
 import { Script } from 'node:vm';
-import { Worker } from 'node:worker_threads';
+import { Worker, type WorkerOptions } from 'node:worker_threads';
 import { historyFromJSON } from '@temporalio/common/lib/proto-utils.js';
 import type { temporal } from '@temporalio/proto';
 import { Worker as TemporalWorker } from '@temporalio/worker';
@@ -20,6 +20,18 @@ import { configureWorkflowStackTraces, WORKFLOW_STACK_TRACES_ENV } from '../../s
 import { workflowBundle } from '../workflow/harness.js';
 
 const PRELOAD = fileURLToPath(new URL('../../src/workflow-thread-preload.cjs', import.meta.url));
+
+/** Runs `code` (CommonJS) in a fresh worker thread started with `options`; resolves with its first message. */
+function firstMessage<T>(code: string, options: WorkerOptions): Promise<T> {
+  const worker = new Worker(code, { ...options, eval: true });
+  return new Promise((resolve, reject) => {
+    worker.once('message', (m: T) => {
+      resolve(m);
+      void worker.terminate();
+    });
+    worker.once('error', reject);
+  });
+}
 
 /**
  * In a fresh worker thread (with the preload or not, `env` as its environment): installs the SDK's global
@@ -33,18 +45,7 @@ function sdkHookInstalled(opts: { preload: boolean; env: NodeJS.ProcessEnv }): P
     globalHandlers.install();
     parentPort.postMessage(globalHandlers.promiseHookInstalled);
   `;
-  const worker = new Worker(code, {
-    eval: true,
-    env: opts.env,
-    execArgv: opts.preload ? ['--require', PRELOAD] : [],
-  });
-  return new Promise((resolve, reject) => {
-    worker.once('message', (installed: boolean) => {
-      resolve(installed);
-      void worker.terminate();
-    });
-    worker.once('error', reject);
-  });
+  return firstMessage<boolean>(code, { env: opts.env, execArgv: opts.preload ? ['--require', PRELOAD] : [] });
 }
 
 describe('workflow stack traces (WORKFLOW_STACK_TRACES)', () => {
@@ -95,17 +96,9 @@ function spinUnderTimeout(opts: { preload: boolean; fn?: string }): Promise<stri
       parentPort.postMessage(/timed out/.test(err.message) ? 'timed out' : err.message);
     }
   `;
-  const worker = new Worker(code, {
-    eval: true,
+  return firstMessage<string>(code, {
     workerData: { fn: opts.fn },
     execArgv: opts.preload ? ['--require', PRELOAD] : [],
-  });
-  return new Promise((resolve, reject) => {
-    worker.once('message', (m: string) => {
-      resolve(m);
-      void worker.terminate();
-    });
-    worker.once('error', reject);
   });
 }
 
