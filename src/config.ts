@@ -66,7 +66,10 @@ export interface Config {
     /** undefined = plain connection (or the SDK's default TLS when an API key is set). */
     tls: TemporalTls | true | undefined;
     apiKey: string | undefined;
-    /** Where the SDK's own Prometheus exporter listens; 'auto' = a free loopback port; null = off. */
+    /**
+     * Where the SDK's own Prometheus exporter listens; 'auto' = a free loopback port, merged into /metrics;
+     * null = off (also when TEMPORAL_METRICS_ADDR is empty and METRICS_ADDR is 0: nothing to merge into).
+     */
     metricsAddr: ListenAddress | 'auto' | null;
   };
   /** Activity slots of the CocoonSet registry task queue (≥ 1). */
@@ -681,7 +684,14 @@ export function loadConfig(argv: string[], env: NodeJS.ProcessEnv, opts: LoadCon
   return {
     kubeconfig,
     ociRegistry,
-    temporal: { address, namespace, taskQueue, tls, apiKey, metricsAddr: temporalMetricsAddr },
+    temporal: {
+      address,
+      namespace,
+      taskQueue,
+      tls,
+      apiKey,
+      metricsAddr: temporalMetricsAddr === 'auto' && metricsAddr === null ? null : temporalMetricsAddr,
+    },
     cocoonSetConcurrency,
     hibernationConcurrency,
     workflowCacheSize,

@@ -348,10 +348,7 @@ export async function run(config: Config, log: Logger): Promise<number> {
         logging: { filter: { core: temporalLevelFor(config.logLevel), other: 'WARN' }, forward: {} },
       },
     },
-    // Empty means "merged into /metrics": with METRICS_ADDR=0 there is no /metrics to merge into.
-    runsWorker && !(config.temporal.metricsAddr === 'auto' && config.metricsAddr === null)
-      ? config.temporal.metricsAddr
-      : null,
+    runsWorker ? config.temporal.metricsAddr : null,
   );
 
   const readyChecks: ReadyCheck[] = [

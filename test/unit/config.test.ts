@@ -346,6 +346,17 @@ describe('loadConfig rejects bad values with one line naming the setting', () =>
     });
   });
 
+  it('TEMPORAL_METRICS_ADDR empty: a free loopback port merged into /metrics, off when METRICS_ADDR is 0', () => {
+    expect(load().temporal.metricsAddr).toBe('auto');
+    expect(load([], { METRICS_ADDR: '0' }).temporal.metricsAddr).toBeNull();
+    expect(
+      load([], { METRICS_ADDR: '0', TEMPORAL_METRICS_ADDR: '127.0.0.1:9464' }).temporal.metricsAddr,
+    ).toEqual({
+      host: '127.0.0.1',
+      port: 9464,
+    });
+  });
+
   it.each(['7233', ':7233', 'host:0', 'http://host:7233'])('rejects TEMPORAL_ADDRESS=%s', (v) => {
     expect(errorOf([], { TEMPORAL_ADDRESS: v })).toBe(`TEMPORAL_ADDRESS: must be host:port, got "${v}"`);
   });
