@@ -26,6 +26,7 @@ import { OwnWrites } from './kube/own-writes.js';
 import type { LeaderElector } from './leader.js';
 import type { Logger } from './log.js';
 import type { startWatcher } from './watcher/index.js';
+import { ownCompletionBytes } from './workflow-completions.js';
 import { configureWorkflowStackTraces } from './workflow-threads.js';
 
 /**
@@ -442,6 +443,12 @@ export async function run(config: Config, log: Logger): Promise<number> {
           log.warn(
             {},
             'workflow stack traces stay on: start the process with --require of workflow-thread-preload.cjs (as npm start and the image do) to turn them off',
+          );
+        }
+        if (!ownCompletionBytes(Worker.prototype)) {
+          log.warn(
+            {},
+            'this Temporal SDK has no Worker#handleActivation: cached workflows may pin buffer-pool slabs',
           );
         }
         const bundleStarted = Date.now();

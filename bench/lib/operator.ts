@@ -22,6 +22,7 @@ import { type KubeClients, makeKubeClients } from '../../src/kube/client.js';
 import { OwnWrites } from '../../src/kube/own-writes.js';
 import { OCIRegistryClient } from '../../src/registry/client.js';
 import { startWatcher, type Watcher } from '../../src/watcher/index.js';
+import { ownCompletionBytes } from '../../src/workflow-completions.js';
 import { configureWorkflowStackTraces } from '../../src/workflow-threads.js';
 import { RegistryProxy } from '../../test/support/registry-proxy.js';
 import type { BenchEnv } from './env.js';
@@ -121,6 +122,7 @@ export async function startWorkflowHost(
   const ownWrites = new OwnWrites();
   // As the operator does (src/worker.ts): WORKFLOW_STACK_TRACES, off unless `true`.
   configureWorkflowStackTraces(process.env.WORKFLOW_STACK_TRACES === 'true');
+  ownCompletionBytes(Worker.prototype);
   const worker = await Worker.create({
     connection: env.connection,
     namespace: env.stack.temporalNamespace,

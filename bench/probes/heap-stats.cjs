@@ -6,7 +6,8 @@
 // $HEAP_PROBE_DIR/heap-<pid>-<main|t<threadId>>.tsv (default /tmp): epoch ms, then MiB of V8 heap used,
 // heap total, external memory, malloced memory, the thread's peak used so far, and the process's RSS.
 // While the file $HEAP_PROBE_DIR/snap-now exists, the next workflow-thread tick removes it and writes a
-// heap snapshot of that thread next to the .tsv (it stops the thread for seconds: measure nothing then).
+// heap snapshot of that thread next to the .tsv (it stops the thread for seconds: measure nothing then);
+// snap-main-now does the same for the main thread.
 'use strict';
 const { isMainThread, threadId } = require('node:worker_threads');
 const v8 = require('node:v8');
@@ -25,8 +26,8 @@ setInterval(() => {
   peak = Math.max(peak, h.used_heap_size);
   const cols = [h.used_heap_size, h.total_heap_size, h.external_memory, h.malloced_memory, peak];
   fs.writeSync(out, `${Date.now()}\t${cols.map(mib).join('\t')}\t${mib(process.memoryUsage.rss())}\n`);
-  const trigger = path.join(dir, 'snap-now');
-  if (!isMainThread && fs.existsSync(trigger)) {
+  const trigger = path.join(dir, isMainThread ? 'snap-main-now' : 'snap-now');
+  if (fs.existsSync(trigger)) {
     fs.unlinkSync(trigger);
     const file = v8.writeHeapSnapshot(path.join(dir, `snap-${process.pid}-${Date.now()}.heapsnapshot`));
     fs.writeSync(out, `# snapshot ${file}\n`);
