@@ -265,11 +265,9 @@ export class Informer<T extends KubernetesObject> {
       if (needList || this.forceRelist) {
         this.forceRelist = false;
         try {
-          const listed = await this.opts.source.list();
-          if (this.stopped) return;
-          this.counters.lists++;
-          this.replace(listed.items);
-          resourceVersion = listed.resourceVersion;
+          const listedAt = await this.relist();
+          if (listedAt === null) return;
+          resourceVersion = listedAt;
           needList = false;
           this.backoff.reset();
           this.setSynced(true);
@@ -313,6 +311,20 @@ export class Informer<T extends KubernetesObject> {
         );
       await this.sleep(delay);
     }
+  }
+
+  /**
+   * Lists the whole collection and makes it the cache; returns the list's resourceVersion, or null when the
+   * informer was stopped meanwhile (nothing applied). Throws what the source's `list()` throws. A method of
+   * its own so the list is let go once applied: held in `run`'s frame, which lives as long as the
+   * informer, it kept a second copy of every object the watch has replaced since.
+   */
+  private async relist(): Promise<string | null> {
+    const listed = await this.opts.source.list();
+    if (this.stopped) return null;
+    this.counters.lists++;
+    this.replace(listed.items);
+    return listed.resourceVersion;
   }
 
   /** Records the sync state; wakes `waitForSync` callers when it turns true. */
