@@ -199,16 +199,28 @@ export class HttpTransport {
   ): Promise<HttpResponse> {
     const target = `${method} ${redactURL(url)}`;
     if (callerSignal?.aborted) return Promise.reject(abortedError(target, callerSignal.reason));
-    const timeout = AbortSignal.timeout(this.opts.timeoutMs);
-    const signal = callerSignal ? AbortSignal.any([callerSignal, timeout]) : timeout;
+    // Not AbortSignal.timeout: its timer stays scheduled for the whole timeout after the answer, and holds
+    // the async context it was made in (the calling activity, its logger and arguments) until it fires.
+    const timeout = new AbortController();
+    const timer = setTimeout(
+      () => timeout.abort(new DOMException(`no answer within ${this.opts.timeoutMs}ms`, 'TimeoutError')),
+      this.opts.timeoutMs,
+    );
+    timer.unref();
+    const signal = callerSignal ? AbortSignal.any([callerSignal, timeout.signal]) : timeout.signal;
     const secure = url.protocol === 'https:';
     return new Promise<HttpResponse>((resolve, reject) => {
       let settled = false;
-      const fail = (err: unknown) => {
-        if (settled) return;
+      const settle = (): boolean => {
+        if (settled) return false;
         settled = true;
+        clearTimeout(timer);
+        return true;
+      };
+      const fail = (err: unknown) => {
+        if (!settle()) return;
         if (callerSignal?.aborted) reject(abortedError(target, callerSignal.reason));
-        else if (timeout.aborted) {
+        else if (timeout.signal.aborted) {
           reject(
             new RegistryError(`${target}: no answer within ${this.opts.timeoutMs}ms`, {
               kind: 'TIMEOUT',
@@ -239,8 +251,7 @@ export class HttpTransport {
           res.on('error', fail);
           res.on('aborted', () => fail(new Error('response aborted')));
           res.on('end', () => {
-            if (settled) return;
-            settled = true;
+            if (!settle()) return;
             resolve({
               status: res.statusCode ?? 0,
               statusText: res.statusMessage ?? '',

@@ -1,5 +1,3 @@
-import { setFlagsFromString } from 'node:v8';
-import { runInNewContext } from 'node:vm';
 import type { KubernetesObject } from '@kubernetes/client-node';
 import pino from 'pino';
 import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
@@ -10,6 +8,7 @@ import {
   type WatchHandle,
   type WatchSource,
 } from '../../src/watcher/informer.js';
+import { collectGarbage } from '../support/gc.js';
 
 /** One watch the informer opened on the fake source. */
 interface OpenWatch {
@@ -65,12 +64,6 @@ const obj = (name: string, rv: string, extra: Record<string, unknown> = {}): Kub
   ({ metadata: { name, namespace: 'ns', resourceVersion: rv }, ...extra }) as KubernetesObject;
 
 const log = pino({ level: 'silent' });
-
-/** A full garbage collection now (V8's `gc`, exposed for this process). */
-function collectGarbage(): void {
-  setFlagsFromString('--expose-gc');
-  (runInNewContext('gc') as () => void)();
-}
 const tick = (ms = 0) => vi.advanceTimersByTimeAsync(ms);
 
 function setup(opts: { stallTimeoutMs?: number; healthyAfterMs?: number; defaultBackoff?: boolean } = {}) {
