@@ -26,7 +26,7 @@ import { OwnWrites } from './kube/own-writes.js';
 import type { LeaderElector } from './leader.js';
 import type { Logger } from './log.js';
 import type { startWatcher } from './watcher/index.js';
-import { ownCompletionBytes } from './workflow-completions.js';
+import { ownCompletionBytes, ownsCompletionBytes } from './workflow-completions.js';
 import { configureWorkflowStackTraces } from './workflow-threads.js';
 
 /**
@@ -459,6 +459,7 @@ export async function run(config: Config, log: Logger): Promise<number> {
             origin: bundle.origin,
             ms: Date.now() - bundleStarted,
             workflowStackTraces: stackTraces.recorded,
+            completionsOwnBytes: ownsCompletionBytes(Worker.prototype),
           },
           bundle.origin === 'built'
             ? 'built and cached the workflow bundle'

@@ -41,3 +41,12 @@ export function ownCompletionBytes(workerPrototype: object): boolean {
   proto[WRAPPED] = true;
   return true;
 }
+
+/**
+ * True when `workerPrototype.handleActivation` is the wrapper {@link ownCompletionBytes} installs. The
+ * operator logs it at start (`completionsOwnBytes` on the workflow-bundle line), where the process tests
+ * check it: the wrapper lives in no test's worker but the shipped one.
+ */
+export function ownsCompletionBytes(workerPrototype: object): boolean {
+  return (workerPrototype as { [WRAPPED]?: true })[WRAPPED] === true;
+}

@@ -73,6 +73,8 @@ describe('the image command (bundled dist/operator.js) on the local stack', () =
     expect(op.logs.find((l) => l.msg?.includes('workflow bundle'))).toMatchObject({
       origin: 'prebuilt',
       workflowStackTraces: false,
+      // src/workflow-completions.ts: cached workflows' completions own their bytes.
+      completionsOwnBytes: true,
     });
 
     const sim = new VkSimClient((await stackEnv()).vksimUrl);

@@ -185,6 +185,8 @@ describe('operator process against the local stack', () => {
     // Started as `npm start` starts it (with src/workflow-thread-preload.cjs): workflow stack traces off.
     expect(op.logs.find((l) => l.msg?.includes('workflow bundle'))).toMatchObject({
       workflowStackTraces: false,
+      // src/workflow-completions.ts: cached workflows' completions own their bytes.
+      completionsOwnBytes: true,
     });
 
     const t0 = Date.now();
