@@ -146,9 +146,16 @@ export interface PassInput {
   setDesires?: boolean;
   /**
    * Pods whose VM workflow reported that a CocoonHibernation holds the VM against the set's desire, with
-   * its message (`vmDesireConflict`): a suspending set shows it on its status.
+   * its message (`vmDesireConflict`): a suspending set shows it on its status, and so does a set whose main
+   * a CR holds hibernated (`heldMainWaits`).
    */
   desireConflicts?: Readonly<Record<string, string>>;
+  /**
+   * Ours (leveled patch `set-wake-waits-for-cr`): a not-Ready main whose VM workflow reports that a
+   * CocoonHibernation holds it hibernated (`desireConflicts`) ends the pass without a requeue
+   * (`heldMainBlock`). The workflow sets it behind `patched()`.
+   */
+  heldMainWaits?: boolean;
   /**
    * Pods whose VM workflow the set asked to hibernate and not to wake since (`setDesires`): un-suspend asks
    * them to wake too, annotated or not (a VM a CocoonHibernation held awake, or a suspend undone before the
@@ -2051,6 +2058,26 @@ async function letGoOfRemoved(st: PassState): Promise<void> {
 }
 
 /**
+ * Ours (leveled patch `set-wake-waits-for-cr`, found by helper-63): a main a CocoonHibernation holds
+ * hibernated, as its VM workflow reported (`desireConflicts`: the un-suspend's Wake, step 11, waits for that
+ * CR), ends the pass `Pending` with `Progressing=False` `DesireConflict` naming the CR, and no requeue. The
+ * reference looks again every 5 s for as long as the CR holds the VM (the CR's long-lived idle state); here
+ * each look was a signal to the VM workflow and a workflow task or two, for nothing: the hold ends only when
+ * the CR wants Wake or goes, and then the VM workflow clears its conflict (a signal to this workflow) and
+ * clears the pod's hibernate annotation (a pod event). Returns when the VM workflow has reported no hold.
+ */
+async function heldMainBlock(st: PassState, main: V1Pod): Promise<void> {
+  const name = main.metadata?.name ?? '';
+  const held = st.input.desireConflicts?.[name];
+  if (held === undefined) return;
+  const status = await writeStatus(st, 'Pending', 'status', {
+    reason: ConditionReasons.desireConflict,
+    message: `main pod ${st.ns}/${name}: ${held}`,
+  });
+  return finish(st, {}, status);
+}
+
+/**
  * Writes the rebuild-history annotation and mirrors it for later slots
  * (docs/cocoonset.md#sub-agent-rebuild-and-dead-letter `patchRebuildHistory`).
  */
@@ -2947,6 +2974,7 @@ async function reconcile(st: PassState): Promise<never> {
       return finish(st, { requeueAfterMs: round.calledOff ? 0 : REQUEUE_WAIT_FOR_MAIN_MS }, status);
     }
     if (st.input.pendingMainNamesMissingNode) await pendingMainBlock(st, main);
+    if (st.input.heldMainWaits && hibernateRequested(main)) await heldMainBlock(st, main);
     return writeStatusAndFinish(st, 'Pending', { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });
   }
   // 16–18. Sub-agents, then toolboxes.

@@ -55,6 +55,7 @@ export const LEVELED_PATCHES: readonly string[] = [
   'vm-tells-set-spent-tag',
   'removed-gone-drops-tag',
   'sub-agents-restore-open-wake',
+  'set-wake-waits-for-cr',
 ];
 
 /**

@@ -56,13 +56,16 @@ export function pastDeadline(cr: TrackedCR, kind: TransitionKind, nowMs: number)
 
 /**
  * How often a set's desire without a watch re-reads the pod (ms). A Wake whose pod is gone looks every
- * SET_WAKE_POLL_MS, late or not: the next pod (vm.ts carryWakeOver) is usually there within a second.
+ * SET_WAKE_POLL_MS, late or not: the next pod (vm.ts carryWakeOver) is usually there within a second. A Wake
+ * a CocoonHibernation holds looks as seldom as a Hibernate desire.
  */
 export function setDesireRecheckMs(state: VMState): number {
-  if (state.setDesire?.desire !== 'Wake') return SET_DESIRE_RECHECK_MS;
-  return state.setDesire.late && state.setDesire.goneSince === undefined
-    ? SET_WAKE_LATE_POLL_MS
-    : SET_WAKE_POLL_MS;
+  const d = state.setDesire;
+  if (d?.desire !== 'Wake') return SET_DESIRE_RECHECK_MS;
+  // A Wake a CocoonHibernation holds on a present pod (its conflict reported: vm.ts, patch
+  // `set-wake-waits-for-cr`) waits on that CR's signals, as a Hibernate desire does.
+  if (d.conflict !== undefined && d.goneSince === undefined) return SET_DESIRE_RECHECK_MS;
+  return d.late && d.goneSince === undefined ? SET_WAKE_LATE_POLL_MS : SET_WAKE_POLL_MS;
 }
 
 /** A transition in flight (or a deletion): the world is re-read every FALLBACK_RESYNC_MS meanwhile. */

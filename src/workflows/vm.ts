@@ -485,8 +485,9 @@ async function reconcileAll(state: VMState, io: VMIO): Promise<void> {
  *   running) until the set wakes the VM or the pod is gone.
  * - `Wake` (un-suspend): clear the annotation unless a CocoonHibernation still wants the VM hibernated
  *   (desire Hibernate, or phase Hibernating in the reverse-desire window: the reference's
- *   `podsHibernatedByCR`); once the VM runs, drop the leftover `:hibernate` tag (not when the set drops it
- *   itself: `keepTag`); then the desire is spent. A pod that goes before its VM runs passes the Wake to its
+ *   `podsHibernatedByCR`; ours, patch `set-wake-waits-for-cr`: the Wake then waits for that CR, and the set
+ *   is told which one holds the VM); once the VM runs, drop the leftover `:hibernate` tag (not when the set
+ *   drops it itself: `keepTag`); then the desire is spent. A pod that goes before its VM runs passes the Wake to its
  *   next pod (carryWakeOver).
  * Nothing here probes the registry: the set's completion gate does (docs/cocoonset.md#suspend).
  */
@@ -566,9 +567,10 @@ async function desirePass(
   pod: PodObservation,
 ): Promise<void> {
   if (d.desire === 'Wake') {
-    const held = Object.values(state.crs).some(
+    const holder = ordered(state).find(
       (cr) => cr.exists && (cr.desire === 'Hibernate' || cr.status?.phase === 'Hibernating'),
     );
+    const held = holder !== undefined;
     // An inherited Wake (carryWakeOver) never touches the annotation: whoever set it on the new pod wants
     // the VM asleep, and its round pushes the tag anew.
     if (d.inherited && hibernateAnnotated(pod)) {
@@ -578,6 +580,29 @@ async function desirePass(
     }
     // The VM the Wake is for, kept for carryWakeOver: a gone pod's observation names none.
     if (!d.vmName && on(io, 'set-wake-outlives-pod')) d.vmName = pod.annotations?.[Annotations.vmName];
+    if (on(io, 'set-wake-waits-for-cr')) {
+      // Ours (found by helper-63): the Wake waits while a CocoonHibernation holds the VM hibernated, and the
+      // set is told why. Before, it was spent at once, and the set (whose main then stays not Ready) asked
+      // again on every 5 s pass, for as long as the CR held the VM. The hold ends when that CR wants Wake
+      // (its own wake runs the VM) or goes (its deletion wakes a set's VM first: `deletion-wakes-set-vm`);
+      // then this Wake goes on as any other, and the conflict is cleared at once.
+      if (holder) {
+        const vmName = pod.annotations?.[Annotations.vmName] ?? state.pod;
+        // The phase only in the reverse-desire window (desire Wake, still Hibernating): a message that
+        // changes with the CR's progress would be one more signal to the set per change.
+        const phase = holder.desire === 'Hibernate' ? '' : `, phase ${holder.status?.phase ?? ''}`;
+        await reportConflict(
+          state,
+          `VM ${vmName} is held hibernated by cocoonhibernation ${holder.name} (desire ${holder.desire}${phase}); the set's wake waits until that one wants Wake or is deleted`,
+        );
+        return;
+      }
+      if (d.conflict !== undefined) {
+        // The hold just ended: the wake's deadline counts from now, not from the set's first ask.
+        d.since = Date.now();
+        await reportConflict(state, undefined);
+      }
+    }
     if (!held && hibernateAnnotated(pod)) await patchHibernate(io, state, null);
     const now = state.podObs ?? pod;
     // vk is waking it: look again soon (at most a wake's deadline, then the desire is spent as it is). A VM

@@ -162,6 +162,8 @@ export async function cocoonSetWorkflowState(
 ): Promise<{
   passes: number;
   passing: boolean;
+  /** A pass runs, or a signal or timer asks for one. */
+  busy: boolean;
   phase: string | null;
   failures: number;
   nextPassAt: string | null;

@@ -596,6 +596,46 @@ describe('CocoonSet end to end (operator process, local stack, simulator node wi
     expect(await setEvents(name, EventReasons.recoveredFromFailure)).toEqual([]);
   });
 
+  it('deliberate (patch set-wake-waits-for-cr, helper-63; the reference looks every 5 s for as long as the CR holds the main): a main a CocoonHibernation keeps hibernated leaves the set Pending with Progressing DesireConflict naming the CR and no pass scheduled; the CR set to Wake, the same main runs again and the set is Running', async () => {
+    const name = 'heldmain';
+    const main = `${name}-0`;
+    await createSet(name, realisticSpec(AGENT_V1, TOOLBOX_IMAGE, place));
+    const { pods } = await waitRunning(name);
+    const uid = pods.get(main)!.metadata!.uid!;
+    await crs.create(main, main, 'Hibernate');
+    await crs.waitPhase(main, 'Hibernated', QUICK_MS);
+    const held = await sets.waitUntil(
+      name,
+      'Progressing DesireConflict',
+      (cs) =>
+        cs?.status?.conditions?.find((c) => c.type === CONDITION_PROGRESSING)?.reason === 'DesireConflict',
+      QUICK_MS,
+    );
+    expect(held!.status?.phase).toBe('Pending');
+    expect(held!.status?.conditions?.find((c) => c.type === CONDITION_PROGRESSING)?.message).toBe(
+      `main pod ${ns}/${main}: VM ${vmOf(name, 0)} is held hibernated by cocoonhibernation ${main} (desire Hibernate); the set's wake waits until that one wants Wake or is deleted`,
+    );
+    // The set's workflow is idle with no pass scheduled (without the patch: a pass every 5 s, for ever).
+    const idle = await waitFor(
+      `set ${name} idle`,
+      async () => {
+        const st = await cocoonSetWorkflowState(temporal, ns, name);
+        return st.busy ? undefined : st;
+      },
+      QUICK_MS,
+      { intervalMs: 250 },
+    );
+    expect(idle.nextPassAt).toBeNull();
+
+    await crs.setDesire(main, 'Wake');
+    await crs.waitPhase(main, 'Active', QUICK_MS);
+    const { pods: after } = await waitRunning(name, QUICK_MS);
+    expect(after.get(main)?.metadata?.uid).toBe(uid);
+    expect(
+      (await sets.get(name))?.status?.conditions?.find((c) => c.type === CONDITION_PROGRESSING)?.reason,
+    ).not.toBe('DesireConflict');
+  });
+
   it('deliberate (patch failed-round-holds-vm; the reference counts lifecycle failed as terminal: it rebuilds the sub-agent and holds the set Failed for good): a main and a sub-agent whose hibernate rounds fail keep their VMs once their CocoonHibernations are deleted (vk keeps reporting failed), the set Pending with Progressing HibernateRoundFailed saying the round was called off; a suspend and un-suspend once the registry takes pushes brings both back Ready, same pods', async () => {
     const name = 'calledoff';
     const main = `${name}-0`;

@@ -10,7 +10,7 @@ import type { History } from '@temporalio/common/lib/proto-utils.js';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { vmWorkflowId } from '../../src/api/ids.js';
 import { Annotations, CONDITION_DELETE_FAILING, EventReasons, Labels } from '../../src/api/keys.js';
-import { vmTagSpentSignal } from '../../src/workflows/messages.js';
+import { vmDesireConflictSignal, vmTagSpentSignal } from '../../src/workflows/messages.js';
 import {
   CONVERGED_NODE,
   hibernatedPodAnnotations,
@@ -617,6 +617,29 @@ export const scenarios: Scenario[] = [
       }),
   },
   {
+    name: 'vm-set-wake-held-by-cr',
+    covers:
+      "a set's un-suspend Wake while a CocoonHibernation holds the VM hibernated: it waits, the set is told which CR (signal vmDesireConflict; no set workflow here, so it fails and is logged), a repeated ask changes nothing; the CR set to Wake wakes the VM, the conflict is cleared, the Wake ends without a DELETE of its own",
+    record: (env) =>
+      withWorld(env, async (world) => {
+        await setPodRunning(world);
+        await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
+        await waitFor('annotated', () => world.pod(NS, POD)?.annotations?.[Annotations.hibernate] === 'true');
+        await vkHibernated(world);
+        await waitFor('Hibernated', () => phase(world) === 'Hibernated');
+        await world.setDesire(NS, POD, 'Wake');
+        await world.settled(env, NS, POD);
+        await world.setDesire(NS, POD, 'Wake');
+        await world.settled(env, NS, POD);
+        await world.putCR({ ...world.cr(NS, 'hib')!, desire: 'Wake' });
+        await waitFor('woken', () => world.pod(NS, POD)?.annotations?.[Annotations.hibernate] === undefined);
+        await vkRunning(world, 'vmid-2');
+        await waitFor('Active', () => phase(world) === 'Active');
+        await world.settled(env, NS, POD);
+        return { 'vm-set-wake-held-by-cr': await vmHistory(env) };
+      }),
+  },
+  {
     name: 'vm-continue-as-new',
     covers:
       'hibernate/wake cycles past a low history limit: the first run continues as new, the next one re-reads',
@@ -724,6 +747,32 @@ export const scenarios: Scenario[] = [
         await waitFor('Running again', () => w.cs?.status?.phase === 'Running');
         await w.settled(env);
         return { 'cocoonset-suspend': await env.client.workflow.getHandle(w.workflowId).fetchHistory() };
+      });
+    },
+  },
+  {
+    name: 'cocoonset-main-held-by-cr',
+    covers:
+      "a running set whose main a CocoonHibernation hibernates: Pending every 5 s until the main's VM workflow reports the hold, then Pending with DesireConflict and no timer; the hold over and the main running again, Running",
+    record: async (env) => {
+      const cs = demoSet(withFinalizer);
+      return withCocoonSetWorld(env, new CocoonSetWorld(cs, convergedPods(cs)), async (w) => {
+        await w.start();
+        await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+        await w.crHibernated('demo-0', 1);
+        await waitFor('Pending', () => w.cs?.status?.phase === 'Pending');
+        const handle = env.client.workflow.getHandle(w.workflowId);
+        await handle.signal(vmDesireConflictSignal, { pod: 'demo-0', message: 'held by h-demo-0' });
+        await waitFor('DesireConflict', () =>
+          w.cs?.status?.conditions?.some((c) => c.reason === 'DesireConflict'),
+        );
+        await w.settled(env);
+        await handle.signal(vmDesireConflictSignal, { pod: 'demo-0', message: null });
+        w.crs = [];
+        await w.vkRunning('demo-0', CONVERGED_NODE, 'id-0');
+        await waitFor('Running again', () => w.cs?.status?.phase === 'Running');
+        await w.settled(env);
+        return { 'cocoonset-main-held-by-cr': await handle.fetchHistory() };
       });
     },
   },

@@ -28,7 +28,7 @@ import {
 } from '../../src/watcher/cocoonset-signals.js';
 import { cocoonSetStart } from '../../src/watcher/routes.js';
 import type { CocoonSetStateView } from '../../src/workflows/cocoonset.js';
-import { CONVERGED_NODE, IMAGE, newCocoonSet } from '../support/builders.js';
+import { CONVERGED_NODE, hibernation, IMAGE, newCocoonSet } from '../support/builders.js';
 
 export { convergedPods } from '../support/builders.js';
 
@@ -264,6 +264,19 @@ export class CocoonSetWorld {
       };
       pod.status = { phase: 'Running' };
     });
+  }
+
+  /**
+   * Plays a CocoonHibernation `h-<name>` (desire Hibernate) hibernating pod `name` through its VM workflow:
+   * the hibernate annotation set, then vk-cocoon's report (`vkHibernated`), the CR listed as Hibernated.
+   * Played asks to wake leave that pod alone while the CR is in `crs`.
+   */
+  async crHibernated(name: string, generation: number): Promise<void> {
+    this.crs = [...this.crs, hibernation(name, 'Hibernate', 'Hibernated')];
+    await this.updatePod(name, (p) => {
+      p.metadata!.annotations = { ...p.metadata!.annotations, [Annotations.hibernate]: 'true' };
+    });
+    await this.vkHibernated(name, generation);
   }
 
   /** Plays vk-cocoon bringing pod `name`'s VM up on `node`: VM id `vmID`, a running container, Ready. */

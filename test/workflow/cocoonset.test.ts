@@ -368,6 +368,33 @@ describe('CocoonSet workflow', () => {
     });
   });
 
+  it('deliberate (patch set-wake-waits-for-cr, helper-63; the reference looks every 5 s while the CR holds the main): a main whose VM workflow reports a CocoonHibernation holding it hibernated ends the pass Pending with Progressing=False DesireConflict and no pass scheduled; the hold reported over, the set looks every 5 s again and is Running once the main is', async () => {
+    const cs = demoSet(withFinalizer);
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      await w.crHibernated('demo-0', 1);
+      await waitFor('Pending', () => w.cs?.status?.phase === 'Pending');
+      expect((await w.settled(env)).nextPassAt).not.toBeNull();
+      const handle = env.client.workflow.getHandle(w.workflowId);
+      const message =
+        "VM vk-ns-demo-0 is held hibernated by cocoonhibernation h-demo-0 (desire Hibernate); the set's wake waits until that one wants Wake or is deleted";
+      await handle.signal(vmDesireConflictSignal, { pod: 'demo-0', message });
+      const progressing = () => w.cs?.status?.conditions?.find((c) => c.type === 'Progressing');
+      await waitFor('DesireConflict', () => progressing()?.reason === 'DesireConflict');
+      expect(progressing()).toMatchObject({ status: 'False', message: `main pod ns/demo-0: ${message}` });
+      const s = await w.settled(env);
+      expect([s.phase, s.nextPassAt]).toEqual(['Pending', null]);
+
+      await handle.signal(vmDesireConflictSignal, { pod: 'demo-0', message: null });
+      expect((await w.settled(env)).nextPassAt).not.toBeNull();
+      w.crs = [];
+      await w.vkRunning('demo-0', CONVERGED_NODE, 'id-0');
+      await waitFor('Running again', () => w.cs?.status?.phase === 'Running');
+    });
+  });
+
   it("a VM workflow's spent-tag report is kept (the state query's spentTags) and cleared by its 'no longer'; a suspend's hibernate ask clears it too, since the new round pushes the tag anew (found by helper-56: the stale record had a later create DELETE the new tag)", async () => {
     const cs = demoSet(withFinalizer);
     const world = new CocoonSetWorld(cs, convergedPods(cs));

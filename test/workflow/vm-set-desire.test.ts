@@ -6,6 +6,7 @@
  * ApplyUnsuspendSkipsPodMidHibernateOnReverseDesire: §7.4 #8, #9 of the flows catalogue) are pinned here,
  * where the decision now lives.
  */
+import { defaultPayloadConverter } from '@temporalio/common';
 import type { TestWorkflowEnvironment } from '@temporalio/testing';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { vmWorkflowId } from '../../src/api/ids.js';
@@ -34,6 +35,19 @@ const setPod = (world: VMWorld, annotations = vmPodAnnotations(VM, { [Annotation
   world.putPod(NS, POD, { annotations, containerRunning: true, ownerKind: 'CocoonSet' });
 const conflictOf = (world: VMWorld, name: string) =>
   world.cr(NS, name)?.status?.conditions?.find((c) => c.type === CONDITION_CONFLICT);
+
+/**
+ * What the VM workflow signalled to its set's workflow under signal `name`, oldest first, from its history
+ * (no set workflow runs here: each signal is initiated, then fails as the set's workflow is not found).
+ */
+async function setSignals(name: string): Promise<unknown[]> {
+  const history = await env.client.workflow.getHandle(vmWorkflowId(NS, POD)).fetchHistory();
+  return (history.events ?? []).flatMap((e) => {
+    const a = e.signalExternalWorkflowExecutionInitiatedEventAttributes;
+    if (!a || a.signalName !== name) return [];
+    return (a.input?.payloads ?? []).map((p) => defaultPayloadConverter.fromPayload(p));
+  });
+}
 
 /** The set suspends the VM (vk hibernates it), then un-suspends it: the annotation is cleared, no VM yet. */
 async function suspendedThenUnsuspended(world: VMWorld): Promise<void> {
@@ -312,6 +326,19 @@ describe('VM workflow: a CocoonSet desire', () => {
     });
   });
 
+  const HELD =
+    "VM vk-ns-demo-0 is held hibernated by cocoonhibernation hib (desire Hibernate); the set's wake waits until that one wants Wake or is deleted";
+
+  /** A set's VM a CocoonHibernation hibernated (phase Hibernated), then the set's un-suspend Wake. */
+  async function heldWhenTheSetWakes(world: VMWorld): Promise<void> {
+    await setPod(world);
+    await world.putCR({ namespace: NS, name: 'hib', podRef: POD, desire: 'Hibernate' });
+    await waitFor('annotated', () => hibernate(world) === 'true');
+    await world.vkHibernated(NS, POD, VM);
+    await waitFor('Hibernated', () => world.cr(NS, 'hib')?.status?.phase === 'Hibernated');
+    await world.setDesire(NS, POD, 'Wake');
+  }
+
   it('un-suspend (Wake) leaves the annotation of a VM a CocoonHibernation holds: desire Hibernate (§7.4 #8)', async () => {
     await withWorld(env, async (world) => {
       await setPod(world, hibernatedPodAnnotations(VM));
@@ -319,9 +346,82 @@ describe('VM workflow: a CocoonSet desire', () => {
       await waitFor('CR finalizer', () => (world.cr(NS, 'hib')?.finalizers ?? []).length > 0);
       await world.setDesire(NS, POD, 'Wake');
       const s = await settled(world);
-      expect([hibernate(world), s.setDesire]).toEqual(['true', null]);
+      expect(hibernate(world)).toBe('true');
+      expect(s.setDesire?.desire).toBe('Wake');
       // Never cleared, not even for a moment (the CR would set it again).
       expect(world.calls.filter((c) => c.includes(`"${Annotations.hibernate}":null`))).toEqual([]);
+    });
+  });
+
+  describe('deliberate (patch set-wake-waits-for-cr, found by helper-63; before it the Wake was spent at once, and the set, whose main stayed not Ready, asked again every 5 s for as long as the CR held the VM): a Wake a CocoonHibernation holds', () => {
+    it('waits, tells the set which CR holds the VM (once, however often the set asks) and re-reads nothing on a timer', async () => {
+      await withWorld(env, async (world) => {
+        await heldWhenTheSetWakes(world);
+        const s = await settled(world);
+        expect(s.setDesire).toMatchObject({ desire: 'Wake', conflict: HELD });
+        expect(await setSignals('vmDesireConflict')).toEqual([{ pod: POD, message: HELD }]);
+        // The set asks again on each of its passes: nothing more is written or said.
+        const calls = world.calls.length;
+        await world.setDesire(NS, POD, 'Wake');
+        await world.setDesire(NS, POD, 'Wake');
+        await settled(world);
+        expect(world.calls.slice(calls).filter((c) => !c.startsWith('get'))).toEqual([]);
+        expect(await setSignals('vmDesireConflict')).toHaveLength(1);
+        // Its next look without a signal is the desire's 10-minute recheck, not the wake's 5 s poll.
+        const next = Date.parse((await settled(world)).nextWakeAt ?? '');
+        expect(next - (await env.currentTimeMs())).toBeGreaterThan(5 * 60_000);
+        expect(hibernate(world)).toBe('true');
+      });
+    });
+
+    it('the CR wants Wake: its wake runs the VM and drops the tag; the set is told at once, and its Wake ends without a second DELETE', async () => {
+      await withWorld(env, async (world) => {
+        await heldWhenTheSetWakes(world);
+        await settled(world);
+        await world.putCR({ ...world.cr(NS, 'hib')!, desire: 'Wake' });
+        await waitFor('annotation cleared', () => hibernate(world) === undefined);
+        await waitFor('conflict cleared', async () => (await setSignals('vmDesireConflict')).length === 2);
+        expect((await setSignals('vmDesireConflict'))[1]).toEqual({ pod: POD, message: null });
+        await world.annotatePod(
+          NS,
+          POD,
+          { [Annotations.lifecycleState]: 'running', [Annotations.vmID]: 'vm-2' },
+          { containerRunning: true },
+        );
+        await waitFor('Active', () => world.cr(NS, 'hib')?.status?.phase === 'Active');
+        const s = await settled(world);
+        expect(s.setDesire).toBeNull();
+        expect(world.calls.filter((c) => c.startsWith('DELETE'))).toEqual([`DELETE ${VM}:hibernate`]);
+      });
+    });
+
+    it('the CR is deleted: its deletion wakes the VM, and the set’s Wake completes once the VM runs', async () => {
+      await withWorld(env, async (world) => {
+        await heldWhenTheSetWakes(world);
+        await settled(world);
+        await world.deleteCR(NS, 'hib');
+        await waitFor('annotation cleared', () => hibernate(world) === undefined);
+        await world.annotatePod(
+          NS,
+          POD,
+          { [Annotations.lifecycleState]: 'running', [Annotations.vmID]: 'vm-2' },
+          { containerRunning: true },
+        );
+        await env.client.workflow.getHandle(vmWorkflowId(NS, POD)).result();
+        expect(world.cr(NS, 'hib')).toBeUndefined();
+        expect(world.tags.has(`${VM}:hibernate`)).toBe(false);
+        expect((await setSignals('vmDesireConflict')).at(-1)).toEqual({ pod: POD, message: null });
+      });
+    });
+
+    it('a run an older version started (patches: 37) spends it at once and tells the set nothing', async () => {
+      await withWorld(env, async (world) => {
+        world.startExtra = { patches: 37 };
+        await heldWhenTheSetWakes(world);
+        const s = await settled(world);
+        expect([hibernate(world), s.setDesire]).toEqual(['true', null]);
+        expect(await setSignals('vmDesireConflict')).toEqual([]);
+      });
     });
   });
 
@@ -334,8 +434,11 @@ describe('VM workflow: a CocoonSet desire', () => {
       await waitFor('Hibernating', () => world.cr(NS, 'hib')?.status?.phase === 'Hibernating');
       await world.putCR({ ...world.cr(NS, 'hib')!, desire: 'Wake' });
       await world.setDesire(NS, POD, 'Wake');
-      await settled(world);
+      const s = await settled(world);
       expect([hibernate(world), world.cr(NS, 'hib')?.status?.phase]).toEqual(['true', 'Hibernating']);
+      expect(s.setDesire?.conflict).toBe(
+        "VM vk-ns-demo-0 is held hibernated by cocoonhibernation hib (desire Wake, phase Hibernating); the set's wake waits until that one wants Wake or is deleted",
+      );
       expect(world.calls.filter((c) => c.includes(`"${Annotations.hibernate}":null`))).toEqual([]);
     });
   });
