@@ -6,6 +6,7 @@
 import { Context } from '@temporalio/activity';
 import { ApplicationFailure } from '@temporalio/common';
 import { SnapshotArtifact } from '../api/keys.js';
+import { RegistryError } from '../registry/types.js';
 
 /** The registry operations the operator needs (src/registry implements them over the OCI API). */
 export interface ManifestRegistry {
@@ -26,12 +27,21 @@ function cancellationSignal(): AbortSignal | undefined {
   }
 }
 
+/**
+ * The activity failure for `err` from the registry client, its message `<op> <vmName>:<tag>: <error>`.
+ * A `RegistryError` is not retried by the activity's retry policy: the client has already retried what the
+ * reference retries (src/registry/http.ts: 3 attempts on the reference's statuses and network errors), and
+ * what it does not retry (a request timeout of 30 s, an auth or protocol error) the workflow retries with
+ * its own backoff, with the error on the CR's status meanwhile. Retried here too, a hung registry reached
+ * the status only after 3 × 30 s (found by helper-63), a 503 after 9 requests. Any other error (a bug, not
+ * an answer of the registry) keeps the activity's retries.
+ */
 function asFailure(op: string, vmName: string, tag: string, err: unknown): ApplicationFailure {
-  const e = err as { message?: string; retryable?: boolean; status?: number };
+  const e = err as { message?: string; status?: number };
   return ApplicationFailure.create({
     type: 'RegistryError',
     message: `${op} ${vmName}:${tag}: ${e?.message ?? String(err)}`,
-    nonRetryable: e?.retryable === false,
+    nonRetryable: err instanceof RegistryError,
     details: [{ status: e?.status }],
   });
 }

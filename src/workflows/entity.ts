@@ -156,6 +156,9 @@ export function kubeActivities<A>(kubeIO: KubeIO, attempts: number): A {
 /**
  * Options of the registry activities on `taskQueue`. The client's own request timeout is 30 s; the
  * start-to-close of 45 s bounds a wedged call that ignores it; the heartbeat timeout bounds a lost one.
+ * The 3 attempts are for those (a call lost with its worker) and for errors that are not the registry's: an
+ * error the registry client reports is not retried here (src/activities/registry.ts `asFailure`), the
+ * workflow's backoff retries it.
  */
 export function registryActivityOptions(taskQueue: string): ActivityOptions {
   return {
