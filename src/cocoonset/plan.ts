@@ -153,7 +153,8 @@ export interface PassInput {
   /**
    * Ours (leveled patch `set-wake-waits-for-cr`): a not-Ready main whose VM workflow reports that a
    * CocoonHibernation holds it hibernated (`desireConflicts`) ends the pass without a requeue
-   * (`heldMainBlock`). The workflow sets it behind `patched()`.
+   * (`heldMainBlock`); sub-agents and toolboxes so held are named on `Progressing` (`heldMemberBlock`).
+   * The workflow sets it behind `patched()`.
    */
   heldMainWaits?: boolean;
   /**
@@ -1587,6 +1588,23 @@ function memberRoundBlock(st: PassState): { reason: string; message: string } | 
   return { reason: ConditionReasons.hibernateRoundFailed, message: says.join('; ') };
 }
 
+/**
+ * `Progressing=False` reason `DesireConflict` naming the sub-agents and toolboxes a CocoonHibernation keeps
+ * hibernated, as their VM workflows reported (`desireConflicts`, with `heldMainWaits`); undefined when there
+ * are none. Before, such a set said `Scaling` with nothing naming the CR.
+ */
+function heldMemberBlock(st: PassState): { reason: string; message: string } | undefined {
+  if (!st.input.heldMainWaits) return undefined;
+  const members = [...subSlotsAscending(st.c).map((s) => st.c.sub.get(s)!), ...st.c.toolbox.values()];
+  const says = members.flatMap((p) => {
+    const held = hibernateRequested(p) ? st.input.desireConflicts?.[p.metadata?.name ?? ''] : undefined;
+    return held === undefined ? [] : [`pod ${st.ns}/${p.metadata?.name ?? ''}: ${held}`];
+  });
+  return says.length === 0
+    ? undefined
+    : { reason: ConditionReasons.desireConflict, message: says.join('; ') };
+}
+
 /** `Progressing=False` reason `SpentSnapshotTag` naming the pods this pass held back (`holdSpent`), if any. */
 function spentBlock(st: PassState): { reason: string; message: string } | undefined {
   const held = st.spentWaits ?? [];
@@ -2987,7 +3005,7 @@ async function reconcile(st: PassState): Promise<never> {
   // toolboxes too young to recreate say so too, and are looked at again when they may be.
   const spent = spentBlock(st);
   const failing = toolboxBlock(st);
-  const block = spent ?? failing ?? memberRoundBlock(st);
+  const block = spent ?? failing ?? memberRoundBlock(st) ?? heldMemberBlock(st);
   if (block) {
     const status = await writeStatus(st, '', 'status', { reason: block.reason, message: block.message });
     const waits = [spent ? REQUEUE_WAIT_FOR_MAIN_MS : 0, failing?.afterMs ?? 0, sub.requeueAfterMs].filter(

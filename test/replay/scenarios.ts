@@ -753,7 +753,7 @@ export const scenarios: Scenario[] = [
   {
     name: 'cocoonset-main-held-by-cr',
     covers:
-      "a running set whose main a CocoonHibernation hibernates: Pending every 5 s until the main's VM workflow reports the hold, then Pending with DesireConflict and no timer; the hold over and the main running again, Running",
+      "a running set whose main a CocoonHibernation hibernates: Pending every 5 s until the main's VM workflow reports the hold, then Pending with DesireConflict and no timer; the hold over and the main running again, Running; then a sub-agent so held: Scaling, DesireConflict naming it",
     record: async (env) => {
       const cs = demoSet(withFinalizer);
       return withCocoonSetWorld(env, new CocoonSetWorld(cs, convergedPods(cs)), async (w) => {
@@ -771,6 +771,11 @@ export const scenarios: Scenario[] = [
         w.crs = [];
         await w.vkRunning('demo-0', CONVERGED_NODE, 'id-0');
         await waitFor('Running again', () => w.cs?.status?.phase === 'Running');
+        await w.crHibernated('demo-1', 1);
+        await handle.signal(vmDesireConflictSignal, { pod: 'demo-1', message: 'held by h-demo-1' });
+        await waitFor('pod demo-1 named', () =>
+          w.cs?.status?.conditions?.some((c) => c.message?.startsWith('pod ns/demo-1: held')),
+        );
         await w.settled(env);
         return { 'cocoonset-main-held-by-cr': await handle.fetchHistory() };
       });

@@ -395,6 +395,27 @@ describe('CocoonSet workflow', () => {
     });
   });
 
+  it('deliberate (patch set-wake-waits-for-cr): a sub-agent a CocoonHibernation keeps hibernated, as its VM workflow reports, is named on Progressing=False DesireConflict (before: Scaling, naming nothing), no pass scheduled; the hold reported over, the condition goes', async () => {
+    const cs = demoSet(withFinalizer);
+    const world = new CocoonSetWorld(cs, convergedPods(cs));
+    await withCocoonSetWorld(env, world, async (w) => {
+      await w.start();
+      await waitFor('Running', () => w.cs?.status?.phase === 'Running');
+      await w.crHibernated('demo-1', 1);
+      await w.settled(env);
+      const handle = env.client.workflow.getHandle(w.workflowId);
+      const message =
+        "VM vk-ns-demo-1 is held hibernated by cocoonhibernation h-demo-1 (desire Hibernate); the set's wake waits until that one wants Wake or is deleted";
+      await handle.signal(vmDesireConflictSignal, { pod: 'demo-1', message });
+      const progressing = () => w.cs?.status?.conditions?.find((c) => c.type === 'Progressing');
+      await waitFor('DesireConflict', () => progressing()?.reason === 'DesireConflict');
+      expect(progressing()).toMatchObject({ status: 'False', message: `pod ns/demo-1: ${message}` });
+      expect((await w.settled(env)).nextPassAt).toBeNull();
+      await handle.signal(vmDesireConflictSignal, { pod: 'demo-1', message: null });
+      await waitFor('no DesireConflict', () => progressing()?.reason !== 'DesireConflict');
+    });
+  });
+
   it("a VM workflow's spent-tag report is kept (the state query's spentTags) and cleared by its 'no longer'; a suspend's hibernate ask clears it too, since the new round pushes the tag anew (found by helper-56: the stale record had a later create DELETE the new tag)", async () => {
     const cs = demoSet(withFinalizer);
     const world = new CocoonSetWorld(cs, convergedPods(cs));
