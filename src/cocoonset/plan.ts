@@ -153,8 +153,9 @@ export interface PassInput {
   /**
    * Ours (leveled patch `set-wake-waits-for-cr`): a not-Ready main whose VM workflow reports that a
    * CocoonHibernation holds it hibernated (`desireConflicts`) ends the pass without a requeue
-   * (`heldMainBlock`); sub-agents and toolboxes so held are named on `Progressing` (`heldMemberBlock`).
-   * The workflow sets it behind `patched()`.
+   * (`heldMainBlock`); sub-agents and toolboxes so held are named on `Progressing` (`heldMemberBlock`); a
+   * suspend that a CocoonHibernation holding a VM awake keeps `Suspending` does not look every 5 s
+   * (`hibernateAll`). The workflow sets it behind `patched()`.
    */
   heldMainWaits?: boolean;
   /**
@@ -2390,8 +2391,9 @@ function terminatingOwnedPod(st: PassState, name: string): boolean {
 
 /**
  * Asks every pod's VM workflow to hibernate its VM and runs the completion gate (`suspendGate`); while the
- * gate is closed, ends the pass `Suspending` (with any DesireConflict on `Progressing`) and a 5 s requeue.
- * Returns only when every pod is done.
+ * gate is closed, ends the pass `Suspending` (with any DesireConflict on `Progressing`) and a 5 s requeue
+ * (none while a CocoonHibernation holds a pod awake, with `heldMainWaits`). Returns only when every pod is
+ * done.
  */
 async function hibernateAll(st: PassState, pods: V1Pod[], release = false): Promise<void> {
   await askVMs(st, pods, 'Hibernate', 'ask the VM workflow to hibernate', { release });
@@ -2411,7 +2413,17 @@ async function hibernateAll(st: PassState, pods: V1Pod[], release = false): Prom
         ? { reason: ConditionReasons.hibernateRoundFailed, message: waiting.why }
         : undefined,
   );
-  return finish(st, { requeueAfterMs: REQUEUE_SUSPEND_POLL_MS }, status);
+  // Ours (`heldMainWaits`, helper-64): a pod a CocoonHibernation holds awake (its VM workflow reported it,
+  // and left it unannotated) keeps the gate closed until that CR lets go; its VM workflow then annotates
+  // the pod (a pod event) and clears the conflict (a signal), so nothing needs a look every 5 s meanwhile.
+  const heldAwake = pods.some(
+    (p) => st.input.desireConflicts?.[p.metadata?.name ?? ''] !== undefined && !hibernateRequested(p),
+  );
+  return finish(
+    st,
+    { requeueAfterMs: st.input.heldMainWaits && heldAwake ? 0 : REQUEUE_SUSPEND_POLL_MS },
+    status,
+  );
 }
 
 /** Writes CocoonSet annotations (`null` deletes); a failure ends the pass with the reference's wording. */

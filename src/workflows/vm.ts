@@ -172,6 +172,8 @@ export interface VMState {
     inherited?: boolean;
     /** The set was told this desire's leftover tag is spent (its DELETE failed after the VM ran). */
     spentTold?: boolean;
+    /** The conflict message the set was last told of, for this desire or an earlier one (reportConflict). */
+    told?: string;
   };
   /**
    * The CocoonSet that owned the pod when this workflow last saw it exist (its controller owner reference
@@ -364,6 +366,10 @@ function observeSetDesire(state: VMState, d: SetDesire): boolean {
     ...(same && cur.goneSince !== undefined ? { goneSince: cur.goneSince } : {}),
     ...(same && cur.inherited ? { inherited: true } : {}),
     ...(same && cur.spentTold ? { spentTold: true } : {}),
+    // What the set holds for this pod outlives a change of desire (reportConflict clears or replaces it).
+    ...(cur?.set === d.set && (cur.told ?? cur.conflict) !== undefined
+      ? { told: cur.told ?? cur.conflict }
+      : {}),
   };
   const annotated = pod !== undefined && hibernateAnnotated(pod);
   return !same || newerPod || annotated !== (d.desire === 'Hibernate');
@@ -506,7 +512,7 @@ async function setDesirePass(state: VMState, io: VMIO): Promise<void> {
       d.desire === 'Wake' && on(io, 'set-wake-outlives-pod') ? carryWakeOver(state, d) : 'spent';
     if (carried === 'waits') return;
     if (carried === 'spent') {
-      await reportConflict(state, undefined);
+      await reportConflict(state, undefined, io);
       state.setDesire = undefined;
       return;
     }
@@ -574,7 +580,7 @@ async function desirePass(
     // An inherited Wake (carryWakeOver) never touches the annotation: whoever set it on the new pod wants
     // the VM asleep, and its round pushes the tag anew.
     if (d.inherited && hibernateAnnotated(pod)) {
-      await reportConflict(state, undefined);
+      await reportConflict(state, undefined, io);
       state.setDesire = undefined;
       return;
     }
@@ -588,20 +594,21 @@ async function desirePass(
       // then this Wake goes on as any other, and the conflict is cleared at once.
       if (holder) {
         const vmName = pod.annotations?.[Annotations.vmName] ?? state.pod;
-        // The phase only in the reverse-desire window (desire Wake, still Hibernating): a message that
-        // changes with the CR's progress would be one more signal to the set per change.
-        const phase = holder.desire === 'Hibernate' ? '' : `, phase ${holder.status?.phase ?? ''}`;
+        // No phase in the message while the CR wants Hibernate: a message that changes with the CR's
+        // progress would be one more signal to the set per change.
         await reportConflict(
           state,
-          `VM ${vmName} is held hibernated by cocoonhibernation ${holder.name} (desire ${holder.desire}${phase}); the set's wake waits until that one wants Wake or is deleted`,
+          holder.desire === 'Hibernate'
+            ? `VM ${vmName} is held hibernated by cocoonhibernation ${holder.name} (desire Hibernate); the set's wake waits until that one wants Wake or is deleted`
+            : `VM ${vmName} is being hibernated by cocoonhibernation ${holder.name} (desire ${holder.desire}, phase ${holder.status?.phase ?? ''}); the set's wake waits for that round to end`,
+          io,
         );
         return;
       }
-      if (d.conflict !== undefined) {
-        // The hold just ended: the wake's deadline counts from now, not from the set's first ask.
-        d.since = Date.now();
-        await reportConflict(state, undefined);
-      }
+      // A hold that just ended: the wake's deadline counts from now, not from the set's first ask.
+      if (d.conflict !== undefined) d.since = Date.now();
+      // Clears what the set holds for this pod (this hold, or a conflict of its earlier Hibernate), if any.
+      await reportConflict(state, undefined, io);
     }
     if (!held && hibernateAnnotated(pod)) await patchHibernate(io, state, null);
     const now = state.podObs ?? pod;
@@ -630,7 +637,7 @@ async function desirePass(
         `${state.pod}: not running ${goDuration(WAKE_TIMEOUT_MS)} after the un-suspend; its tag is kept`,
       );
     else if (!held && !d.keepTag) await dropLeftoverTag(state, now, io);
-    await reportConflict(state, undefined);
+    await reportConflict(state, undefined, io);
     state.setDesire = undefined;
     return;
   }
@@ -640,10 +647,11 @@ async function desirePass(
     await reportConflict(
       state,
       `VM ${vmName} is held by cocoonhibernation ${holder.cr.name} (desire ${holder.cr.desire}, ${holder.why}); the set's hibernate waits until that one is deleted or wants Hibernate`,
+      io,
     );
     return;
   }
-  await reportConflict(state, undefined);
+  await reportConflict(state, undefined, io);
   if (!hibernateAnnotated(pod)) await patchHibernate(io, state, 'true');
 }
 
@@ -689,11 +697,24 @@ async function tellSetSpent(state: VMState, vmName: string, spent: boolean, alwa
   await signalSet(state, d.set, 'the spent tag', vmTagSpentSignal, { pod: state.pod, vmName, spent });
 }
 
-/** Tells the set's workflow when the answer to its desire changes (a conflict appears or goes). */
-async function reportConflict(state: VMState, message: string | undefined): Promise<void> {
+/**
+ * Tells the set's workflow when the answer to its desire changes (a conflict appears or goes). Ours (patch
+ * `set-wake-waits-for-cr`, helper-64): compared with what the set was last told (`told`, kept across the
+ * set's desire changes), not with this desire's conflict: a conflict told of a Wake and then made moot by
+ * the set's Hibernate (or the other way round) is cleared on the set too. Before, the set kept showing it.
+ */
+async function reportConflict(state: VMState, message: string | undefined, io: VMIO): Promise<void> {
   const d = state.setDesire;
-  if (!d || d.conflict === message) return;
-  d.conflict = message;
+  if (!d) return;
+  if (on(io, 'set-wake-waits-for-cr')) {
+    const told = d.told;
+    d.conflict = message;
+    if (told === message) return;
+    d.told = message;
+  } else {
+    if (d.conflict === message) return;
+    d.conflict = message;
+  }
   await signalSet(state, d.set, 'the desire conflict', vmDesireConflictSignal, {
     pod: state.pod,
     message: message ?? null,

@@ -479,13 +479,14 @@ export class CocoonSetWorld {
       },
       // Plays the pod's VM workflow in the plain cases (the VM workflow's own tests cover the rest): the
       // annotation follows the set's desire, and the watcher reports it; a wake leaves a VM that a
-      // CocoonHibernation of `crs` wants hibernated alone.
+      // CocoonHibernation of `crs` wants hibernated alone, a hibernate one that a CR of `crs` wants awake
+      // (as if that CR came first).
       cocoonSetAskVM: async ({ pod, desire }) => {
         this.calls.push(`ask ${pod} ${desire.desire}${desire.keepTag ? ' keepTag' : ''}`);
         const p = this.pods.get(pod);
         if (!p) return;
-        const heldByCR = this.crs.some((cr) => cr.spec.podRef.name === pod && cr.spec.desire === 'Hibernate');
-        if (desire.desire === 'Wake' && heldByCR) return;
+        const cr = this.crs.find((c) => c.spec.podRef.name === pod);
+        if (cr && cr.spec.desire !== desire.desire) return;
         const want = desire.desire === 'Hibernate' ? 'true' : undefined;
         if (p.metadata?.annotations?.[Annotations.hibernate] === want) return;
         p.metadata!.annotations = mergePatch(p.metadata!.annotations ?? {}, {

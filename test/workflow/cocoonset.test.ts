@@ -345,12 +345,14 @@ describe('CocoonSet workflow', () => {
     });
   });
 
-  it('a VM workflow reporting that a CocoonHibernation holds its VM awake shows on the suspending set as Progressing=False DesireConflict, until it follows the set again', async () => {
+  it('a VM workflow reporting that a CocoonHibernation holds its VM awake shows on the suspending set as Progressing=False DesireConflict, with no look every 5 s (deliberate, patch set-wake-waits-for-cr, helper-64: ~300 set history events a minute), until it follows the set again', async () => {
     const cs = demoSet(withFinalizer, (c) => (c.spec.suspend = true));
     const world = new CocoonSetWorld(cs, convergedPods(cs));
+    world.crs = [hibernation('demo-1', 'Wake', 'Active')];
     await withCocoonSetWorld(env, world, async (w) => {
       await w.start();
       await waitFor('Suspending', () => w.cs?.status?.phase === 'Suspending');
+      expect((await w.settled(env)).nextPassAt).not.toBeNull();
       const handle = env.client.workflow.getHandle(w.workflowId);
       await handle.signal(vmDesireConflictSignal, {
         pod: 'demo-1',
@@ -362,9 +364,13 @@ describe('CocoonSet workflow', () => {
         status: 'False',
         message: 'pod demo-1: VM vk-ns-demo-1 is held by cocoonhibernation keep',
       });
+      expect((await w.settled(env)).nextPassAt).toBeNull();
+      w.crs = [];
       await handle.signal(vmDesireConflictSignal, { pod: 'demo-1', message: null });
       await waitFor('Stable', () => progressing()?.reason === 'Stable');
       expect(w.cs?.status?.phase).toBe('Suspending');
+      expect(w.pod('demo-1')?.metadata?.annotations?.[Annotations.hibernate]).toBe('true');
+      expect((await w.settled(env)).nextPassAt).not.toBeNull();
     });
   });
 

@@ -414,6 +414,36 @@ describe('VM workflow: a CocoonSet desire', () => {
       });
     });
 
+    it('the set then suspends (Hibernate), which the CR agrees with: the set is told the conflict is over (helper-64: it kept naming the CR, even after the CR was deleted)', async () => {
+      await withWorld(env, async (world) => {
+        await heldWhenTheSetWakes(world);
+        await settled(world);
+        await world.setDesire(NS, POD, 'Hibernate');
+        const s = await settled(world);
+        expect(s.setDesire).toMatchObject({ desire: 'Hibernate' });
+        expect(s.setDesire?.conflict).toBeUndefined();
+        expect(await setSignals('vmDesireConflict')).toEqual([
+          { pod: POD, message: HELD },
+          { pod: POD, message: null },
+        ]);
+      });
+    });
+
+    it("a set's Hibernate refused by a CR that wants the VM awake, then the set's Wake: the set is told the conflict is over", async () => {
+      await withWorld(env, async (world) => {
+        await setPod(world);
+        await world.putCR({ namespace: NS, name: 'awake', podRef: POD, desire: 'Wake' });
+        await waitFor('Active', () => world.cr(NS, 'awake')?.status?.phase === 'Active');
+        await world.setDesire(NS, POD, 'Hibernate');
+        expect((await settled(world)).setDesire?.conflict).toBeDefined();
+        await world.setDesire(NS, POD, 'Wake');
+        await settled(world);
+        const told = await setSignals('vmDesireConflict');
+        expect(told).toHaveLength(2);
+        expect(told[1]).toEqual({ pod: POD, message: null });
+      });
+    });
+
     it('a run an older version started (patches: 37) spends it at once and tells the set nothing', async () => {
       await withWorld(env, async (world) => {
         world.startExtra = { patches: 37 };
@@ -437,7 +467,7 @@ describe('VM workflow: a CocoonSet desire', () => {
       const s = await settled(world);
       expect([hibernate(world), world.cr(NS, 'hib')?.status?.phase]).toEqual(['true', 'Hibernating']);
       expect(s.setDesire?.conflict).toBe(
-        "VM vk-ns-demo-0 is held hibernated by cocoonhibernation hib (desire Wake, phase Hibernating); the set's wake waits until that one wants Wake or is deleted",
+        "VM vk-ns-demo-0 is being hibernated by cocoonhibernation hib (desire Wake, phase Hibernating); the set's wake waits for that round to end",
       );
       expect(world.calls.filter((c) => c.includes(`"${Annotations.hibernate}":null`))).toEqual([]);
     });
