@@ -508,8 +508,12 @@ async function setDesirePass(state: VMState, io: VMIO): Promise<void> {
   // (for the wake) whatever a CocoonHibernation's deletion would do, until the set wakes it or is deleted.
   if (!pod?.exists && d.desire === 'Hibernate' && d.release) return;
   if (!pod?.exists || pod.deleting || !sameIncarnation) {
+    // Ours (patch `set-wake-waits-for-cr`): a Wake a CocoonHibernation held ends with its pod: nothing was
+    // woken, the CR owns the VM's tag, and the set asks the next pod again if that one is annotated.
+    // Carried over, the Wake re-read the world every 5 s until the next pod came.
+    const held = d.desire === 'Wake' && d.conflict !== undefined && on(io, 'set-wake-waits-for-cr');
     const carried =
-      d.desire === 'Wake' && on(io, 'set-wake-outlives-pod') ? carryWakeOver(state, d) : 'spent';
+      d.desire === 'Wake' && !held && on(io, 'set-wake-outlives-pod') ? carryWakeOver(state, d) : 'spent';
     if (carried === 'waits') return;
     if (carried === 'spent') {
       await reportConflict(state, undefined, io);

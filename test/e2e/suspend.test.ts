@@ -31,7 +31,7 @@ import { resyncSignal, vmStateQuery } from '../../src/workflows/messages.js';
 import type { VMStateView } from '../../src/workflows/vm.js';
 import { waitFor } from '../support/wait.js';
 import type { VkSimulator } from '../vksim/sim.js';
-import type { CocoonSets, Placement } from './cocoonset-harness.js';
+import { type CocoonSets, cocoonSetWorkflowState, type Placement } from './cocoonset-harness.js';
 import { type Hibernations, headTag, type NamespaceRecorder } from './hibernation-harness.js';
 import { OperatorRig } from './operator-rig.js';
 
@@ -243,10 +243,21 @@ describe('CocoonSet suspend end to end: against CocoonHibernations and operator 
       QUICK_MS,
       { intervalMs: 300, describe: () => toolsSeen },
     );
-    // Barrier: the main's VM workflow answered the set's asks (one per set pass, every 5 s while it is
-    // Suspending) in two more rounds, and is idle: each round could have written the annotation.
-    const asked = await vmState(main);
-    const after = await vmRoundsAfter(main, asked.passes + 1, 'two more rounds after the set asked');
+    // Barrier: the set's workflow is idle with no pass scheduled (ours, patch set-wake-waits-for-cr: no look
+    // every 5 s while a CocoonHibernation holds a pod awake; the VM workflow signals when it lets go), and
+    // the main's VM workflow, which answered each of the set's asks, is idle too.
+    let setSeen: unknown;
+    await waitFor(
+      'the set idle with no pass scheduled',
+      async () => {
+        const st = await cocoonSetWorkflowState(temporal, ns, name);
+        setSeen = st;
+        return !st.busy && st.nextPassAt === null;
+      },
+      QUICK_MS,
+      { intervalMs: 250, describe: () => setSeen },
+    );
+    const after = await vmRoundsAfter(main, 0, 'idle after the set asked');
     expect(after.holder).toBe('hold-awake');
     expect(after.setDesire?.desire).toBe('Hibernate');
     expect(after.setDesire?.conflict).toContain('hold-awake');

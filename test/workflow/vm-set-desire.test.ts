@@ -444,6 +444,19 @@ describe('VM workflow: a CocoonSet desire', () => {
       });
     });
 
+    it('its pod deleted: the Wake ends with it (the set is told the conflict is over) and nothing re-reads every 5 s', async () => {
+      await withWorld(env, async (world) => {
+        await heldWhenTheSetWakes(world);
+        await settled(world);
+        await world.deletePod(NS, POD);
+        const s = await settled(world);
+        expect(s.setDesire).toBeNull();
+        expect((await setSignals('vmDesireConflict')).at(-1)).toEqual({ pod: POD, message: null });
+        const next = s.nextWakeAt === null ? Number.POSITIVE_INFINITY : Date.parse(s.nextWakeAt ?? '');
+        expect(next - (await env.currentTimeMs())).toBeGreaterThan(5_000);
+      });
+    });
+
     it('a run an older version started (patches: 37) spends it at once and tells the set nothing', async () => {
       await withWorld(env, async (world) => {
         world.startExtra = { patches: 37 };
