@@ -147,7 +147,7 @@ export interface PassInput {
   /**
    * Pods whose VM workflow reported that a CocoonHibernation holds the VM against the set's desire, with
    * its message (`vmDesireConflict`): a suspending set shows it on its status, and so does a set whose main
-   * a CR holds hibernated (`heldMainWaits`).
+   * a CR holds hibernated (`crHoldsWait`).
    */
   desireConflicts?: Readonly<Record<string, string>>;
   /**
@@ -157,7 +157,7 @@ export interface PassInput {
    * suspend that a CocoonHibernation holding a VM awake keeps `Suspending` does not look every 5 s
    * (`hibernateAll`). The workflow sets it behind `patched()`.
    */
-  heldMainWaits?: boolean;
+  crHoldsWait?: boolean;
   /**
    * Pods whose VM workflow the set asked to hibernate and not to wake since (`setDesires`): un-suspend asks
    * them to wake too, annotated or not (a VM a CocoonHibernation held awake, or a suspend undone before the
@@ -1570,6 +1570,11 @@ async function dropSpentBySet(st: PassState, held: ReadonlySet<string>): Promise
   return gone;
 }
 
+/** The set's sub-agents (slot order), then its toolboxes, as classified at the start of the pass. */
+function membersInOrder(st: PassState): V1Pod[] {
+  return [...subSlotsAscending(st.c).map((s) => st.c.sub.get(s)!), ...st.c.toolbox.values()];
+}
+
 /**
  * `Progressing=False` reason `HibernateRoundFailed` naming the sub-agents and toolboxes whose lifecycle `failed`
  * a hibernate round left (`failedRoundHoldsVM`, with `failedRoundsHoldVMs`): kept with their VMs, but not
@@ -1577,7 +1582,7 @@ async function dropSpentBySet(st: PassState, held: ReadonlySet<string>): Promise
  */
 function memberRoundBlock(st: PassState): { reason: string; message: string } | undefined {
   if (!st.input.failedRoundsHoldVMs) return undefined;
-  const members = [...subSlotsAscending(st.c).map((s) => st.c.sub.get(s)!), ...st.c.toolbox.values()];
+  const members = membersInOrder(st);
   const says = [
     ...members.flatMap((p) => roundReport(st, p, `pod ${st.ns}/${p.metadata?.name ?? ''}`)?.message ?? []),
     ...(st.tagHeld ?? []).map(
@@ -1591,12 +1596,12 @@ function memberRoundBlock(st: PassState): { reason: string; message: string } | 
 
 /**
  * `Progressing=False` reason `DesireConflict` naming the sub-agents and toolboxes a CocoonHibernation keeps
- * hibernated, as their VM workflows reported (`desireConflicts`, with `heldMainWaits`); undefined when there
+ * hibernated, as their VM workflows reported (`desireConflicts`, with `crHoldsWait`); undefined when there
  * are none. Before, such a set said `Scaling` with nothing naming the CR.
  */
 function heldMemberBlock(st: PassState): { reason: string; message: string } | undefined {
-  if (!st.input.heldMainWaits) return undefined;
-  const members = [...subSlotsAscending(st.c).map((s) => st.c.sub.get(s)!), ...st.c.toolbox.values()];
+  if (!st.input.crHoldsWait) return undefined;
+  const members = membersInOrder(st);
   const says = members.flatMap((p) => {
     const held = hibernateRequested(p) ? st.input.desireConflicts?.[p.metadata?.name ?? ''] : undefined;
     return held === undefined ? [] : [`pod ${st.ns}/${p.metadata?.name ?? ''}: ${held}`];
@@ -2392,7 +2397,7 @@ function terminatingOwnedPod(st: PassState, name: string): boolean {
 /**
  * Asks every pod's VM workflow to hibernate its VM and runs the completion gate (`suspendGate`); while the
  * gate is closed, ends the pass `Suspending` (with any DesireConflict on `Progressing`) and a 5 s requeue
- * (none while a CocoonHibernation holds a pod awake, with `heldMainWaits`). Returns only when every pod is
+ * (none while a CocoonHibernation holds a pod awake, with `crHoldsWait`). Returns only when every pod is
  * done.
  */
 async function hibernateAll(st: PassState, pods: V1Pod[], release = false): Promise<void> {
@@ -2413,7 +2418,7 @@ async function hibernateAll(st: PassState, pods: V1Pod[], release = false): Prom
         ? { reason: ConditionReasons.hibernateRoundFailed, message: waiting.why }
         : undefined,
   );
-  // Ours (`heldMainWaits`, helper-64): a pod a CocoonHibernation holds awake (its VM workflow reported it,
+  // Ours (`crHoldsWait`, helper-64): a pod a CocoonHibernation holds awake (its VM workflow reported it,
   // and left it unannotated) keeps the gate closed until that CR lets go; its VM workflow then annotates
   // the pod (a pod event) and clears the conflict (a signal), so nothing needs a look every 5 s meanwhile.
   const heldAwake = pods.some(
@@ -2421,7 +2426,7 @@ async function hibernateAll(st: PassState, pods: V1Pod[], release = false): Prom
   );
   return finish(
     st,
-    { requeueAfterMs: st.input.heldMainWaits && heldAwake ? 0 : REQUEUE_SUSPEND_POLL_MS },
+    { requeueAfterMs: st.input.crHoldsWait && heldAwake ? 0 : REQUEUE_SUSPEND_POLL_MS },
     status,
   );
 }
@@ -3004,7 +3009,7 @@ async function reconcile(st: PassState): Promise<never> {
       return finish(st, { requeueAfterMs: round.calledOff ? 0 : REQUEUE_WAIT_FOR_MAIN_MS }, status);
     }
     if (st.input.pendingMainNamesMissingNode) await pendingMainBlock(st, main);
-    if (st.input.heldMainWaits && hibernateRequested(main)) await heldMainBlock(st, main);
+    if (st.input.crHoldsWait && hibernateRequested(main)) await heldMainBlock(st, main);
     return writeStatusAndFinish(st, 'Pending', { requeueAfterMs: REQUEUE_WAIT_FOR_MAIN_MS });
   }
   // 16–18. Sub-agents, then toolboxes.

@@ -545,7 +545,7 @@ async function drive(
     subAgentsRestoreSuspendState: on(io, 'sub-agents-restore-suspend-state'),
     retriesSpentDropsOfMembers: on(io, 'vm-tells-set-spent-tag'),
     dropsTagsOfRemovedGone: on(io, 'removed-gone-drops-tag'),
-    heldMainWaits: on(io, 'set-wake-waits-for-cr'),
+    crHoldsWait: on(io, 'set-wake-waits-for-cr'),
     desireConflicts: state.desireConflicts,
     hibernateAsked: state.hibernateAsked,
     tagDroppedFor: state.tagDroppedFor,
